@@ -1,0 +1,224 @@
+"""``ModuleFunctionKernelProfiler``: the drop-in facade over tracing, collection, joining, results."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from . import collection
+from .joining import join_activity
+from .results import ProfileResult, describe_results
+from .results.profile_result import FunctionData
+from .tracing import TraceSession, functional_names
+
+Samples = Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
+_DEVICES = ("cuda", "cpu")
+_process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
+
+
+def _normalize_function_names(function_names: Iterable[str] | None) -> frozenset[str] | None:
+    if function_names is None:
+        return None
+    if isinstance(function_names, (str, bytes)):
+        raise TypeError(
+            f"function_names must be a set of names such as {{{function_names!r}}}, not a single string"
+        )
+    names = frozenset(function_names)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"function_names must contain strings; got {bad!r}")
+    return names
+
+
+def _normalize_device(device: str | torch.device | None) -> str:
+    if device is None:
+        return "cuda"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        kind = None
+    if kind not in _DEVICES:
+        raise ValueError(f"device must be None, 'cuda' or 'cpu'; got {device!r}")
+    return kind
+
+
+def _normalize_data(data: Iterable[Any] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
+    if data is None:
+        return None
+    samples = []
+    for index, item in enumerate(data):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise ValueError(
+                f"data[{index}] must be an (args, kwargs) pair such as ((x,), {{}}); got {type(item).__name__}"
+            )
+        args, kwargs = item
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+            raise ValueError(
+                f"data[{index}] must be (args tuple, kwargs dict); got ({type(args).__name__}, {type(kwargs).__name__})"
+            )
+        samples.append((tuple(args), dict(kwargs)))
+    return samples
+
+
+def _run_pass(function: Callable[..., Any], samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None) -> None:
+    if samples is None:
+        function()
+        return
+    for args, kwargs in samples:
+        function(*args, **kwargs)
+
+
+class ModuleFunctionKernelProfiler:
+    """Attributes every kernel of one recorded pass to a module, a functional call and an aten op.
+
+    Drop-in for AITune's class of the same name. ``device=None`` (the default) means CUDA;
+    ``device="cpu"`` times aten ops on the CPU instead, for machines without a GPU.
+    Not reentrant: ``profile()`` cannot be called from inside a profiled function.
+    """
+
+    def __init__(
+        self, function_names: Iterable[str] | None = None, *, device: str | torch.device | None = None
+    ) -> None:
+        self.function_names = _normalize_function_names(function_names)
+        self.device = _normalize_device(device)
+        self._last_result: ProfileResult | None = None
+        self._unknown_warned = False
+
+    @property
+    def last_result(self) -> ProfileResult | None:
+        """The full result of the last ``profile()`` call (attributed or not), or None."""
+        return self._last_result
+
+    def release(self) -> None:
+        """Drop the last result, and with it the sample tensors it holds."""
+        self._last_result = None
+
+    def profile(
+        self,
+        function: Callable[..., Any],
+        data: Iterable[Any] | None = None,
+        *,
+        module: nn.Module | None = None,
+        warmup_iterations: int = 3,
+    ) -> tuple[pd.DataFrame, FunctionData]:
+        """Warm up, record one pass, and return ``(profiling_df, function_data)`` as the spec does."""
+        result = self.profile_result(function, data, module=module, warmup_iterations=warmup_iterations)
+        return result.profiling_df(), result.function_data
+
+    def profile_result(
+        self,
+        function: Callable[..., Any],
+        data: Iterable[Any] | None = None,
+        *,
+        module: nn.Module | None = None,
+        warmup_iterations: int = 3,
+    ) -> ProfileResult:
+        """Like :meth:`profile`, returning the full :class:`ProfileResult` (also kept as ``last_result``)."""
+        root = self._resolve_module(function, module)
+        if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
+            raise ValueError(f"warmup_iterations must be a non-negative integer; got {warmup_iterations!r}")
+        samples = _normalize_data(data)
+        self._warn_unknown_names()
+        self._last_result = None  # the previous run's samples are released before this one runs
+        if not _process_lock.acquire(blocking=False):
+            raise RuntimeError(
+                "profile() is already running in this process (called from inside a profiled "
+                "function, or from another thread); profile one thing at a time"
+            )
+        try:
+            source = self._make_source()
+            with torch.no_grad():
+                for _ in range(warmup_iterations):
+                    _run_pass(function, samples)
+                result = self._record(function, samples, root, source)
+        finally:
+            _process_lock.release()
+        self._last_result = result
+        return result
+
+    def describe_results(
+        self, profiling_df: pd.DataFrame, function_data: FunctionData, top_k: int = 10
+    ) -> pd.DataFrame:
+        """One row per functional call, most expensive first; shares are over all functions."""
+        return describe_results(profiling_df, function_data, top_k)
+
+    # -- internals ------------------------------------------------------------------------------------
+    @staticmethod
+    def _resolve_module(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
+        if not callable(function):
+            raise TypeError(f"function must be callable; got {type(function).__name__}")
+        if module is None:
+            if isinstance(function, nn.Module):
+                return function
+            raise ValueError(
+                "cannot infer the module hierarchy from a plain function: pass module=<the nn.Module "
+                "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
+            )
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be an nn.Module; got {type(module).__name__}")
+        return module
+
+    def _warn_unknown_names(self) -> None:
+        if self.function_names is None or self._unknown_warned:
+            return
+        unknown = sorted(self.function_names - functional_names())
+        if unknown:
+            import warnings
+
+            warnings.warn(
+                f"function_names has names that are not torch.nn.functional functions this profiler "
+                f"intercepts, so no samples will be collected for them: {unknown}",
+                stacklevel=3,
+            )
+        self._unknown_warned = True
+
+    def _make_source(self) -> collection.ActivitySource:
+        if self.device == "cpu":
+            return collection.CpuOpTimer()
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
+                "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
+            )
+        return collection.make_cuda_source()
+
+    def _record(
+        self,
+        function: Callable[..., Any],
+        samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None,
+        root: nn.Module,
+        source: collection.ActivitySource,
+    ) -> ProfileResult:
+        session = TraceSession(root, self.function_names, source)
+        cuda = self.device == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+        source.start()
+        try:
+            with session:
+                _run_pass(function, samples)
+            if cuda:
+                torch.cuda.synchronize()
+        finally:
+            source.stop()
+        activity = source.activity()
+        trace = session.tables()
+        joined = join_activity(activity.kernels, activity.correlation, trace["ops"], trace["calls"], trace["modules"])
+        return ProfileResult(
+            activity=joined,
+            ops=trace["ops"],
+            calls=trace["calls"],
+            modules=trace["modules"],
+            module_calls=trace["module_calls"],
+            function_data=session.function_data(),
+            source=activity.source,
+            module_objects=tuple(session.modules.modules),
+            dropped_records=activity.dropped_records,
+            warnings=activity.warnings,
+            metadata={"torch": torch.__version__, "device": self.device},
+        )

@@ -1,0 +1,111 @@
+"""The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import schema
+from ..joining import attributed_mask
+from .summary import describe_results
+
+FunctionData = dict[str, list[tuple[int, Any]]]
+
+
+def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
+    table = np.empty(len(values), dtype=object)
+    for pos, value in enumerate(values):  # element-wise: containers such as nn.Sequential stay whole
+        table[pos] = value
+    return table[index] if len(index) else np.empty(0, dtype=object)
+
+
+def _strings(column: pa.ChunkedArray) -> np.ndarray:
+    """An object array that shares one Python string per distinct value (few, for kernel names)."""
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    words = np.empty(len(encoded.dictionary) + 1, dtype=object)
+    words[:-1] = encoded.dictionary.to_pylist()
+    words[-1] = None
+    return words[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """Everything one run recorded, attributed or not.
+
+    ``activity`` has one row per kernel / memcpy / memset (or CPU op) with its op, module and
+    innermost functional call (schema ``ACTIVITY``); ``ops``, ``calls``, ``modules`` and
+    ``module_calls`` are the trace. ``profiling_df()`` and ``function_data`` are the spec's outputs.
+    """
+
+    activity: pa.Table
+    ops: pa.Table
+    calls: pa.Table
+    modules: pa.Table
+    module_calls: pa.Table
+    function_data: FunctionData
+    source: str
+    module_objects: tuple[Any, ...] = ()
+    dropped_records: int = 0
+    warnings: tuple[str, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    # -- the spec's views ---------------------------------------------------------------------------
+    def attributed(self) -> pa.Table:
+        """Activity rows enclosed by both a profiled module and a functional call."""
+        return self.activity.filter(attributed_mask(self.activity))
+
+    def profiling_df(self) -> pd.DataFrame:
+        """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns."""
+        rows = self.attributed()
+        module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
+        objects = self.module_objects or (None,) * self.modules.num_rows
+        return pd.DataFrame(
+            {
+                "module_name": _strings(rows["module_name"]),
+                "module": _object_column(objects, module_ids),
+                "function_name": _strings(rows["function_name"]),
+                "op": _strings(rows["op"]),
+                "kernel": _strings(rows["kernel"]),
+                "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
+            },
+            columns=schema.PROFILING_COLUMNS,
+        )
+
+    def describe(self, top_k: int = 10) -> pd.DataFrame:
+        """The spec's ``describe_results`` for this run."""
+        return describe_results(self.profiling_df(), self.function_data, top_k)
+
+    # -- full accounting ------------------------------------------------------------------------------
+    @property
+    def total_us(self) -> float:
+        """Kernel time of every recorded activity row, attributed or not."""
+        return float(pc.sum(self.activity["kernel_us"]).as_py() or 0.0)
+
+    @property
+    def attributed_us(self) -> float:
+        """Kernel time of the rows ``profiling_df()`` reports."""
+        return float(pc.sum(self.attributed()["kernel_us"]).as_py() or 0.0)
+
+    @property
+    def coverage(self) -> float:
+        """Attributed kernel time over all kernel time (NaN when nothing ran)."""
+        total = self.total_us
+        return self.attributed_us / total if total > 0 else math.nan
+
+    def unattributed(self) -> pd.DataFrame:
+        """Kernels missing a module or a functional call, with the op and module that launched them."""
+        rows = self.activity.filter(pc.invert(attributed_mask(self.activity)))
+        return rows.select(
+            ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
+        ).to_pandas()
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Every activity row as a DataFrame (the full, unfiltered view)."""
+        return self.activity.to_pandas()

@@ -1,0 +1,95 @@
+"""``describe_results``: one row per functional call, most expensive first (the spec's summary).
+
+Pure pandas; needs no torch, so a loaded result can be summarised anywhere. Sample tensors are
+read by duck typing (``numel()`` and ``element_size()``), which torch tensors and saved tensor
+metadata both provide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..schema import SUMMARY_COLUMNS
+
+BYTES_PER_MB = 1024 * 1024
+
+
+def iter_tensor_likes(value: Any) -> Iterable[Any]:
+    """Every tensor (or tensor metadata) in ``value``, looking inside tuples, lists and dicts."""
+    if hasattr(value, "numel") and hasattr(value, "element_size"):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from iter_tensor_likes(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_tensor_likes(item)
+
+
+def logical_bytes(sample: Any) -> int:
+    """numel x element size of every tensor in ``sample``: what a view shows, not its storage."""
+    return sum(int(t.numel()) * int(t.element_size()) for t in iter_tensor_likes(sample))
+
+
+def empty_summary() -> pd.DataFrame:
+    """The summary's columns and dtypes with no rows."""
+    return pd.DataFrame(
+        {
+            "function_name": pd.Series([], dtype=object),
+            "calls": pd.Series([], dtype=float),
+            "num_distinct_samples": pd.Series([], dtype=float),
+            "num_modules": pd.Series([], dtype=np.int64),
+            "time_spent_us": pd.Series([], dtype=float),
+            "time_spent_pct": pd.Series([], dtype=float),
+            "tensor_size_MB": pd.Series([], dtype=float),
+        },
+        columns=SUMMARY_COLUMNS,
+    )
+
+
+def _sample_stats(entries: Sequence[tuple[int, Any]] | None) -> tuple[float, float, float]:
+    if entries is None:
+        return math.nan, math.nan, math.nan
+    calls = float(sum(count for count, _ in entries))
+    size_mb = sum(logical_bytes(sample) for _, sample in entries) / BYTES_PER_MB
+    return calls, float(len(entries)), size_mb
+
+
+def _int_if_complete(series: pd.Series) -> pd.Series:
+    return series.astype(np.int64) if len(series) and not series.isna().any() else series
+
+
+def describe_results(
+    profiling_df: pd.DataFrame, function_data: Mapping[str, Sequence[tuple[int, Any]]], top_k: int = 10
+) -> pd.DataFrame:
+    """Group kernel time by functional call; the share is over all functions, not only the top_k."""
+    if top_k is None or int(top_k) < 0:
+        raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
+    if profiling_df.empty:
+        return empty_summary()
+    groups = profiling_df.groupby("function_name", sort=False)
+    summary = pd.DataFrame(
+        {
+            "time_spent_us": groups["kernel_us"].sum().astype(float),
+            "num_modules": groups["module_name"].nunique().astype(np.int64),
+        }
+    )
+    total = float(summary["time_spent_us"].sum())
+    summary["time_spent_pct"] = summary["time_spent_us"] / total * 100.0 if total > 0 else 0.0
+    stats = [_sample_stats(function_data.get(name)) for name in summary.index]
+    summary["calls"], summary["num_distinct_samples"], summary["tensor_size_MB"] = (
+        [s[0] for s in stats],
+        [s[1] for s in stats],
+        [s[2] for s in stats],
+    )
+    summary = summary.rename_axis("function_name").reset_index()
+    summary["function_name"] = summary["function_name"].astype(object)
+    summary = summary.sort_values("time_spent_us", ascending=False, kind="stable").head(int(top_k))
+    summary["calls"] = _int_if_complete(summary["calls"])
+    summary["num_distinct_samples"] = _int_if_complete(summary["num_distinct_samples"])
+    return summary[SUMMARY_COLUMNS].reset_index(drop=True)

@@ -1,0 +1,107 @@
+"""Every column name and Arrow schema of the package, in one place.
+
+Units are in the names (``_ns`` nanoseconds, ``_us`` microseconds). Sentinels:
+``module_id == -1`` means "outside the profiled hierarchy", ``call_id == -1`` means "no
+functional call encloses the op", ``stream == -1`` / ``device == -1`` mean "CPU". After the
+join, a kernel that no op claimed has a null ``op_id``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+NO_MODULE = -1
+NO_CALL = -1
+CPU_STREAM = -1
+
+# -- activity sources ---------------------------------------------------------------------------
+KERNELS = pa.schema(
+    [
+        ("correlation_id", pa.int64()),
+        ("name", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("kind", pa.string()),  # "kernel", "memcpy", "memset" or "cpu_op"
+    ]
+)
+CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
+
+# -- tracing ------------------------------------------------------------------------------------
+OPS = pa.schema(
+    [
+        ("op_id", pa.int64()),
+        ("op", pa.string()),
+        ("module_id", pa.int64()),
+        ("call_id", pa.int64()),
+        ("thread", pa.int64()),
+    ]
+)
+CALLS = pa.schema(
+    [
+        ("call_id", pa.int64()),
+        ("function_name", pa.string()),
+        ("parent_call_id", pa.int64()),
+        ("module_id", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("thread", pa.int64()),
+    ]
+)
+MODULES = pa.schema(
+    [
+        ("module_id", pa.int64()),
+        ("module_name", pa.string()),
+        ("module_type", pa.string()),
+        ("parent_module_id", pa.int64()),
+    ]
+)
+MODULE_CALLS = pa.schema(
+    [
+        ("module_id", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("thread", pa.int64()),
+    ]
+)
+
+# -- joining ------------------------------------------------------------------------------------
+ACTIVITY = pa.schema(
+    [
+        ("correlation_id", pa.int64()),
+        ("kernel", pa.string()),
+        ("kind", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("kernel_us", pa.float64()),
+        ("device", pa.int32()),
+        ("stream", pa.int64()),
+        ("op_id", pa.int64()),
+        ("op", pa.string()),
+        ("module_id", pa.int64()),
+        ("module_name", pa.string()),
+        ("call_id", pa.int64()),
+        ("function_name", pa.string()),
+        ("thread", pa.int64()),
+    ]
+)
+
+# -- spec-compatible outputs (names and order are the reference's) ----------------------------------
+PROFILING_COLUMNS = ["module_name", "module", "function_name", "op", "kernel", "kernel_us"]
+SUMMARY_COLUMNS = [
+    "function_name",
+    "calls",
+    "num_distinct_samples",
+    "num_modules",
+    "time_spent_us",
+    "time_spent_pct",
+    "tensor_size_MB",
+]
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    """An empty table of ``schema``, so that empty results keep their columns."""
+    return schema.empty_table()

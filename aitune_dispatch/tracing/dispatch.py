@@ -1,0 +1,69 @@
+"""The ``TorchDispatchMode`` that gives every dispatched aten op an op id.
+
+The op id is the key that joins activity to tracing: the activity source is told when each op
+starts and ends (the CUDA source pushes the id as a CUPTI external correlation id, the CPU
+source times the op), and the recorder stores which module and functional call enclosed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .recorder import TraceRecorder
+
+
+class OpObserver(Protocol):
+    """What an activity source needs to know about each op, on the thread that runs it."""
+
+    def op_started(self, op_id: int, op: str) -> None:
+        """Called right before the op runs."""
+
+    def op_finished(self, op_id: int) -> None:
+        """Called right after the op returns or raises."""
+
+
+def op_name(func: Any) -> str:
+    """``aten::addmm`` for ``aten.addmm.default``: the name torch.profiler reports."""
+    schema = getattr(func, "_schema", None)
+    return schema.name if schema is not None else str(func)
+
+
+class OpMode(TorchDispatchMode):
+    """Records one op row per dispatched aten op and brackets it for the activity source.
+
+    Not reentrant: one instance serves one profiled pass.
+    """
+
+    def __init__(self, recorder: TraceRecorder, observer: OpObserver) -> None:
+        super().__init__()
+        self._recorder = recorder
+        self._started = observer.op_started
+        self._finished = observer.op_finished
+        self._names: dict[Callable[..., Any], tuple[int, str]] = {}
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile'd regions run compiled; their kernels still carry correlation ids."""
+        return True
+
+    def __torch_dispatch__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        named = self._names.get(func)
+        if named is None:
+            name = op_name(func)
+            named = self._names[func] = (self._recorder.op_names.id(name), name)
+        recorder = self._recorder
+        op_id = recorder.add_op(named[0], recorder.stacks())
+        self._started(op_id, named[1])
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self._finished(op_id)

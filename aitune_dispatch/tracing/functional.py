@@ -1,0 +1,101 @@
+"""The ``TorchFunctionMode`` that opens a functional call for every ``torch.nn.functional`` function.
+
+Nested functional calls are seen (DESIGN.md fact 5): a Python-level functional runs as a gate-free
+copy (see gates.py) with this mode re-armed, so the functionals it calls reach the mode again, and
+an op is attributed to the innermost one. When a functional calls back through its own public
+name (boolean-dispatch wrappers such as ``max_pool2d``, or a tensor subclass asking for its
+override: the copy's gates stay honest for subclasses), the nested request runs the original
+function as-is.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from .gates import GateFreeCopies
+from .recorder import TraceRecorder
+from .samples import SampleCollector
+
+
+@functools.lru_cache(maxsize=1)
+def functional_registry() -> dict[Callable[..., Any], str]:
+    """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name."""
+    overridable: set[Any] = set()
+    for functions in torch.overrides.get_overridable_functions().values():
+        overridable.update(functions)
+    registry: dict[Callable[..., Any], str] = {}
+    for name, value in sorted(vars(F).items()):
+        if name.startswith("_") or not callable(value):
+            continue
+        try:
+            known = value in overridable
+        except TypeError:  # unhashable callables are not torch functions
+            continue
+        if known and (value not in registry or getattr(value, "__name__", "") == name):
+            registry[value] = name
+    return registry
+
+
+def functional_names() -> frozenset[str]:
+    """The names this profiler recognises as functional calls."""
+    return frozenset(functional_registry().values())
+
+
+class FunctionalMode(TorchFunctionMode):
+    """Records one functional call per intercepted ``torch.nn.functional`` function.
+
+    Not reentrant: one instance serves one profiled pass.
+    """
+
+    def __init__(self, recorder: TraceRecorder, samples: SampleCollector) -> None:
+        super().__init__()
+        self._recorder = recorder
+        self._samples = samples
+        self._registry = functional_registry()
+        self._name_ids: dict[Callable[..., Any], int] = {}
+        self._copies = GateFreeCopies()
+
+    def _name_id(self, func: Callable[..., Any], name: str) -> int:
+        found = self._name_ids.get(func)
+        if found is None:
+            found = self._name_ids[func] = self._recorder.function_names.id(name)
+        return found
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types_: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        name = self._registry.get(func)
+        if name is None:
+            return func(*args, **kwargs)
+        stacks = self._recorder.stacks()
+        if stacks.reentered and stacks.reentered[-1] is func:
+            # the gate-free copy of ``func`` called back through its public name: same call
+            return func(*args, **kwargs)
+        if self._samples.wants(name):
+            self._samples.observe(name, args, kwargs)
+        call_id = self._recorder.begin_call(self._name_id(func, name), stacks)
+        try:
+            if type(func) is types.FunctionType:
+                stacks.reentered.append(func)
+                try:
+                    with self:
+                        return self._copies.copy(func)(*args, **kwargs)
+                finally:
+                    stacks.reentered.pop()
+            return func(*args, **kwargs)
+        finally:
+            self._recorder.end_call(call_id, stacks)
+

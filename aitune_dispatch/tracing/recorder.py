@@ -1,0 +1,194 @@
+"""Append-only columnar buffers for what tracing sees: ops, functional calls, module calls.
+
+The recorder is the only state shared by the module hooks and the two modes. Each thread has its
+own module stack and functional-call stack, so a module run by another thread never encloses the
+ops of the profiling thread. Buffers are ``array('q')`` columns, turned into Arrow tables once at
+the end without per-row Python work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from .. import schema
+
+_clock_ns = time.perf_counter_ns
+
+
+@dataclass
+class ThreadStacks:
+    """The module and functional-call stacks of one thread; the bottom entries are sentinels."""
+
+    index: int
+    modules: list[int] = field(default_factory=lambda: [schema.NO_MODULE])
+    calls: list[int] = field(default_factory=lambda: [schema.NO_CALL])
+    module_rows: list[int] = field(default_factory=lambda: [-1])  # parallel to ``modules``
+    # functions whose body is running with torch-function dispatch re-armed (see functional.py)
+    reentered: list[object] = field(default_factory=list)
+
+
+class _Interner:
+    """Maps repeated strings to small ids so that the hot path appends integers only."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def id(self, name: str) -> int:
+        found = self._ids.get(name)
+        if found is None:
+            found = self._ids[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def column(self, ids: array) -> pa.Array:
+        indices = pa.array(np.frombuffer(ids, dtype=np.int64) if len(ids) else [], pa.int32())
+        dictionary = pa.array(self.names, pa.string())
+        return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.string())
+
+
+def _int64(values: array) -> pa.Array:
+    return pa.array(np.frombuffer(values, dtype=np.int64) if len(values) else [], pa.int64())
+
+
+class TraceRecorder:
+    """Columnar record of one profiled pass; single writer per thread, read after the pass."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._thread_count = 0
+        self._thread_lock = threading.Lock()
+        self.op_names = _Interner()
+        self.function_names = _Interner()
+        self.op_name = array("q")
+        self.op_module = array("q")
+        self.op_call = array("q")
+        self.op_thread = array("q")
+        self.call_name = array("q")
+        self.call_parent = array("q")
+        self.call_module = array("q")
+        self.call_start = array("q")
+        self.call_end = array("q")
+        self.call_thread = array("q")
+        self.mcall_module = array("q")
+        self.mcall_start = array("q")
+        self.mcall_end = array("q")
+        self.mcall_thread = array("q")
+
+    def stacks(self) -> ThreadStacks:
+        """The calling thread's stacks, created on first use."""
+        found = getattr(self._local, "stacks", None)
+        if found is None:
+            with self._thread_lock:
+                found = ThreadStacks(self._thread_count)
+                self._thread_count += 1
+            self._local.stacks = found
+        return found
+
+    # -- ops ------------------------------------------------------------------------------------
+    def add_op(self, name_id: int, stacks: ThreadStacks) -> int:
+        """Append one dispatched aten op and return its op id (the correlation key)."""
+        op_id = len(self.op_name)
+        self.op_name.append(name_id)
+        self.op_module.append(stacks.modules[-1])
+        self.op_call.append(stacks.calls[-1])
+        self.op_thread.append(stacks.index)
+        return op_id
+
+    # -- functional calls -------------------------------------------------------------------------
+    def begin_call(self, name_id: int, stacks: ThreadStacks) -> int:
+        """Open a functional call on this thread and return its call id."""
+        call_id = len(self.call_name)
+        self.call_name.append(name_id)
+        self.call_parent.append(stacks.calls[-1])
+        self.call_module.append(stacks.modules[-1])
+        self.call_start.append(_clock_ns())
+        self.call_end.append(0)
+        self.call_thread.append(stacks.index)
+        stacks.calls.append(call_id)
+        return call_id
+
+    def end_call(self, call_id: int, stacks: ThreadStacks) -> None:
+        """Close a functional call opened by :meth:`begin_call`."""
+        self.call_end[call_id] = _clock_ns()
+        if stacks.calls[-1] == call_id:
+            stacks.calls.pop()
+        elif call_id in stacks.calls:
+            del stacks.calls[stacks.calls.index(call_id) :]
+
+    # -- module calls -----------------------------------------------------------------------------
+    def enter_module(self, module_id: int) -> None:
+        """Push a module of the profiled hierarchy on this thread's stack."""
+        stacks = self.stacks()
+        stacks.modules.append(module_id)
+        stacks.module_rows.append(len(self.mcall_module))
+        self.mcall_module.append(module_id)
+        self.mcall_start.append(_clock_ns())
+        self.mcall_end.append(0)
+        self.mcall_thread.append(stacks.index)
+
+    def exit_module(self, module_id: int) -> None:
+        """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
+        stacks = self.stacks()
+        mods = stacks.modules
+        for pos in range(len(mods) - 1, 0, -1):
+            if mods[pos] == module_id:
+                now = _clock_ns()
+                for row in stacks.module_rows[pos:]:
+                    self.mcall_end[row] = now
+                del mods[pos:]
+                del stacks.module_rows[pos:]
+                return
+
+    # -- output ------------------------------------------------------------------------------------
+    def op_count(self) -> int:
+        """How many ops were recorded."""
+        return len(self.op_name)
+
+    def ops_table(self) -> pa.Table:
+        """The ops as an Arrow table of schema :data:`schema.OPS`."""
+        n = len(self.op_name)
+        return pa.Table.from_arrays(
+            [
+                pa.array(np.arange(n, dtype=np.int64)),
+                self.op_names.column(self.op_name),
+                _int64(self.op_module),
+                _int64(self.op_call),
+                _int64(self.op_thread),
+            ],
+            schema=schema.OPS,
+        )
+
+    def calls_table(self) -> pa.Table:
+        """The functional calls as an Arrow table of schema :data:`schema.CALLS`."""
+        n = len(self.call_name)
+        return pa.Table.from_arrays(
+            [
+                pa.array(np.arange(n, dtype=np.int64)),
+                self.function_names.column(self.call_name),
+                _int64(self.call_parent),
+                _int64(self.call_module),
+                _int64(self.call_start),
+                _int64(self.call_end),
+                _int64(self.call_thread),
+            ],
+            schema=schema.CALLS,
+        )
+
+    def module_calls_table(self) -> pa.Table:
+        """Every forward of a profiled module, as a table of schema :data:`schema.MODULE_CALLS`."""
+        return pa.Table.from_arrays(
+            [
+                _int64(self.mcall_module),
+                _int64(self.mcall_start),
+                _int64(self.mcall_end),
+                _int64(self.mcall_thread),
+            ],
+            schema=schema.MODULE_CALLS,
+        )

@@ -1,0 +1,67 @@
+"""Distinct input samples of functional calls, with their call counts.
+
+Two calls are the same sample when their argument structure, every tensor's shape, dtype, layout,
+device and strides, and every non-tensor value agree. The first call of each sample keeps its
+``(args, kwargs)``, tensors included, until the collector is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Sample = tuple[tuple[Any, ...], dict[str, Any]]
+FunctionData = dict[str, list[tuple[int, Sample]]]
+
+
+def sample_key(value: Any) -> Any:
+    """A hashable key that is equal for two values exactly when they are the same sample."""
+    if isinstance(value, torch.Tensor):
+        try:
+            strides: Any = value.stride()
+        except (RuntimeError, NotImplementedError):  # nested / sparse tensors have no strides
+            strides = None
+        return ("T", tuple(value.shape), value.dtype, value.layout, value.device, strides)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(sample_key(item) for item in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((key, sample_key(item)) for key, item in value.items()))
+    if isinstance(value, float):
+        return ("float", value.hex())  # NaN equals itself, -0.0 differs from 0.0
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value).__qualname__, repr(value))
+    return (type(value).__qualname__, value)
+
+
+class SampleCollector:
+    """Counts calls and keeps one sample per distinct input for the selected functions."""
+
+    def __init__(self, function_names: frozenset[str] | None) -> None:
+        self._wanted = function_names
+        self._samples: dict[str, dict[Any, list[Any]]] = {}
+
+    def wants(self, function_name: str) -> bool:
+        """Whether calls of ``function_name`` are collected."""
+        return self._wanted is None or function_name in self._wanted
+
+    def observe(self, function_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Count one call and keep its inputs if they are a new sample."""
+        per_function = self._samples.get(function_name)
+        if per_function is None:
+            per_function = self._samples[function_name] = {}
+        key = (sample_key(args), sample_key(kwargs))
+        entry = per_function.get(key)
+        if entry is None:
+            per_function[key] = [1, (tuple(args), dict(kwargs))]
+        else:
+            entry[0] += 1
+
+    def function_data(self) -> FunctionData:
+        """``name -> [(call_count, (args, kwargs)), ...]`` in order of first appearance."""
+        return {
+            name: [(count, sample) for count, sample in per_function.values()]
+            for name, per_function in self._samples.items()
+        }

@@ -1,0 +1,67 @@
+"""One traced pass: installs hooks and both modes on entry and removes all of them on exit."""
+
+from __future__ import annotations
+
+import contextlib
+from types import TracebackType
+
+import pyarrow as pa
+from torch import nn
+
+from .dispatch import OpMode, OpObserver
+from .functional import FunctionalMode
+from .gates import GateFreeCopies
+from .modules import ModuleTracker
+from .recorder import TraceRecorder
+from .samples import FunctionData, SampleCollector
+
+
+class TraceSession:
+    """Context manager around the recorded pass; not reentrant, one instance per pass."""
+
+    def __init__(
+        self, root: nn.Module, function_names: frozenset[str] | None, observer: OpObserver
+    ) -> None:
+        self.recorder = TraceRecorder()
+        self.modules = ModuleTracker(root)
+        self.samples = SampleCollector(function_names)
+        self._observer = observer
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> TraceSession:
+        if self._stack is not None:
+            raise RuntimeError("a TraceSession is single-use and not reentrant")
+        stack = contextlib.ExitStack()
+        try:
+            copies = GateFreeCopies()
+            self.modules.install(self.recorder, copies)
+            stack.callback(self.modules.remove)
+            stack.enter_context(FunctionalMode(self.recorder, self.samples))
+            stack.enter_context(OpMode(self.recorder, self._observer))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._stack is not None
+        self._stack.close()
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The trace as Arrow tables: ``ops``, ``calls``, ``modules``, ``module_calls``."""
+        return {
+            "ops": self.recorder.ops_table(),
+            "calls": self.recorder.calls_table(),
+            "modules": self.modules.table(),
+            "module_calls": self.recorder.module_calls_table(),
+        }
+
+    def function_data(self) -> FunctionData:
+        """The collected samples, in the reference's ``function_data`` shape."""
+        return self.samples.function_data()

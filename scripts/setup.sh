@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install aitune_dispatch and its test tools into the current Python (set PYTHON to choose one).
+# Where no torch is present, the CPU build is installed explicitly first (a bare "torch"
+# requirement would pull a multi-GB CUDA build); a torch that is already there is kept as it is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  echo "setup: no torch found; installing the CPU build torch==2.13.0"
+  "$PY" -m pip install -q torch==2.13.0
+fi
+"$PY" -m pip install -q -e ".[test]"
+"$PY" -c "import torch, aitune_dispatch; print(f'setup: aitune_dispatch {aitune_dispatch.__version__}, torch {torch.__version__}')"

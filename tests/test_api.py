@@ -1,0 +1,133 @@
+"""The drop-in surface: imports, arguments, validation, return types and column order."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import aitune_dispatch
+import aitune_dispatch.torch as ait
+from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
+
+
+def quickstart_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 64)).eval()
+
+
+def test_both_import_paths_give_the_same_class():
+    assert ait.ModuleFunctionKernelProfiler is ModuleFunctionKernelProfiler
+    assert aitune_dispatch.ModuleFunctionKernelProfiler is ModuleFunctionKernelProfiler
+
+
+def test_spec_quickstart_runs_with_cpu_opt_in():
+    model = quickstart_model()
+    samples = [((torch.randn(32, 128),), {})]
+    profiler = ait.ModuleFunctionKernelProfiler(function_names={"linear", "relu"}, device="cpu")
+    profiling_df, function_data = profiler.profile(model, samples, warmup_iterations=3)
+    summary_df = profiler.describe_results(profiling_df, function_data)
+    assert isinstance(profiling_df, pd.DataFrame) and isinstance(function_data, dict)
+    assert list(profiling_df.columns) == PROFILING_COLUMNS
+    assert list(summary_df.columns) == SUMMARY_COLUMNS
+    assert set(summary_df["function_name"]) == {"linear", "relu"}
+    # root module name is "", children are "0", "1", "2"
+    assert set(profiling_df["module_name"]) == {"0", "1", "2"}
+    assert all(row.module is model[int(row.module_name)] for row in profiling_df.itertuples())
+    assert all(kernel.startswith("cpu::aten::") for kernel in profiling_df["kernel"])
+    assert (profiling_df["kernel_us"] > 0).all()
+    assert profiling_df["op"].str.startswith("aten::").all()
+
+
+def test_default_device_requires_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    profiler = ModuleFunctionKernelProfiler()
+    with pytest.raises(RuntimeError, match="CUDA") as info:
+        profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})])
+    assert "device='cpu'" in str(info.value)
+
+
+def test_plain_function_needs_module(cpu_profiler):
+    with pytest.raises(ValueError, match="module="):
+        cpu_profiler.profile(lambda: None)
+
+
+def test_negative_warmup_is_rejected(cpu_profiler):
+    with pytest.raises(ValueError, match="warmup_iterations"):
+        cpu_profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})], warmup_iterations=-1)
+
+
+@pytest.mark.parametrize("bad", [[torch.randn(2, 128)], [((torch.randn(2, 128),), "kw")]])
+def test_malformed_samples_are_rejected(cpu_profiler, bad):
+    with pytest.raises(ValueError, match=r"\(args"):
+        cpu_profiler.profile(quickstart_model(), bad)
+
+
+def test_bad_device_and_names_are_rejected():
+    with pytest.raises(ValueError, match="device"):
+        ModuleFunctionKernelProfiler(device="tpu")
+    with pytest.raises(TypeError, match="set of names"):
+        ModuleFunctionKernelProfiler(function_names="linear")
+
+
+def test_unknown_function_name_warns():
+    profiler = ModuleFunctionKernelProfiler(function_names={"linaer"}, device="cpu")
+    with pytest.warns(UserWarning, match="linaer"):
+        profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})], warmup_iterations=0)
+
+
+def test_passes_run_under_no_grad(cpu_profiler):
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(torch.is_grad_enabled())
+            return torch.relu(x)
+
+    cpu_profiler.profile(Probe(), [((torch.randn(2),), {})], warmup_iterations=2)
+    assert seen == [False, False, False]
+
+
+def test_data_none_calls_function_without_arguments(cpu_profiler):
+    model = quickstart_model()
+    calls = []
+
+    def inference_fn():
+        calls.append(1)
+        model(torch.randn(4, 128))
+
+    profiling_df, _ = cpu_profiler.profile(inference_fn, module=model, warmup_iterations=2)
+    assert len(calls) == 3  # 2 warmup passes + 1 recorded pass
+    assert set(profiling_df["function_name"]) == {"linear", "relu"}
+
+
+def test_empty_results_keep_their_schema(cpu_profiler):
+    class NoFunctional(nn.Module):
+        def forward(self, x):
+            return x + 1  # an op, but no torch.nn.functional call encloses it
+
+    profiling_df, function_data = cpu_profiler.profile(NoFunctional(), [((torch.randn(3),), {})])
+    assert profiling_df.empty and list(profiling_df.columns) == PROFILING_COLUMNS
+    assert profiling_df["kernel_us"].dtype == float
+    summary = cpu_profiler.describe_results(profiling_df, function_data)
+    assert summary.empty and list(summary.columns) == SUMMARY_COLUMNS
+    # nothing was lost: the op is in the full result, unattributed
+    result = cpu_profiler.last_result
+    assert result.activity.num_rows == 1 and result.coverage == 0.0
+    assert result.unattributed()["op"].tolist() == ["aten::add"]
+
+
+def test_profile_is_not_reentrant(cpu_profiler):
+    inner_error = []
+
+    class Nested(nn.Module):
+        def forward(self, x):
+            try:
+                cpu_profiler.profile(nn.ReLU(), [((x,), {})], warmup_iterations=0)
+            except RuntimeError as error:
+                inner_error.append(str(error))
+            return x
+
+    cpu_profiler.profile(Nested(), [((torch.randn(2),), {})], warmup_iterations=0)
+    assert inner_error and "already running" in inner_error[0]
