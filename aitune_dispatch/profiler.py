@@ -77,15 +77,24 @@ class ModuleFunctionKernelProfiler:
     """Attributes every kernel of one recorded pass to a module, a functional call and an aten op.
 
     Drop-in for AITune's class of the same name. ``device=None`` (the default) means CUDA;
-    ``device="cpu"`` times aten ops on the CPU instead, for machines without a GPU.
+    ``device="cpu"`` times aten ops on the CPU instead, for machines without a GPU. ``decoder``
+    (CUDA only) picks the CUPTI record decoder: ``"native"``, ``"python"``, or None for native
+    with a warned fallback.
     Not reentrant: ``profile()`` cannot be called from inside a profiled function.
     """
 
     def __init__(
-        self, function_names: Iterable[str] | None = None, *, device: str | torch.device | None = None
+        self,
+        function_names: Iterable[str] | None = None,
+        *,
+        device: str | torch.device | None = None,
+        decoder: str | None = None,
     ) -> None:
         self.function_names = _normalize_function_names(function_names)
         self.device = _normalize_device(device)
+        if decoder not in (None, *collection.DECODERS):
+            raise ValueError(f"decoder must be None, 'native' or 'python'; got {decoder!r}")
+        self.decoder = decoder
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 
@@ -185,7 +194,7 @@ class ModuleFunctionKernelProfiler:
                 "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
                 "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
             )
-        return collection.make_cuda_source()
+        return collection.make_cuda_source(self.decoder)
 
     def _record(
         self,

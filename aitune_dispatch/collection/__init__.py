@@ -3,11 +3,43 @@
 from .base import Activity, ActivitySource
 from .cpu import CPU_KERNEL_PREFIX, CpuOpTimer
 
-__all__ = ["CPU_KERNEL_PREFIX", "Activity", "ActivitySource", "CpuOpTimer"]
+__all__ = ["CPU_KERNEL_PREFIX", "DECODERS", "Activity", "ActivitySource", "CpuOpTimer", "make_cuda_source"]
 
 
-def make_cuda_source() -> ActivitySource:
-    """The CUDA activity source (CUPTI); raises with the reason when it cannot start."""
-    from .cupti_source import CuptiSource
+DECODERS = ("native", "python")
+_fallback_warned = False
 
-    return CuptiSource()
+
+def make_cuda_source(decoder: str | None = None) -> ActivitySource:
+    """The CUDA activity source (CUPTI) with the requested decoder backend.
+
+    ``decoder=None`` picks the compiled decoder of ``native_shims/`` and falls back, with a
+    warning (once per process), to the pure cupti-python decoder when it is unavailable.
+    """
+    from .cupti_source import CuptiSource, load_cupti
+    from .python_sink import PythonRecordSink
+
+    global _fallback_warned
+    cupti = load_cupti()
+    external_kind = int(cupti.ExternalCorrelationKind.CUSTOM2)
+    if decoder in (None, "native"):
+        try:
+            from .native_sink import NativeRecordSink
+
+            return CuptiSource(NativeRecordSink(external_kind), cupti)
+        except (ImportError, OSError, RuntimeError) as error:
+            if decoder == "native":
+                raise RuntimeError(
+                    f"the native CUPTI decoder is unavailable ({error}); rebuild the package "
+                    "(pip install -e . builds native_shims/) or pass decoder='python'"
+                ) from error
+            if not _fallback_warned:
+                import warnings
+
+                warnings.warn(
+                    f"native CUPTI decoder unavailable ({error}); using the slower cupti-python decoder",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                _fallback_warned = True
+    return CuptiSource(PythonRecordSink(cupti, external_kind), cupti)

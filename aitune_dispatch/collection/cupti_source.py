@@ -1,0 +1,197 @@
+"""CUDA activity source: CUPTI activity records joined to ops through external correlation ids.
+
+What CUPTI needs (DESIGN.md, measured on an H200): external-correlation records are only emitted
+alongside runtime/driver API records, so RUNTIME and DRIVER are enabled too, but restricted to the
+launch / copy / set callback ids (every other API id is switched off while we collect and switched
+back on afterwards). The op id is pushed as an external correlation id around each aten op.
+Buffer callbacks are process-global (last registration wins), so they are registered again at
+every start; the decoder backend that owns them is a :class:`RecordSink`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import warnings
+from typing import Any, Protocol
+
+import torch
+
+from .base import Activity
+from .records import DecodedRecords
+
+_API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
+BUFFER_BYTES = 8 * 1024 * 1024
+
+
+class RecordSink(Protocol):
+    """A decoder backend: owns the CUPTI buffer callbacks and turns buffers into columns."""
+
+    name: str
+
+    def register(self) -> None:
+        """Register this backend's buffer callbacks with CUPTI and forget older records."""
+
+    def take(self) -> DecodedRecords:
+        """Every record delivered since :meth:`register`, decoded (call after a forced flush)."""
+
+
+def load_cupti() -> Any:
+    """The ``cupti.cupti`` bindings, or a RuntimeError that says how to get them."""
+    try:
+        from cupti import cupti
+    except ImportError as error:  # missing wheel, or a libcupti that cannot load
+        raise RuntimeError(
+            f"the CUDA activity source needs cupti-python ({error}); install it with "
+            "`pip install 'cupti-python>=13.0,<13.1'` matching your CUDA 13 torch, "
+            "or pass device='cpu'"
+        ) from error
+    return cupti
+
+
+def torch_profiler_active() -> bool:
+    """True while torch.profiler (Kineto) or the autograd profiler is collecting."""
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # pragma: no cover - very old torch
+        return False
+
+
+def _api_callback_ids(enum: Any) -> tuple[list[int], list[int]]:
+    """All valid callback ids of a runtime/driver enum, and the launch/copy/set subset."""
+    every, needed = [], []
+    for name, member in enum.__members__.items():
+        if name in ("INVALID", "SIZE", "FORCE_INT"):
+            continue
+        every.append(int(member))
+        if _API_RECORDS_WE_NEED.match(name):
+            needed.append(int(member))
+    return every, needed
+
+
+class CuptiSource:
+    """Collects kernel, memcpy and memset activity for one recorded pass."""
+
+    name = "cupti"
+
+    def __init__(self, sink: RecordSink, cupti: Any | None = None) -> None:
+        self._cupti = cupti if cupti is not None else load_cupti()
+        self._sink = sink
+        self._kind = int(self._cupti.ExternalCorrelationKind.CUSTOM2)
+        self._enabled: list[Any] = []
+        self._api_selected = False
+        self._started = False
+        self._stopped = False
+        self._dropped = 0
+        self._warnings: list[str] = []
+        push = self._cupti.activity_push_external_correlation_id
+        pop = self._cupti.activity_pop_external_correlation_id
+        kind = self._kind
+        # bound once: these run for every aten op of the pass
+        self.op_started = lambda op_id, op: push(kind, op_id)
+        self.op_finished = lambda op_id: pop(kind)
+
+    @property
+    def sink_name(self) -> str:
+        """Which decoder backend collects the records."""
+        return self._sink.name
+
+    def start(self) -> None:
+        """Register callbacks, enable the activity kinds and restrict API records."""
+        if self._started:
+            raise RuntimeError("a CuptiSource collects one pass; create a new one")
+        if torch_profiler_active():
+            raise RuntimeError(
+                "torch.profiler is collecting: CUPTI serves one activity client at a time, so "
+                "profile() cannot run inside a torch.profiler.profile() block; run them one after the other"
+            )
+        self._started = True
+        cupti = self._cupti
+        kinds = cupti.ActivityKind
+        try:
+            self._sink.register()
+            for kind in (
+                kinds.CONCURRENT_KERNEL,
+                kinds.MEMCPY,
+                kinds.MEMSET,
+                kinds.EXTERNAL_CORRELATION,
+                kinds.RUNTIME,
+                kinds.DRIVER,
+            ):
+                cupti.activity_enable(kind)
+                self._enabled.append(kind)
+            self._select_api_records(only_needed=True)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _select_api_records(self, only_needed: bool) -> None:
+        cupti = self._cupti
+        for enum, switch in (
+            (cupti.runtime_api_trace_cbid, cupti.activity_enable_runtime_api),
+            (cupti.driver_api_trace_cbid, cupti.activity_enable_driver_api),
+        ):
+            every, needed = _api_callback_ids(enum)
+            if only_needed:
+                wanted = set(needed)
+                for cbid in every:
+                    switch(cbid, 1 if cbid in wanted else 0)
+            else:
+                for cbid in every:
+                    switch(cbid, 1)
+        self._api_selected = only_needed
+
+    def stop(self) -> None:
+        """Flush, then undo everything ``start`` did; safe to call twice and after a failed start."""
+        if self._stopped or not self._started:
+            self._stopped = True
+            return
+        self._stopped = True
+        cupti = self._cupti
+        try:
+            cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+        finally:
+            try:
+                while self._enabled:
+                    cupti.activity_disable(self._enabled.pop())
+            finally:
+                if self._api_selected:
+                    self._select_api_records(only_needed=False)
+                self._dropped = self._read_dropped()
+        if torch_profiler_active():
+            raise RuntimeError(
+                "torch.profiler was started while profile() was collecting and took the CUPTI "
+                "activity callbacks, so this run's kernels are incomplete; run them one after the other"
+            )
+
+    def _read_dropped(self) -> int:
+        dropped = ctypes.c_size_t(0)
+        try:
+            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
+        except Exception as error:  # noqa: BLE001 - reported, never fatal
+            self._warnings.append(f"could not read CUPTI's dropped-record count: {error}")
+            return 0
+        if dropped.value:
+            message = (
+                f"CUPTI dropped {dropped.value} activity records (buffers full); kernels are missing "
+                "from this run"
+            )
+            self._warnings.append(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        return int(dropped.value)
+
+    def activity(self) -> Activity:
+        """Decoded kernel and correlation tables of the pass."""
+        records = self._sink.take()
+        if records.records and not len(records.ext_correlation_id) and len(records.correlation_id):
+            self._warnings.append(
+                "CUPTI delivered kernels but no external-correlation records: another CUPTI "
+                "client changed the activity configuration during profile()"
+            )
+        return Activity(
+            kernels=records.kernels_table(),
+            correlation=records.correlation_table(),
+            source=f"{self.name}/{self._sink.name}",
+            dropped_records=self._dropped,
+            warnings=tuple(self._warnings),
+        )

@@ -1,0 +1,95 @@
+"""Decoded CUPTI records as columns, and their conversion to the package's Arrow schemas.
+
+Both decoder backends (the compiled one in ``native_shims/`` and the pure ``cupti-python`` one)
+produce :class:`DecodedRecords`; everything after that is shared, so the two backends can only
+differ in what they decode, which the GPU tests compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .. import schema
+
+# activity kinds of the decoded rows (``kind_code``)
+KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
+KIND_NAMES = ("kernel", "memcpy", "memset")
+
+# CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind, as torch.profiler prints them
+_COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP")
+_MEMORY_KINDS = ("Unknown", "Pageable", "Pinned", "Device", "Array", "Managed", "Device Static", "Managed Static")
+
+
+def memcpy_name(copy_kind: int, src_kind: int, dst_kind: int) -> str:
+    """``Memcpy HtoD (Pinned -> Device)``: the name torch.profiler gives a copy."""
+
+    def pick(table: tuple[str, ...], code: int) -> str:
+        return table[code] if 0 <= code < len(table) else "Unknown"
+
+    return f"Memcpy {pick(_COPY_KINDS, copy_kind)} ({pick(_MEMORY_KINDS, src_kind)} -> {pick(_MEMORY_KINDS, dst_kind)})"
+
+
+def memset_name(memory_kind: int) -> str:
+    """``Memset (Device)``: the name torch.profiler gives a memset."""
+    return f"Memset ({_MEMORY_KINDS[memory_kind] if 0 <= memory_kind < len(_MEMORY_KINDS) else 'Unknown'})"
+
+
+@dataclass(frozen=True)
+class DecodedRecords:
+    """Columns decoded from CUPTI buffers.
+
+    Activity rows: ``correlation_id, start_ns, end_ns, device, stream`` (int64), ``kind_code``
+    (int8, ``KIND_*``) and ``name_index`` (int32) into ``names``. Correlation rows:
+    ``ext_correlation_id`` (CUPTI id) and ``ext_id`` (our op id), already filtered to our kind.
+    ``records`` counts every record seen, including the API records that are only needed so
+    that CUPTI emits correlation records.
+    """
+
+    correlation_id: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    kind_code: np.ndarray
+    name_index: np.ndarray
+    names: list[str]
+    ext_correlation_id: np.ndarray
+    ext_id: np.ndarray
+    records: int
+
+    def kernels_table(self) -> pa.Table:
+        """Activity rows in the schema :data:`schema.KERNELS`."""
+        names = pa.DictionaryArray.from_arrays(
+            pa.array(self.name_index, pa.int32()), pa.array(self.names, pa.string())
+        ).cast(pa.string())
+        kinds = pa.DictionaryArray.from_arrays(
+            pa.array(self.kind_code.astype(np.int32), pa.int32()), pa.array(KIND_NAMES, pa.string())
+        ).cast(pa.string())
+        return pa.Table.from_arrays(
+            [
+                pa.array(self.correlation_id, pa.int64()),
+                names,
+                pa.array(self.start_ns, pa.int64()),
+                pa.array(self.end_ns, pa.int64()),
+                pa.array(self.device.astype(np.int32), pa.int32()),
+                pa.array(self.stream, pa.int64()),
+                kinds,
+            ],
+            schema=schema.KERNELS,
+        )
+
+    def correlation_table(self) -> pa.Table:
+        """Correlation rows in the schema :data:`schema.CORRELATION`."""
+        return pa.Table.from_arrays(
+            [pa.array(self.ext_correlation_id, pa.int64()), pa.array(self.ext_id, pa.int64())],
+            schema=schema.CORRELATION,
+        )
+
+
+def empty_records() -> DecodedRecords:
+    """No records at all."""
+    i64 = np.empty(0, np.int64)
+    return DecodedRecords(i64, i64, i64, i64, i64, np.empty(0, np.int8), np.empty(0, np.int32), [], i64, i64, 0)
