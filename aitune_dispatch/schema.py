@@ -38,6 +38,8 @@ OPS = pa.schema(
         ("module_id", pa.int64()),
         ("call_id", pa.int64()),
         ("thread", pa.int64()),
+        ("start_ns", pa.int64()),  # host clock (time.perf_counter_ns) around the dispatch
+        ("end_ns", pa.int64()),
     ]
 )
 CALLS = pa.schema(

@@ -37,6 +37,12 @@ def bare_ops(function: Callable[..., Any], *args: Any, **kwargs: Any) -> collect
     return collections.Counter(log.ops)
 
 
+@pytest.fixture(name="bare_ops")
+def bare_ops_fixture() -> Callable[..., collections.Counter[str]]:
+    """:func:`bare_ops`, for tests."""
+    return bare_ops
+
+
 @pytest.fixture
 def cpu_profiler():
     from aitune_dispatch import ModuleFunctionKernelProfiler

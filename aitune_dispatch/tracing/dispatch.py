@@ -67,3 +67,4 @@ class OpMode(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         finally:
             self._finished(op_id)
+            recorder.end_op(op_id)

@@ -70,6 +70,8 @@ class TraceRecorder:
         self.op_module = array("q")
         self.op_call = array("q")
         self.op_thread = array("q")
+        self.op_start = array("q")
+        self.op_end = array("q")
         self.call_name = array("q")
         self.call_parent = array("q")
         self.call_module = array("q")
@@ -99,7 +101,13 @@ class TraceRecorder:
         self.op_module.append(stacks.modules[-1])
         self.op_call.append(stacks.calls[-1])
         self.op_thread.append(stacks.index)
+        self.op_end.append(0)
+        self.op_start.append(_clock_ns())
         return op_id
+
+    def end_op(self, op_id: int) -> None:
+        """Stamp the end of an op opened by :meth:`add_op`."""
+        self.op_end[op_id] = _clock_ns()
 
     # -- functional calls -------------------------------------------------------------------------
     def begin_call(self, name_id: int, stacks: ThreadStacks) -> int:
@@ -161,6 +169,8 @@ class TraceRecorder:
                 _int64(self.op_module),
                 _int64(self.op_call),
                 _int64(self.op_thread),
+                _int64(self.op_start),
+                _int64(self.op_end),
             ],
             schema=schema.OPS,
         )

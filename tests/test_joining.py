@@ -1,0 +1,91 @@
+"""The vectorised join on synthetic tables: exact rows, sentinels and nulls."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from aitune_dispatch import schema
+from aitune_dispatch.joining import attributed_mask, join_activity
+
+
+def tables():
+    kernels = pa.table(
+        {
+            "correlation_id": [100, 101, 102, 103, 104],
+            "name": ["gemm", "relu_k", "orphan", "outside", "memcpy"],
+            "start_ns": [1_000, 3_000, 5_000, 7_000, 2_000],
+            "end_ns": [2_000, 3_500, 6_000, 9_000, 2_250],
+            "device": pa.array([0, 0, 0, 0, 0], pa.int32()),
+            "stream": [7, 7, 7, 9, 7],
+            "kind": ["kernel", "kernel", "kernel", "kernel", "memcpy"],
+        },
+        schema=schema.KERNELS,
+    )
+    # CUPTI id -> op id; 102 has no record (a kernel no op claimed); 100 appears twice
+    correlation = pa.table(
+        {"correlation_id": [100, 100, 101, 103, 104], "op_id": [0, 0, 1, 2, 0]}, schema=schema.CORRELATION
+    )
+    ops = pa.table(
+        {
+            "op_id": [0, 1, 2],
+            "op": ["aten::addmm", "aten::relu", "aten::add"],
+            "module_id": [1, 1, -1],
+            "call_id": [0, 1, -1],
+            "thread": [0, 0, 0],
+            "start_ns": [0, 0, 0],
+            "end_ns": [0, 0, 0],
+        },
+        schema=schema.OPS,
+    )
+    calls = pa.table(
+        {
+            "call_id": [0, 1],
+            "function_name": ["linear", "relu"],
+            "parent_call_id": [-1, -1],
+            "module_id": [1, 1],
+            "start_ns": [0, 0],
+            "end_ns": [0, 0],
+            "thread": [0, 0],
+        },
+        schema=schema.CALLS,
+    )
+    modules = pa.table(
+        {
+            "module_id": [0, 1],
+            "module_name": ["", "fc"],
+            "module_type": ["Net", "Linear"],
+            "parent_module_id": [-1, 0],
+        },
+        schema=schema.MODULES,
+    )
+    return kernels, correlation, ops, calls, modules
+
+
+def test_join_gives_one_row_per_kernel_in_time_order():
+    joined = join_activity(*tables())
+    assert joined.schema == schema.ACTIVITY
+    rows = joined.to_pylist()
+    assert [r["kernel"] for r in rows] == ["gemm", "memcpy", "relu_k", "orphan", "outside"]
+    assert [r["op"] for r in rows] == ["aten::addmm", "aten::addmm", "aten::relu", None, "aten::add"]
+    assert [r["function_name"] for r in rows] == ["linear", "linear", "relu", None, None]
+    assert [r["module_name"] for r in rows] == ["fc", "fc", "fc", None, None]
+    assert [r["module_id"] for r in rows] == [1, 1, 1, -1, -1]
+    assert [r["call_id"] for r in rows] == [0, 0, 1, -1, -1]
+    assert [r["op_id"] for r in rows] == [0, 0, 1, None, 2]
+    # (end - start) / 1000: 1000 ns, 250 ns, 500 ns, 1000 ns, 2000 ns
+    assert [r["kernel_us"] for r in rows] == [1.0, 0.25, 0.5, 1.0, 2.0]
+
+
+def test_attributed_mask_needs_a_module_and_a_call():
+    joined = join_activity(*tables())
+    assert attributed_mask(joined).to_pylist() == [True, True, True, False, False]
+
+
+def test_empty_inputs_keep_the_schema():
+    kernels, correlation, ops, calls, modules = tables()
+    joined = join_activity(
+        schema.empty(schema.KERNELS), schema.empty(schema.CORRELATION), ops, calls, modules
+    )
+    assert joined.num_rows == 0 and joined.schema == schema.ACTIVITY
+    joined = join_activity(kernels, schema.empty(schema.CORRELATION), schema.empty(schema.OPS), calls, modules)
+    assert joined.num_rows == 5 and joined.column("op_id").null_count == 5
