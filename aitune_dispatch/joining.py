@@ -14,11 +14,26 @@ import pyarrow.compute as pc
 from . import schema
 
 
-def _first_op_per_correlation(correlation: pa.Table) -> pa.Table:
+def _first_per_correlation(correlation: pa.Table, column: str) -> pa.Table:
     if correlation.num_rows == 0:
         return correlation
-    grouped = correlation.group_by("correlation_id").aggregate([("op_id", "min")])
-    return grouped.rename_columns(["correlation_id", "op_id"])
+    grouped = correlation.group_by("correlation_id").aggregate([(column, "min")])
+    return grouped.rename_columns(["correlation_id", column])
+
+
+def _fill_from_scope(rows: pa.Table, scope_correlation: pa.Table, contexts: pa.Table) -> pa.Table:
+    """Where no op claimed a kernel, take module and call from the scope its launch ran in."""
+    innermost = scope_correlation.group_by("correlation_id").aggregate([("context_id", "max")])
+    innermost = innermost.rename_columns(["correlation_id", "context_id"])
+    scoped = contexts.rename_columns(["context_id", "scope_module_id", "scope_call_id"])
+    rows = rows.join(innermost, "correlation_id", join_type="left outer")
+    rows = rows.join(scoped, "context_id", join_type="left outer")
+    no_op = pc.is_null(rows["op_id"])
+    module_id = pc.if_else(no_op, rows["scope_module_id"], rows["module_id"])
+    call_id = pc.if_else(no_op, rows["scope_call_id"], rows["call_id"])
+    rows = rows.set_column(rows.schema.get_field_index("module_id"), "module_id", module_id)
+    rows = rows.set_column(rows.schema.get_field_index("call_id"), "call_id", call_id)
+    return rows.drop_columns(["context_id", "scope_module_id", "scope_call_id"])
 
 
 def join_activity(
@@ -27,10 +42,19 @@ def join_activity(
     ops: pa.Table,
     calls: pa.Table,
     modules: pa.Table,
+    scope_correlation: pa.Table | None = None,
+    contexts: pa.Table | None = None,
 ) -> pa.Table:
-    """One row per kernel with its op, module and innermost functional call (schema ACTIVITY)."""
-    rows = kernels.join(_first_op_per_correlation(correlation), "correlation_id", join_type="left outer")
+    """One row per kernel with its op, module and innermost functional call (schema ACTIVITY).
+
+    A kernel launched outside any aten op (a Triton kernel, a CUDA graph replay) has no op; when
+    ``scope_correlation`` and ``contexts`` are given it still gets the module and functional call
+    its launch ran in.
+    """
+    rows = kernels.join(_first_per_correlation(correlation, "op_id"), "correlation_id", join_type="left outer")
     rows = rows.join(ops.select(["op_id", "op", "module_id", "call_id", "thread"]), "op_id", join_type="left outer")
+    if scope_correlation is not None and contexts is not None and scope_correlation.num_rows:
+        rows = _fill_from_scope(rows, scope_correlation, contexts)
     rows = rows.join(calls.select(["call_id", "function_name"]), "call_id", join_type="left outer")
     rows = rows.join(modules.select(["module_id", "module_name"]), "module_id", join_type="left outer")
     rows = rows.sort_by([("start_ns", "ascending"), ("correlation_id", "ascending")])

@@ -79,7 +79,9 @@ class ModuleFunctionKernelProfiler:
     Drop-in for AITune's class of the same name. ``device=None`` (the default) means CUDA;
     ``device="cpu"`` times aten ops on the CPU instead, for machines without a GPU. ``decoder``
     (CUDA only) picks the CUPTI record decoder: ``"native"``, ``"python"``, or None for native
-    with a warned fallback.
+    with a warned fallback. ``functions="all"`` (opt-in) also attributes ops that no functional
+    call encloses to the innermost torch-level API call (``torch.addmm``, ``torch.Tensor.add``…);
+    such calls collect samples only when named in ``function_names``.
     Not reentrant: ``profile()`` cannot be called from inside a profiled function.
     """
 
@@ -89,12 +91,16 @@ class ModuleFunctionKernelProfiler:
         *,
         device: str | torch.device | None = None,
         decoder: str | None = None,
+        functions: str = "functional",
     ) -> None:
         self.function_names = _normalize_function_names(function_names)
         self.device = _normalize_device(device)
         if decoder not in (None, *collection.DECODERS):
             raise ValueError(f"decoder must be None, 'native' or 'python'; got {decoder!r}")
         self.decoder = decoder
+        if functions not in ("functional", "all"):
+            raise ValueError(f"functions must be 'functional' (the spec) or 'all'; got {functions!r}")
+        self.functions = functions
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 
@@ -175,7 +181,8 @@ class ModuleFunctionKernelProfiler:
     def _warn_unknown_names(self) -> None:
         if self.function_names is None or self._unknown_warned:
             return
-        unknown = sorted(self.function_names - functional_names())
+        known = functional_names()
+        unknown = sorted(n for n in self.function_names - known if not n.startswith("torch."))
         if unknown:
             import warnings
 
@@ -203,7 +210,7 @@ class ModuleFunctionKernelProfiler:
         root: nn.Module,
         source: collection.ActivitySource,
     ) -> ProfileResult:
-        session = TraceSession(root, self.function_names, source)
+        session = TraceSession(root, self.function_names, source, self.functions == "all")
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.synchronize()
@@ -217,7 +224,15 @@ class ModuleFunctionKernelProfiler:
             source.stop()
         activity = source.activity()
         trace = session.tables()
-        joined = join_activity(activity.kernels, activity.correlation, trace["ops"], trace["calls"], trace["modules"])
+        joined = join_activity(
+            activity.kernels,
+            activity.correlation,
+            trace["ops"],
+            trace["calls"],
+            trace["modules"],
+            activity.scope_correlation,
+            trace["contexts"],
+        )
         return ProfileResult(
             activity=joined,
             ops=trace["ops"],
@@ -229,5 +244,9 @@ class ModuleFunctionKernelProfiler:
             module_objects=tuple(session.modules.modules),
             dropped_records=activity.dropped_records,
             warnings=activity.warnings,
-            metadata={"torch": torch.__version__, "device": self.device},
+            metadata={
+                "torch": torch.__version__,
+                "device": self.device,
+                "activity_minus_host_ns": str(activity.clock_offset_ns),
+            },
         )

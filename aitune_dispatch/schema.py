@@ -29,6 +29,9 @@ KERNELS = pa.schema(
     ]
 )
 CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
+# launches made outside any aten op (Triton, CUDA graph replays, raw driver calls) still carry the
+# scope they ran in: the innermost module forward or functional call, as a context id
+SCOPE_CORRELATION = pa.schema([("correlation_id", pa.int64()), ("context_id", pa.int64())])
 
 # -- tracing ------------------------------------------------------------------------------------
 OPS = pa.schema(
@@ -61,6 +64,7 @@ MODULES = pa.schema(
         ("parent_module_id", pa.int64()),
     ]
 )
+CONTEXTS = pa.schema([("context_id", pa.int64()), ("module_id", pa.int64()), ("call_id", pa.int64())])
 MODULE_CALLS = pa.schema(
     [
         ("module_id", pa.int64()),

@@ -89,3 +89,18 @@ def test_empty_inputs_keep_the_schema():
     assert joined.num_rows == 0 and joined.schema == schema.ACTIVITY
     joined = join_activity(kernels, schema.empty(schema.CORRELATION), schema.empty(schema.OPS), calls, modules)
     assert joined.num_rows == 5 and joined.column("op_id").null_count == 5
+
+
+def test_kernels_without_op_take_module_and_call_from_their_launch_scope():
+    kernels, correlation, ops, calls, modules = tables()
+    # kernel 102 ("orphan") was launched outside any op, inside context 5 = (module fc, call relu);
+    # 100 also has a scope record, but its op wins
+    scope = pa.table({"correlation_id": [102, 100], "context_id": [5, 4]}, schema=schema.SCOPE_CORRELATION)
+    contexts = pa.table(
+        {"context_id": [4, 5], "module_id": [0, 1], "call_id": [-1, 1]}, schema=schema.CONTEXTS
+    )
+    rows = join_activity(kernels, correlation, ops, calls, modules, scope, contexts).to_pylist()
+    orphan = next(r for r in rows if r["kernel"] == "orphan")
+    assert (orphan["op"], orphan["module_name"], orphan["function_name"]) == (None, "fc", "relu")
+    gemm = next(r for r in rows if r["kernel"] == "gemm")
+    assert (gemm["op"], gemm["module_name"], gemm["function_name"]) == ("aten::addmm", "fc", "linear")

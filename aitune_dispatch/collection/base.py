@@ -7,6 +7,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from .. import schema
+
 
 @dataclass(frozen=True)
 class Activity:
@@ -17,6 +19,10 @@ class Activity:
     source: str
     dropped_records: int = 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # activity timestamps minus host ``time.perf_counter_ns()`` at the same instant (0: same clock)
+    clock_offset_ns: int = 0
+    # launches made outside any op, tagged with the trace's scope context (schema SCOPE_CORRELATION)
+    scope_correlation: pa.Table = field(default_factory=lambda: schema.empty(schema.SCOPE_CORRELATION))
 
 
 class ActivitySource(Protocol):

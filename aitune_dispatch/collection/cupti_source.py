@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 import warnings
 from typing import Any, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from .base import Activity
 from .records import DecodedRecords
 
+# op ids are non-negative int64, so this external id can never collide with one
+CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
 
@@ -78,18 +83,23 @@ class CuptiSource:
         self._cupti = cupti if cupti is not None else load_cupti()
         self._sink = sink
         self._kind = int(self._cupti.ExternalCorrelationKind.CUSTOM2)
+        self._scope_kind = int(self._cupti.ExternalCorrelationKind.CUSTOM1)
         self._enabled: list[Any] = []
         self._api_selected = False
         self._started = False
         self._stopped = False
         self._dropped = 0
+        self._clock_offset_ns = 0
         self._warnings: list[str] = []
+        self._canary: torch.Tensor | None = None
         push = self._cupti.activity_push_external_correlation_id
         pop = self._cupti.activity_pop_external_correlation_id
-        kind = self._kind
-        # bound once: these run for every aten op of the pass
+        kind, scope_kind = self._kind, self._scope_kind
+        # bound once: these run for every aten op / module forward / functional call of the pass
         self.op_started = lambda op_id, op: push(kind, op_id)
         self.op_finished = lambda op_id: pop(kind)
+        self.scope_entered = lambda context_id: push(scope_kind, context_id)
+        self.scope_exited = lambda: pop(scope_kind)
 
     @property
     def sink_name(self) -> str:
@@ -106,6 +116,7 @@ class CuptiSource:
                 "profile() cannot run inside a torch.profiler.profile() block; run them one after the other"
             )
         self._started = True
+        self._canary = torch.zeros(1, device="cuda")  # allocated before collection starts
         cupti = self._cupti
         kinds = cupti.ActivityKind
         try:
@@ -121,9 +132,22 @@ class CuptiSource:
                 cupti.activity_enable(kind)
                 self._enabled.append(kind)
             self._select_api_records(only_needed=True)
+            self._clock_offset_ns = self._measure_clock_offset()
         except BaseException:
             self.stop()
             raise
+
+    def _measure_clock_offset(self) -> int:
+        """CUPTI timestamp minus host perf_counter_ns, from the tightest of a few brackets."""
+        best: tuple[int, int] | None = None
+        for _ in range(5):
+            before = time.perf_counter_ns()
+            stamp = int(self._cupti.get_timestamp())
+            after = time.perf_counter_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, stamp - (before + after) // 2)
+        assert best is not None
+        return best[1]
 
     def _select_api_records(self, only_needed: bool) -> None:
         cupti = self._cupti
@@ -149,6 +173,7 @@ class CuptiSource:
         self._stopped = True
         cupti = self._cupti
         try:
+            self._launch_canary()
             cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
         finally:
             try:
@@ -163,6 +188,17 @@ class CuptiSource:
                 "torch.profiler was started while profile() was collecting and took the CUPTI "
                 "activity callbacks, so this run's kernels are incomplete; run them one after the other"
             )
+
+    def _launch_canary(self) -> None:
+        """One tagged kernel: if its record never reaches our sink, another client took CUPTI."""
+        if self._canary is None:
+            return
+        self._cupti.activity_push_external_correlation_id(self._kind, CANARY_ID)
+        try:
+            self._canary.fill_(1.0)
+        finally:
+            self._cupti.activity_pop_external_correlation_id(self._kind)
+        torch.cuda.synchronize()
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)
@@ -181,17 +217,29 @@ class CuptiSource:
         return int(dropped.value)
 
     def activity(self) -> Activity:
-        """Decoded kernel and correlation tables of the pass."""
+        """Decoded kernel and correlation tables of the pass (without the canary)."""
         records = self._sink.take()
-        if records.records and not len(records.ext_correlation_id) and len(records.correlation_id):
-            self._warnings.append(
-                "CUPTI delivered kernels but no external-correlation records: another CUPTI "
-                "client changed the activity configuration during profile()"
-            )
+        kernels, correlation = records.kernels_table(), records.correlation_table()
+        if self._canary is not None:
+            kernels, correlation = self._drop_canary(kernels, correlation)
         return Activity(
-            kernels=records.kernels_table(),
-            correlation=records.correlation_table(),
+            kernels=kernels,
+            correlation=correlation,
+            scope_correlation=records.scope_correlation_table(),
             source=f"{self.name}/{self._sink.name}",
             dropped_records=self._dropped,
             warnings=tuple(self._warnings),
+            clock_offset_ns=self._clock_offset_ns,
         )
+
+    def _drop_canary(self, kernels: pa.Table, correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
+        is_canary = pc.equal(correlation["op_id"], pa.scalar(CANARY_ID - 2**64, pa.int64()))
+        canary_ids = correlation.filter(is_canary)["correlation_id"]
+        if len(canary_ids) == 0:
+            raise RuntimeError(
+                "another CUPTI client (torch.profiler, Nsight, ...) took the activity callbacks or "
+                "disabled collection during profile(), so this run's kernels are incomplete; "
+                "run torch.profiler and profile() one after the other, never nested"
+            )
+        keep = pc.invert(pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks()))
+        return kernels.filter(keep), correlation.filter(pc.invert(is_canary))

@@ -43,6 +43,28 @@ def functional_registry() -> dict[Callable[..., Any], str]:
     return registry
 
 
+# torch-level APIs that only read metadata: never a call of their own under ``functions="all"``
+_METADATA_APIS = frozenset(
+    {
+        "shape", "dtype", "device", "ndim", "layout", "requires_grad", "is_cuda", "is_sparse",
+        "is_quantized", "is_meta", "is_nested", "grad_fn", "names", "size", "dim", "stride",
+        "numel", "nelement", "is_contiguous", "data_ptr", "element_size", "storage_offset",
+        "is_floating_point", "is_complex", "__len__", "__hash__", "get_device", "ndimension",
+    }
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def api_name(func: Callable[..., Any]) -> str | None:
+    """``torch.addmm`` / ``torch.Tensor.__add__`` for a torch-level API; None for metadata reads."""
+    name = torch.overrides.resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
+    if name.endswith(".__get__"):
+        name = name[: -len(".__get__")]
+    if name.rpartition(".")[2] in _METADATA_APIS:
+        return None
+    return name
+
+
 def functional_names() -> frozenset[str]:
     """The names this profiler recognises as functional calls."""
     return frozenset(functional_registry().values())
@@ -54,10 +76,12 @@ class FunctionalMode(TorchFunctionMode):
     Not reentrant: one instance serves one profiled pass.
     """
 
-    def __init__(self, recorder: TraceRecorder, samples: SampleCollector) -> None:
+    def __init__(self, recorder: TraceRecorder, samples: SampleCollector, all_functions: bool = False) -> None:
         super().__init__()
         self._recorder = recorder
         self._samples = samples
+        self._all = all_functions
+        self._functional_ids: set[int] = set()
         self._registry = functional_registry()
         self._name_ids: dict[Callable[..., Any], int] = {}
         self._copies = GateFreeCopies()
@@ -79,14 +103,42 @@ class FunctionalMode(TorchFunctionMode):
             kwargs = {}
         name = self._registry.get(func)
         if name is None:
-            return func(*args, **kwargs)
+            if not self._all:
+                return func(*args, **kwargs)
+            return self._torch_level_call(func, args, kwargs)
         stacks = self._recorder.stacks()
         if stacks.reentered and stacks.reentered[-1] is func:
             # the gate-free copy of ``func`` called back through its public name: same call
             return func(*args, **kwargs)
         if self._samples.wants(name):
             self._samples.observe(name, args, kwargs)
+        name_id = self._name_id(func, name)
+        self._functional_ids.add(name_id)
+        return self._run_call(func, name_id, stacks, args, kwargs)
+
+    def _torch_level_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``functions="all"``: a torch-level API call counts where no functional call encloses it."""
+        stacks = self._recorder.stacks()
+        name = api_name(func)
+        if name is None or (stacks.calls[-1] != -1 and self._encloses_functional(stacks)):
+            return func(*args, **kwargs)
+        if self._samples.wants_explicitly(name):
+            self._samples.observe(name, args, kwargs)
+        # run as-is: what a torch-level API does inside is its own (no re-armed nested calls)
         call_id = self._recorder.begin_call(self._name_id(func, name), stacks)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._recorder.end_call(call_id, stacks)
+
+    def _encloses_functional(self, stacks: Any) -> bool:
+        names = self._recorder.call_name
+        return any(names[call] in self._functional_ids for call in stacks.calls[1:])
+
+    def _run_call(
+        self, func: Callable[..., Any], name_id: int, stacks: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        call_id = self._recorder.begin_call(name_id, stacks)
         try:
             if type(func) is types.FunctionType:
                 stacks.reentered.append(func)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,6 +83,10 @@ class TraceRecorder:
         self.mcall_start = array("q")
         self.mcall_end = array("q")
         self.mcall_thread = array("q")
+        self.ctx_module = array("q")
+        self.ctx_call = array("q")
+        self.scope_entered: Callable[[int], object] | None = None
+        self.scope_exited: Callable[[], object] | None = None
 
     def stacks(self) -> ThreadStacks:
         """The calling thread's stacks, created on first use."""
@@ -120,6 +125,7 @@ class TraceRecorder:
         self.call_end.append(0)
         self.call_thread.append(stacks.index)
         stacks.calls.append(call_id)
+        self._enter_scope(stacks)
         return call_id
 
     def end_call(self, call_id: int, stacks: ThreadStacks) -> None:
@@ -127,8 +133,23 @@ class TraceRecorder:
         self.call_end[call_id] = _clock_ns()
         if stacks.calls[-1] == call_id:
             stacks.calls.pop()
+            self._exit_scopes(1)
         elif call_id in stacks.calls:
-            del stacks.calls[stacks.calls.index(call_id) :]
+            pos = stacks.calls.index(call_id)
+            self._exit_scopes(len(stacks.calls) - pos)
+            del stacks.calls[pos:]
+
+    # -- scopes: the (module, call) context that launches outside any op are attributed to ----------
+    def _enter_scope(self, stacks: ThreadStacks) -> None:
+        if self.scope_entered is not None:
+            self.ctx_module.append(stacks.modules[-1])
+            self.ctx_call.append(stacks.calls[-1])
+            self.scope_entered(len(self.ctx_module) - 1)
+
+    def _exit_scopes(self, count: int) -> None:
+        if self.scope_exited is not None:
+            for _ in range(count):
+                self.scope_exited()
 
     # -- module calls -----------------------------------------------------------------------------
     def enter_module(self, module_id: int) -> None:
@@ -140,6 +161,7 @@ class TraceRecorder:
         self.mcall_start.append(_clock_ns())
         self.mcall_end.append(0)
         self.mcall_thread.append(stacks.index)
+        self._enter_scope(stacks)
 
     def exit_module(self, module_id: int) -> None:
         """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
@@ -150,6 +172,7 @@ class TraceRecorder:
                 now = _clock_ns()
                 for row in stacks.module_rows[pos:]:
                     self.mcall_end[row] = now
+                self._exit_scopes(len(mods) - pos)
                 del mods[pos:]
                 del stacks.module_rows[pos:]
                 return
@@ -189,6 +212,13 @@ class TraceRecorder:
                 _int64(self.call_thread),
             ],
             schema=schema.CALLS,
+        )
+
+    def contexts_table(self) -> pa.Table:
+        """Scope contexts pushed for launches outside ops, as a table of schema :data:`schema.CONTEXTS`."""
+        return pa.Table.from_arrays(
+            [pa.array(np.arange(len(self.ctx_module), dtype=np.int64)), _int64(self.ctx_module), _int64(self.ctx_call)],
+            schema=schema.CONTEXTS,
         )
 
     def module_calls_table(self) -> pa.Table:

@@ -47,6 +47,10 @@ class SampleCollector:
         """Whether calls of ``function_name`` are collected."""
         return self._wanted is None or function_name in self._wanted
 
+    def wants_explicitly(self, function_name: str) -> bool:
+        """Whether ``function_name`` was named in ``function_names`` (torch-level calls need that)."""
+        return self._wanted is not None and function_name in self._wanted
+
     def observe(self, function_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Count one call and keep its inputs if they are a new sample."""
         per_function = self._samples.get(function_name)

@@ -20,12 +20,20 @@ class TraceSession:
     """Context manager around the recorded pass; not reentrant, one instance per pass."""
 
     def __init__(
-        self, root: nn.Module, function_names: frozenset[str] | None, observer: OpObserver
+        self,
+        root: nn.Module,
+        function_names: frozenset[str] | None,
+        observer: OpObserver,
+        all_functions: bool = False,
     ) -> None:
         self.recorder = TraceRecorder()
         self.modules = ModuleTracker(root)
         self.samples = SampleCollector(function_names)
         self._observer = observer
+        # sources that can tag launches made outside any op (CUDA) follow the scope stack too
+        self.recorder.scope_entered = getattr(observer, "scope_entered", None)
+        self.recorder.scope_exited = getattr(observer, "scope_exited", None)
+        self._all_functions = all_functions
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> TraceSession:
@@ -36,7 +44,7 @@ class TraceSession:
             copies = GateFreeCopies()
             self.modules.install(self.recorder, copies)
             stack.callback(self.modules.remove)
-            stack.enter_context(FunctionalMode(self.recorder, self.samples))
+            stack.enter_context(FunctionalMode(self.recorder, self.samples, self._all_functions))
             stack.enter_context(OpMode(self.recorder, self._observer))
         except BaseException:
             stack.close()
@@ -54,12 +62,13 @@ class TraceSession:
         self._stack.close()
 
     def tables(self) -> dict[str, pa.Table]:
-        """The trace as Arrow tables: ``ops``, ``calls``, ``modules``, ``module_calls``."""
+        """The trace as Arrow tables: ``ops``, ``calls``, ``modules``, ``module_calls``, ``contexts``."""
         return {
             "ops": self.recorder.ops_table(),
             "calls": self.recorder.calls_table(),
             "modules": self.modules.table(),
             "module_calls": self.recorder.module_calls_table(),
+            "contexts": self.recorder.contexts_table(),
         }
 
     def function_data(self) -> FunctionData:

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The whole GPU procedure, in one command, on the lent H200 (or any CUDA 13 machine without a
+# package index). From the repo root, after fetching the wheels it lacks on this side:
+#     ../shared/tools/gpu-wheels.sh            # cupti-python's py3.12 wheel into .whl/
+# then on the GPU machine (the device tool carries .whl):
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [quick]
+# Parts default to "tests compare bench". Logs and results go under $OUT; a summary is printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+PARTS=${*:-tests compare bench}
+export PYTHONUNBUFFERED=1
+
+echo "== install cupti-python from .whl (no index there)"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "gpu_run: put cupti-python's wheel in .whl/ (../shared/tools/gpu-wheels.sh)"; exit 2; }
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+echo "== build the native decoder in place (no build isolation: headers from nvidia-cuda-cupti)"
+if [ -f setup.py ]; then
+  python3 setup.py build_ext --inplace >"$OUT/native_build.log" 2>&1 && echo "native build: ok" \
+    || { echo "native build: FAILED (tail follows)"; tail -20 "$OUT/native_build.log"; }
+fi
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 - <<'PY'
+import platform, torch
+from importlib.metadata import version
+print("python", platform.python_version(), "| torch", torch.__version__, "| cupti-python", version("cupti-python"),
+      "| nvidia-cuda-cupti", version("nvidia-cuda-cupti"))
+try:
+    import aitune_dispatch._cupti_native  # noqa: F401
+    print("native decoder: importable")
+except Exception as error:  # noqa: BLE001
+    print("native decoder: unavailable:", error)
+PY
+} 2>&1 | tee "$OUT/env.txt"
+
+status=0
+for part in $PARTS; do
+  case "$part" in
+    tests)
+      echo "== GPU tests (pytest -m gpu)"
+      timeout 420 python3 -m pytest -m gpu -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
+    compare)
+      echo "== agreement with the record_function reference, op links, fidelity"
+      if [ -f benchmarks/compare_reference.py ]; then
+        timeout 400 python3 -m benchmarks.compare_reference --out "$OUT" 2>&1 | tee "$OUT/compare.log" | tail -40
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      fi
+      ;;
+    bench)
+      echo "== benchmark harness"
+      if [ -f benchmarks/harness.py ]; then
+        timeout 500 python3 -m benchmarks.harness --out "$OUT" 2>&1 | tee "$OUT/harness.log" | tail -60
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      fi
+      ;;
+    quick)
+      echo "== demo"
+      python3 -m aitune_dispatch demo 2>&1 | tee "$OUT/demo.log"
+      ;;
+  esac
+done
+echo "gpu_run: parts [$PARTS] finished with status $status"
+exit $status

@@ -1,0 +1,66 @@
+"""Full accounting beyond the spec: coverage, unattributed kernels, and opt-in functions="all"."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler
+
+
+class RawOps(nn.Module):
+    """A GPT-2 style Conv1D: torch.addmm and Tensor operators, then one functional call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 8))
+        self.bias = nn.Parameter(torch.randn(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(self.bias, x, self.weight)
+        return F.relu(y + x * 2)
+
+
+def test_default_reports_only_functional_rows_and_keeps_the_rest():
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    profiling_df, _ = profiler.profile(RawOps(), [((torch.randn(4, 8),), {})], warmup_iterations=0)
+    result = profiler.last_result
+    assert profiling_df["op"].tolist() == ["aten::relu"]
+    unattributed = result.unattributed()
+    assert unattributed["op"].tolist() == ["aten::addmm", "aten::mul", "aten::add"]
+    assert set(unattributed["module_name"]) == {""}  # launched inside the root module
+    # coverage is attributed time over all time: relu's share
+    relu_us = profiling_df["kernel_us"].sum()
+    assert result.coverage == pytest.approx(relu_us / result.total_us)
+    assert 0 < result.coverage < 1
+
+
+def test_functions_all_attributes_raw_torch_calls():
+    profiler = ModuleFunctionKernelProfiler(device="cpu", functions="all", function_names={"torch.addmm", "relu"})
+    profiling_df, function_data = profiler.profile(RawOps(), [((torch.randn(4, 8),), {})], warmup_iterations=0)
+    assert profiling_df["function_name"].tolist() == ["torch.addmm", "torch.Tensor.mul", "torch.Tensor.add", "relu"]
+    assert profiler.last_result.coverage == 1.0
+    # torch-level calls collect samples only when named; functionals follow function_names as usual
+    assert set(function_data) == {"torch.addmm", "relu"}
+
+
+def test_functions_all_never_overrides_an_enclosing_functional():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).train()  # slow path: tensor ops inside F calls
+    x = torch.randn(1, 3, 8)
+    default = ModuleFunctionKernelProfiler(device="cpu")
+    everything = ModuleFunctionKernelProfiler(device="cpu", functions="all")
+    df_default, _ = default.profile(mha, [((x, x, x), {"need_weights": False})], warmup_iterations=0)
+    df_all, _ = everything.profile(mha, [((x, x, x), {"need_weights": False})], warmup_iterations=0)
+    rows_default = default.last_result.to_pandas()
+    rows_all = everything.last_result.to_pandas()
+    inside = rows_default["function_name"].notna()
+    # wherever a functional call enclosed the op, the label is the same under functions="all"
+    assert rows_all.loc[inside.values, "function_name"].tolist() == rows_default.loc[inside, "function_name"].tolist()
+    assert len(df_all) >= len(df_default)
+
+
+def test_functions_argument_is_validated():
+    with pytest.raises(ValueError, match="functions"):
+        ModuleFunctionKernelProfiler(device="cpu", functions="some")

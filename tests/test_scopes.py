@@ -1,0 +1,65 @@
+"""Scope contexts: every module forward and functional call pushes one, and pops it, in LIFO order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch.tracing import TraceSession
+
+
+class ScopeLog:
+    """An activity source double that checks push/pop balance like CUPTI's per-thread stack."""
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.pushed: list[int] = []
+
+    def op_started(self, op_id: int, op: str) -> None:
+        pass
+
+    def op_finished(self, op_id: int) -> None:
+        pass
+
+    def scope_entered(self, context_id: int) -> None:
+        self.stack.append(context_id)
+        self.pushed.append(context_id)
+
+    def scope_exited(self) -> None:
+        self.stack.pop()
+
+
+class Net(nn.Module):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.fail = fail
+
+    def forward(self, x):
+        y = F.relu(self.fc(x))
+        if self.fail:
+            raise ValueError("boom")
+        return y
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_scopes_balance_and_name_their_context(fail):
+    log = ScopeLog()
+    net = Net(fail)
+    session = TraceSession(net, None, log)
+    with pytest.raises(ValueError) if fail else torch.no_grad():
+        with session:
+            net(torch.randn(2, 4))
+    assert log.stack == []
+    contexts = session.tables()["contexts"].to_pylist()
+    modules = session.modules.names
+    calls = session.tables()["calls"].column("function_name").to_pylist()
+    labels = [
+        (modules[c["module_id"]] if c["module_id"] >= 0 else None, calls[c["call_id"]] if c["call_id"] >= 0 else None)
+        for c in contexts
+    ]
+    # root forward, fc forward, linear inside fc, relu inside the root
+    assert labels == [("", None), ("fc", None), ("fc", "linear"), ("", "relu")]
+    assert log.pushed == [0, 1, 2, 3]
