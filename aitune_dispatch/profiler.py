@@ -169,7 +169,9 @@ class ModuleFunctionKernelProfiler:
             raise TypeError(f"function must be callable; got {type(function).__name__}")
         if module is None:
             if isinstance(function, nn.Module):
-                return function
+                # torch.compile(model) profiles the hierarchy of the model it wraps
+                original = getattr(function, "_orig_mod", None)
+                return original if isinstance(original, nn.Module) else function
             raise ValueError(
                 "cannot infer the module hierarchy from a plain function: pass module=<the nn.Module "
                 "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
@@ -210,7 +212,8 @@ class ModuleFunctionKernelProfiler:
         root: nn.Module,
         source: collection.ActivitySource,
     ) -> ProfileResult:
-        session = TraceSession(root, self.function_names, source, self.functions == "all")
+        aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
+        session = TraceSession(root, self.function_names, source, self.functions == "all", aliases)
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.synchronize()

@@ -24,6 +24,9 @@ from .recorder import TraceRecorder
 from .samples import SampleCollector
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
 @functools.lru_cache(maxsize=1)
 def functional_registry() -> dict[Callable[..., Any], str]:
     """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name."""
@@ -101,6 +104,8 @@ class FunctionalMode(TorchFunctionMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        if _is_compiling():  # Dynamo traces through modes: compiled regions run as compiled
+            return func(*args, **kwargs)
         name = self._registry.get(func)
         if name is None:
             if not self._all:

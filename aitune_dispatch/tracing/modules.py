@@ -14,6 +14,7 @@ import types
 from typing import Any
 
 import pyarrow as pa
+import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
@@ -24,10 +25,14 @@ from .recorder import TraceRecorder
 _MISSING = object()
 
 
+def _is_compiling() -> bool:
+    return bool(torch.compiler.is_compiling())
+
+
 class ModuleTracker:
     """Names the modules of a hierarchy and tracks which one encloses each op, per thread."""
 
-    def __init__(self, root: nn.Module) -> None:
+    def __init__(self, root: nn.Module, aliases: tuple[nn.Module, ...] = ()) -> None:
         self.modules: list[nn.Module] = []
         self.names: list[str] = []
         self.parents: list[int] = []
@@ -39,21 +44,28 @@ class ModuleTracker:
             self.names.append(name)
             parent = ids_by_name[name.rpartition(".")[0]] if name else schema.NO_MODULE
             self.parents.append(parent)
+        # wrappers that stand for a module of the hierarchy (torch.compile's OptimizedModule)
+        for alias in aliases:
+            original = getattr(alias, "_orig_mod", None)
+            if id(original) in self._ids:
+                self._ids[id(alias)] = self._ids[id(original)]
         self._handles: list[Any] = []
         self._forwards: list[tuple[nn.Module, Any]] = []
 
     def install(self, recorder: TraceRecorder, copies: GateFreeCopies) -> None:
         """Install the global hooks and bind gate-free forwards where a fast path reads the gate."""
         ids = self._ids
+        compiling = _is_compiling
 
+        # while Dynamo traces a compiled region the hooks are no-ops: they add no graph breaks
         def pre_hook(module: nn.Module, args: Any) -> None:
             module_id = ids.get(id(module))
-            if module_id is not None:
+            if module_id is not None and not compiling():
                 recorder.enter_module(module_id)
 
         def post_hook(module: nn.Module, args: Any, output: Any) -> None:
             module_id = ids.get(id(module))
-            if module_id is not None:
+            if module_id is not None and not compiling():
                 recorder.exit_module(module_id)
 
         try:

@@ -25,9 +25,10 @@ class TraceSession:
         function_names: frozenset[str] | None,
         observer: OpObserver,
         all_functions: bool = False,
+        aliases: tuple[nn.Module, ...] = (),
     ) -> None:
         self.recorder = TraceRecorder()
-        self.modules = ModuleTracker(root)
+        self.modules = ModuleTracker(root, aliases)
         self.samples = SampleCollector(function_names)
         self._observer = observer
         # sources that can tag launches made outside any op (CUDA) follow the scope stack too
