@@ -15,25 +15,38 @@ Sample = tuple[tuple[Any, ...], dict[str, Any]]
 FunctionData = dict[str, list[tuple[int, Sample]]]
 
 
+_Tensor = torch.Tensor
+_SCALARS = (int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
+    try:
+        strides: Any = value.stride()
+    except (RuntimeError, NotImplementedError):  # nested / sparse tensors have no strides
+        strides = None
+    return ("T", value.shape, value.dtype, value.layout, value.device, strides)
+
+
 def sample_key(value: Any) -> Any:
     """A hashable key that is equal for two values exactly when they are the same sample."""
-    if isinstance(value, torch.Tensor):
-        try:
-            strides: Any = value.stride()
-        except (RuntimeError, NotImplementedError):  # nested / sparse tensors have no strides
-            strides = None
-        return ("T", tuple(value.shape), value.dtype, value.layout, value.device, strides)
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(sample_key(item) for item in value))
-    if isinstance(value, dict):
-        return ("dict", tuple((key, sample_key(item)) for key, item in value.items()))
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is _Tensor or isinstance(value, _Tensor):
+        return _tensor_key(value)
+    if kind is tuple or kind is list:
+        return (kind.__name__, tuple([sample_key(item) for item in value]))
+    if kind in _SCALARS:
+        return (kind.__name__, value)  # the type keeps True and 1 apart
+    if kind is float:
         return ("float", value.hex())  # NaN equals itself, -0.0 differs from 0.0
+    if isinstance(value, (tuple, list)):
+        return (kind.__name__, tuple([sample_key(item) for item in value]))
+    if isinstance(value, dict):
+        return ("dict", tuple([(key, sample_key(item)) for key, item in value.items()]))
     try:
         hash(value)
     except TypeError:
-        return (type(value).__qualname__, repr(value))
-    return (type(value).__qualname__, value)
+        return (kind.__qualname__, repr(value))
+    return (kind.__qualname__, value)
 
 
 class SampleCollector:
