@@ -23,7 +23,6 @@ from .gates import GateFreeCopies
 from .recorder import TraceRecorder
 from .samples import SampleCollector
 
-
 _is_compiling = torch.compiler.is_compiling
 
 

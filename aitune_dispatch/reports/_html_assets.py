@@ -1,0 +1,198 @@
+"""The inline stylesheet and script of the HTML report (kept as text so the page needs no files)."""
+
+from __future__ import annotations
+
+CSS = """
+:root { --ink: #1f2933; --muted: #5f6b7a; --line: #e3e7ed; --card: #ffffff; --bg: #f4f6f9;
+        --accent: #4e79a7; --grey: #b8bec7; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+main { max-width: 1360px; margin: 0 auto; padding: 22px 24px 40px; }
+header h1 { font-size: 22px; margin: 0 0 2px; }
+header p { margin: 0; color: var(--muted); }
+h2 { font-size: 16px; margin: 0 0 10px; }
+h2 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
+.cards { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; margin: 16px 0; }
+.card, section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; }
+.card { padding: 10px 14px; }
+.card .value { font-size: 20px; font-weight: 600; }
+.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+section { padding: 14px 16px; margin-bottom: 16px; overflow-x: auto; }
+.grid2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
+.grid2.wide-right { grid-template-columns: minmax(0, 9fr) minmax(0, 11fr); }
+.fn { white-space: nowrap; }
+.grid2 > section { margin-bottom: 0; }
+.row { margin-bottom: 16px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { padding: 5px 7px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { color: var(--muted); font-weight: 600; font-size: 12px; background: #fafbfc; }
+td > code { white-space: nowrap; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr:hover td { background: #f7f9fc; }
+code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
+.bar { height: 8px; border-radius: 4px; background: var(--accent); }
+.meter { background: #e9edf2; border-radius: 4px; height: 8px; margin-top: 6px; }
+details { border-top: 1px solid var(--line); padding: 6px 0; }
+summary { cursor: pointer; font-weight: 600; }
+summary .note { margin-left: 8px; }
+.args div { white-space: pre-wrap; word-break: break-word; }
+.legend { display: flex; gap: 18px; color: var(--muted); font-size: 12.5px; margin-bottom: 8px; }
+.legend span { display: inline-flex; align-items: center; }
+svg text { font-family: inherit; }
+.icicle rect { cursor: pointer; stroke: #fff; stroke-width: 1; }
+.icicle rect:hover { stroke: var(--ink); }
+.warn { color: #9a3b00; }
+#render-error { color: #b00020; font-weight: 600; padding: 12px; }
+"""
+
+JS = r"""
+(function () {
+  "use strict";
+  var NS = "http://www.w3.org/2000/svg";
+  var GREY = "#b8bec7";
+  var MODULE_SHADES = ["#e7ecf2", "#d8e0ea", "#c9d4e1", "#bac8d8", "#abbccf", "#9cb0c6"];
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+
+  function svgEl(tag, attrs, parent) {
+    var node = document.createElementNS(NS, tag);
+    Object.keys(attrs).forEach(function (key) { node.setAttribute(key, attrs[key]); });
+    if (parent) { parent.appendChild(node); }
+    return node;
+  }
+  function svgText(parent, x, y, str, attrs) {
+    var node = svgEl("text", Object.assign({ x: x, y: y }, attrs || {}), parent);
+    node.textContent = str;
+    return node;
+  }
+  function unit(us) { return us >= 1e6 ? [1e6, "s"] : us >= 1e3 ? [1e3, "ms"] : [1, "\u00b5s"]; }
+  function fmt(us) {
+    var u = unit(us), v = us / u[0];
+    return v.toLocaleString("en-US", { maximumFractionDigits: v < 10 ? 2 : v < 100 ? 1 : 0 }) + " " + u[1];
+  }
+  function niceStep(max, count) {
+    var raw = max / count, step = Math.pow(10, Math.floor(Math.log10(raw))), err = raw / step;
+    return step * (err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1);
+  }
+  function colorOf(name) {
+    return Object.prototype.hasOwnProperty.call(data.function_colors, name) ? data.function_colors[name] : GREY;
+  }
+  function isDark(hex) {
+    var n = parseInt(hex.slice(1), 16), r = (n >> 16) & 255, g = (n >> 8) & 255, b = n & 255;
+    return 0.299 * r + 0.587 * g + 0.114 * b < 150;
+  }
+  function hatch(svg, id) {
+    var defs = svgEl("defs", {}, svg);
+    var pattern = svgEl("pattern", { id: id, width: 6, height: 6, patternUnits: "userSpaceOnUse",
+                                     patternTransform: "rotate(45)" }, defs);
+    svgEl("rect", { width: 6, height: 6, fill: "#d5dae1" }, pattern);
+    svgEl("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#9aa3ae", "stroke-width": 2 }, pattern);
+    return "url(#" + id + ")";
+  }
+  function tooltip(node, str) { svgEl("title", {}, node).textContent = str; }
+  function fits(label, width) { return width > 7 * label.length + 10; }
+  function clip(label, width) {
+    var room = Math.floor((width - 10) / 7);
+    if (room >= label.length) { return label; }
+    return room > 3 ? label.slice(0, room - 1) + "\u2026" : "";
+  }
+
+  function drawBars(host) {
+    var rows = data.bars, width = Math.max(host.clientWidth, 420), labelW = 210, right = 120;
+    var rowH = 26, top = 8, plotW = width - labelW - right, height = top + rows.length * rowH + 48;
+    var max = Math.max.apply(null, rows.map(function (r) { return r.us; }).concat([1e-9]));
+    var u = unit(max), step = niceStep(max, 5), axisMax = Math.ceil(max / step) * step;
+    var svg = svgEl("svg", { width: width, height: height, role: "img",
+                             "aria-label": "kernel time per function" }, host);
+    var fillUn = hatch(svg, "hatch-bars");
+    var x = function (us) { return labelW + (us / axisMax) * plotW; };
+    for (var t = 0; t <= axisMax + step / 2; t += step) {
+      svgEl("line", { x1: x(t), x2: x(t), y1: top, y2: top + rows.length * rowH, stroke: "#e3e7ed" }, svg);
+      svgText(svg, x(t), top + rows.length * rowH + 16, (t / u[0]).toLocaleString("en-US"),
+              { "text-anchor": "middle", "font-size": 11, fill: "#5f6b7a" });
+    }
+    svgText(svg, labelW + plotW / 2, height - 8, "kernel time (" + u[1] + ")",
+            { "text-anchor": "middle", "font-size": 12, fill: "#1f2933" });
+    rows.forEach(function (row, i) {
+      var y = top + i * rowH;
+      var fill = row.unattributed ? fillUn : colorOf(row.name);
+      var bar = svgEl("rect", { x: labelW, y: y + 4, width: Math.max(x(row.us) - labelW, 1), height: rowH - 8,
+                                rx: 3, fill: fill }, svg);
+      tooltip(bar, row.name + ": " + fmt(row.us) + " (" + row.pct.toFixed(1) + "% of all kernel time)");
+      svgText(svg, labelW - 8, y + rowH / 2 + 4, clip(row.name, labelW - 4),
+              { "text-anchor": "end", "font-size": 12.5, fill: row.unattributed ? "#5f6b7a" : "#1f2933",
+                "font-style": row.unattributed ? "italic" : "normal" });
+      svgText(svg, x(row.us) + 6, y + rowH / 2 + 4, fmt(row.us) + "  " + row.pct.toFixed(1) + "%",
+              { "font-size": 11.5, fill: "#5f6b7a" });
+    });
+  }
+
+  function layout(node, x0, x1, depth, out, parent) {
+    var item = { node: node, x0: x0, x1: x1, depth: depth, parent: parent };
+    out.push(item);
+    var cursor = x0, scale = node.total_us > 0 ? (x1 - x0) / node.total_us : 0;
+    (node.children || []).forEach(function (child) {
+      var next = cursor + child.total_us * scale;
+      layout(child, cursor, next, depth + 1, out, item);
+      cursor = next;
+    });
+    return out;
+  }
+  function icicleFill(item, fillUn) {
+    var kind = item.node.kind;
+    if (kind === "outside" || kind === "nocall") { return fillUn; }
+    if (kind === "function") { return colorOf(item.node.name); }
+    if (kind === "all") { return "#f1f3f6"; }
+    return MODULE_SHADES[Math.min(item.depth - 1, MODULE_SHADES.length - 1)];
+  }
+  function icicleTip(node, total) {
+    var share = (100 * node.total_us / (total || 1)).toFixed(1) + "% of all kernel time";
+    var lines = [node.name + (node.type ? " (" + node.type + ")" : ""), fmt(node.total_us) + " \u2014 " + share];
+    if (node.kind === "module") {
+      lines.push("own kernels: " + fmt(node.self_us) + ", outside any functional call: " + fmt(node.no_call_us));
+    }
+    return lines.join("\n");
+  }
+  function drawIcicle(host, focus) {
+    host.textContent = "";
+    var items = layout(data.tree, 0, 1, 0, [], null), width = Math.max(host.clientWidth, 420), rowH = 30;
+    var depth = Math.max.apply(null, items.map(function (i) { return i.depth; })) + 1;
+    var svg = svgEl("svg", { width: width, height: depth * rowH + 2, class: "icicle", role: "img",
+                             "aria-label": "module tree of kernel time" }, host);
+    var fillUn = hatch(svg, "hatch-tree");
+    var f = focus || items[0], span = (f.x1 - f.x0) || 1;
+    items.forEach(function (item) {
+      var a = Math.max(0, (item.x0 - f.x0) / span) * width, b = Math.min(1, (item.x1 - f.x0) / span) * width;
+      if (b - a < 0.5 || item.x1 <= f.x0 || item.x0 >= f.x1) { return; }
+      var g = svgEl("g", {}, svg);
+      var rect = svgEl("rect", { x: a, y: item.depth * rowH, width: b - a, height: rowH - 2, rx: 2,
+                                 fill: icicleFill(item, fillUn) }, g);
+      tooltip(rect, icicleTip(item.node, data.tree.total_us));
+      var label = item.node.name + "  " + fmt(item.node.total_us);
+      var shown = fits(label, b - a) ? label : clip(item.node.name, b - a);
+      var dark = item.node.kind === "function" && isDark(colorOf(item.node.name));
+      if (shown) {
+        svgText(g, a + 5, item.depth * rowH + rowH / 2 + 3, shown,
+                { "font-size": 12, fill: dark ? "#ffffff" : "#1f2933", "pointer-events": "none" });
+      }
+      rect.addEventListener("click", function () { drawIcicle(host, item === f ? item.parent : item); });
+    });
+  }
+
+  function mark(id, message) {
+    var node = document.createElement("div");
+    node.id = id;
+    if (message) { node.textContent = message; } else { node.hidden = true; }
+    document.body.appendChild(node);
+  }
+  window.addEventListener("error", function (event) { mark("render-error", "report script error: " + event.message); });
+  try {
+    drawBars(document.getElementById("bar-chart"));
+    drawIcicle(document.getElementById("icicle"), null);
+    mark("render-ok");
+  } catch (err) {
+    mark("render-error", "report script error: " + (err && err.message ? err.message : String(err)));
+  }
+})();
+"""

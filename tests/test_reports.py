@@ -1,0 +1,407 @@
+"""Reports: the Perfetto trace's structure and the HTML report's content, on CPU.
+
+One shared CPU result of the demo model checks the trace's invariants (nesting, timestamps, flow
+pairs, track separation); a hand-made result checks exact numbers, with the arithmetic shown.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from html.parser import HTMLParser
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import torch
+
+from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.demo import demo_workload
+from aitune_dispatch.joining import join_activity
+from aitune_dispatch.reports import (
+    HtmlRenderer,
+    PerfettoRenderer,
+    perfetto_events,
+    renderer_for,
+    write_perfetto,
+    write_report,
+)
+from aitune_dispatch.reports.html import module_tree, report_data, value_text
+from aitune_dispatch.reports.perfetto import CPU_ACTIVITY_PID, CPU_PID, GPU_PID_BASE, gpu_clock_offset
+from aitune_dispatch.results import ProfileResult
+from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES
+
+HOST_CATS = {"module", "functional", "op"}
+EVIL = "fc<script>alert(1)</script>"
+
+
+# -- fixtures ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_result() -> ProfileResult:
+    model, samples = demo_workload("cpu")
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    profiler.profile(model, samples, warmup_iterations=1)
+    assert profiler.last_result is not None
+    return profiler.last_result
+
+
+@pytest.fixture(scope="module")
+def demo_trace(demo_result: ProfileResult) -> dict[str, Any]:
+    return perfetto_events(demo_result)
+
+
+OPS_TIMED = pa.schema(
+    [
+        ("op_id", pa.int64()),
+        ("op", pa.string()),
+        ("module_id", pa.int64()),
+        ("call_id", pa.int64()),
+        ("thread", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+    ]
+)
+
+
+def synthetic_result(
+    cupti_offset_ns: int = 1_000_000, metadata: dict[str, str] | None = None, fc_name: str = "fc"
+) -> ProfileResult:
+    """Net (root) > fc (Linear) > linear call > aten::addmm > gemm on GPU 0 stream 7.
+
+    Host clock (ns): root 1,000-9,000; fc 2,000-8,000; linear 3,000-7,000; addmm 4,000-6,000;
+    aten::copy_ (root, no functional call) 8,200-8,800. CUPTI clock = host + ``cupti_offset_ns``:
+    gemm 5,000-5,500 (addmm), memcpy 8,500-9,500 on stream 13 (copy_), memset 9,600-9,700 on
+    stream 7 that no op claimed.
+    """
+    off = cupti_offset_ns
+    modules = pa.table([[0, 1], ["", fc_name], ["Net", "Linear"], [-1, 0]], schema=MODULES)
+    module_calls = pa.table([[0, 1], [1_000, 2_000], [9_000, 8_000], [0, 0]], schema=MODULE_CALLS)
+    calls = pa.table([[0], ["linear"], [-1], [1], [3_000], [7_000], [0]], schema=CALLS)
+    ops = pa.table(
+        [[0, 1], ["aten::addmm", "aten::copy_"], [1, 0], [0, -1], [0, 0], [4_000, 8_200], [6_000, 8_800]],
+        schema=OPS_TIMED,
+    )
+    kernels = pa.table(
+        [
+            [10, 11, 12],
+            ["gemm", "Memcpy HtoD", "Memset"],
+            [off + 5_000, off + 8_500, off + 9_600],
+            [off + 5_500, off + 9_500, off + 9_700],
+            [0, 0, 0],
+            [7, 13, 7],
+            ["kernel", "memcpy", "memset"],
+        ],
+        schema=KERNELS,
+    )
+    correlation = pa.table([[10, 11], [0, 1]], schema=CORRELATION)
+    activity = join_activity(kernels, correlation, ops, calls, modules)
+    sample = ((SimpleNamespace(shape=(2, 3), dtype="float16", stride=(3, 1)), torch.ones(5, 3).t()), {"bias": None})
+    return ProfileResult(
+        activity=activity,
+        ops=ops,
+        calls=calls,
+        modules=modules,
+        module_calls=module_calls,
+        function_data={"linear": [(1, sample)]},
+        source="cupti/test",
+        metadata=metadata or {},
+    )
+
+
+# -- helpers over trace events ---------------------------------------------------------------------------
+def ns(value: float) -> int:
+    """Trace µs back to integer ns (the exporter divides integer ns by 1000)."""
+    return round(value * 1000)
+
+
+def slices(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+def contains(outer: dict[str, Any], inner: dict[str, Any]) -> bool:
+    return (
+        (outer["pid"], outer["tid"]) == (inner["pid"], inner["tid"])
+        and ns(outer["ts"]) <= ns(inner["ts"])
+        and ns(inner["ts"]) + ns(inner["dur"]) <= ns(outer["ts"]) + ns(outer["dur"])
+    )
+
+
+def slices_at(trace: dict[str, Any], pid: int, tid: int, ts: float) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in slices(trace)
+        if (s["pid"], s["tid"]) == (pid, tid) and ns(s["ts"]) <= ns(ts) <= ns(s["ts"]) + ns(s["dur"])
+    ]
+
+
+def process_names(trace: dict[str, Any]) -> dict[int, str]:
+    return {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+# -- Perfetto on the demo result -----------------------------------------------------------------------------
+def test_every_op_lies_in_its_call_and_every_call_in_its_module(demo_trace, demo_result):
+    by_cat = collections.defaultdict(list)
+    for piece in slices(demo_trace):
+        by_cat[piece["cat"]].append(piece)
+    calls = {piece["args"]["call_id"]: piece for piece in by_cat["functional"]}
+    assert len(by_cat["op"]) == demo_result.ops.num_rows == 126
+    assert len(calls) == demo_result.calls.num_rows
+    for op in by_cat["op"]:
+        call_id, module_id = op["args"]["call_id"], op["args"]["module_id"]
+        if call_id >= 0:
+            assert contains(calls[call_id], op), op
+        if module_id >= 0:
+            assert any(m["args"]["module_id"] == module_id and contains(m, op) for m in by_cat["module"]), op
+    for call in calls.values():
+        module_id = call["args"]["module_id"]
+        assert any(m["args"]["module_id"] == module_id and contains(m, call) for m in by_cat["module"]), call
+
+
+def test_host_slices_nest_properly_on_each_thread(demo_trace):
+    tracks = collections.defaultdict(list)
+    for piece in slices(demo_trace):
+        if piece["pid"] == CPU_PID:
+            tracks[piece["tid"]].append(piece)
+    assert tracks
+    for pieces in tracks.values():
+        stack: list[dict[str, Any]] = []
+        for piece in pieces:  # emitted by start, parents first
+            while stack and ns(piece["ts"]) >= ns(stack[-1]["ts"]) + ns(stack[-1]["dur"]):
+                stack.pop()
+            assert not stack or contains(stack[-1], piece), (stack[-1], piece)
+            stack.append(piece)
+
+
+def test_timestamps_start_at_zero_and_are_ordered_per_track(demo_trace):
+    pieces = slices(demo_trace)
+    assert min(p["ts"] for p in pieces) == 0.0
+    assert all(p["ts"] >= 0 and p["dur"] >= 0 for p in pieces)
+    per_track = collections.defaultdict(list)
+    for piece in pieces:
+        per_track[(piece["pid"], piece["tid"])].append(piece)
+    for (pid, _), track in per_track.items():
+        starts = [p["ts"] for p in track]
+        assert starts == sorted(starts)
+        if pid != CPU_PID:  # activity tracks: one kernel at a time, never overlapping
+            assert all(ns(a["ts"]) + ns(a["dur"]) <= ns(b["ts"]) for a, b in zip(track, track[1:]))
+    events = [e for e in demo_trace["traceEvents"] if "ts" in e]
+    assert all(isinstance(e["ts"], float) for e in events)
+
+
+def test_flows_pair_up_from_each_op_to_its_kernels(demo_trace, demo_result):
+    flows = collections.defaultdict(dict)
+    for event in demo_trace["traceEvents"]:
+        if event["ph"] in ("s", "f"):
+            assert event["ph"] not in flows[event["id"]], f"duplicate {event['ph']} for id {event['id']}"
+            flows[event["id"]][event["ph"]] = event
+    assert len(flows) == demo_result.activity.num_rows == 126  # the CPU source: one "kernel" per op
+    for pair in flows.values():
+        start, finish = pair["s"], pair["f"]
+        assert finish["bp"] == "e" and start["name"] == finish["name"] and start["cat"] == finish["cat"]
+        op = slices_at(demo_trace, start["pid"], start["tid"], start["ts"])[-1]  # the innermost slice
+        (kernel,) = slices_at(demo_trace, finish["pid"], finish["tid"], finish["ts"])
+        assert op["cat"] == "op" and kernel["cat"] == "cpu_op"
+        assert kernel["args"]["op_id"] == op["args"]["op_id"]
+        assert kernel["name"] == "cpu::" + op["name"]
+
+
+def test_host_and_activity_tracks_are_separate(demo_trace):
+    names = process_names(demo_trace)
+    assert names == {CPU_PID: "CPU", CPU_ACTIVITY_PID: "CPU ops (activity source)"}
+    for piece in slices(demo_trace):
+        assert (piece["pid"] == CPU_PID) == (piece["cat"] in HOST_CATS), piece
+    assert demo_trace["otherData"]["gpu_clock_offset_ns"] == 0  # CPU ops are timed on the host clock
+
+
+def test_trace_is_json_and_written_to_a_file(demo_result, tmp_path):
+    path = write_perfetto(demo_result, tmp_path / "sub" / "trace.json")
+    assert path == tmp_path / "sub" / "trace.json"
+    loaded = json.loads(path.read_text())
+    assert len(loaded["traceEvents"]) == len(perfetto_events(demo_result)["traceEvents"])
+
+
+# -- Perfetto on a hand-made result: exact values -----------------------------------------------------------
+def expected_synthetic_slices() -> set[tuple[Any, ...]]:
+    # origin = the earliest event = root module at host 1,000 ns; ts = (start - 1,000) / 1000 µs
+    return {
+        ("Net (root)", "module", CPU_PID, 1, 0.0, 8.0),  # (1,000 - 1,000) / 1000; (9,000 - 1,000) / 1000
+        ("fc", "module", CPU_PID, 1, 1.0, 6.0),  # 2,000 → 1.0; 8,000 - 2,000 = 6,000 ns
+        ("linear", "functional", CPU_PID, 1, 2.0, 4.0),  # 3,000 → 2.0; 7,000 - 3,000
+        ("aten::addmm", "op", CPU_PID, 1, 3.0, 2.0),  # 4,000 → 3.0; 6,000 - 4,000
+        ("aten::copy_", "op", CPU_PID, 1, 7.2, 0.6),  # 8,200 → 7.2; 8,800 - 8,200
+        ("gemm", "kernel", GPU_PID_BASE, 7, 4.0, 0.5),  # CUPTI 1,005,000 - 1,000,000 = 5,000 → 4.0
+        ("Memcpy HtoD", "memcpy", GPU_PID_BASE, 13, 7.5, 1.0),  # 1,008,500 - 1,000,000 = 8,500 → 7.5
+        ("Memset", "memset", GPU_PID_BASE, 7, 8.6, 0.1),  # 1,009,600 - 1,000,000 = 9,600 → 8.6
+    }
+
+
+def as_rows(trace: dict[str, Any]) -> set[tuple[Any, ...]]:
+    return {(s["name"], s["cat"], s["pid"], s["tid"], s["ts"], s["dur"]) for s in slices(trace)}
+
+
+def flow_rows(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(e["ph"], e["id"], e["pid"], e["tid"], e["ts"]) for e in trace["traceEvents"] if e["ph"] in "sf"]
+
+
+def test_synthetic_trace_exact_values_with_explicit_offset():
+    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
+    assert as_rows(trace) == expected_synthetic_slices()
+    # flow ts are slice midpoints: addmm (4,000 + 6,000) / 2 = 5,000 → 4.0; gemm 5,250 → 4.25;
+    # copy_ (8,200 + 8,800) / 2 = 8,500 → 7.5; memcpy (8,500 + 9,500) / 2 = 9,000 → 8.0; memset has no op
+    assert flow_rows(trace) == [
+        ("s", 1, CPU_PID, 1, 4.0),
+        ("f", 1, GPU_PID_BASE, 7, 4.25),
+        ("s", 2, CPU_PID, 1, 7.5),
+        ("f", 2, GPU_PID_BASE, 13, 8.0),
+    ]
+    assert process_names(trace) == {CPU_PID: "CPU", GPU_PID_BASE: "GPU 0"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert threads == {(CPU_PID, 1): "thread 0", (GPU_PID_BASE, 7): "stream 7", (GPU_PID_BASE, 13): "stream 13"}
+    assert trace["otherData"]["time_origin_host_ns"] == 1_000
+
+
+def test_offset_comes_from_metadata_when_not_given():
+    result = synthetic_result(metadata={"activity_minus_host_ns": "1000000"})
+    assert gpu_clock_offset(result) == (1_000_000, "metadata['activity_minus_host_ns']")
+    assert as_rows(perfetto_events(result)) == expected_synthetic_slices()
+
+
+def test_offset_is_estimated_when_clocks_disagree_and_nothing_says_by_how_much():
+    result = synthetic_result(cupti_offset_ns=5_000_000_000)
+    # launch gaps (kernel start - op start): gemm 5,000,005,000 - 4,000 = 5,000,001,000;
+    # memcpy 5,000,008,500 - 8,200 = 5,000,000,300 → the smallest, so the memcpy starts as copy_ does
+    offset, source = gpu_clock_offset(result)
+    assert (offset, source[:9]) == (5_000_000_300, "estimated")
+    rows = {row[0]: row for row in as_rows(perfetto_events(result))}
+    assert rows["Memcpy HtoD"][4] == 7.2  # 8,200 - 1,000 = 7,200 ns
+    assert rows["gemm"][4] == 3.7  # 5,000,005,000 - 5,000,000,300 = 4,700 → 3,700 ns after the origin
+
+
+def test_small_clock_difference_is_taken_as_the_same_clock():
+    # gaps of ~1 ms are launch latency as far as the exporter can tell: offset 0, kernels 1 ms late
+    assert gpu_clock_offset(synthetic_result(cupti_offset_ns=1_000_000)) == (0, "assumed: same clock")
+
+
+def test_empty_result_gives_an_empty_trace():
+    empty = synthetic_result()
+    empty = ProfileResult(
+        activity=empty.activity.slice(0, 0),
+        ops=empty.ops.slice(0, 0),
+        calls=empty.calls.slice(0, 0),
+        modules=empty.modules.slice(0, 0),
+        module_calls=empty.module_calls.slice(0, 0),
+        function_data={},
+        source="cpu",
+    )
+    assert perfetto_events(empty)["traceEvents"] == []
+    assert 'id="icicle"' in HtmlRenderer().render(empty)  # the page renders with nothing to show
+
+
+# -- HTML report ---------------------------------------------------------------------------------------------
+class TagCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags_of(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = TagCollector()
+    parser.feed(page)
+    return parser.tags
+
+
+def test_report_is_self_contained(demo_result, tmp_path):
+    page = write_report(demo_result, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//""", page, re.IGNORECASE)
+    assert not re.search(r"@import|url\(\s*['\"]?(?:https?:)?//", page, re.IGNORECASE)
+    for tag, attrs in tags_of(page):
+        assert tag not in ("link", "img", "iframe") and "src" not in attrs, (tag, attrs)
+    assert page.count("<script") == 2  # the embedded data and the inline script
+
+
+def test_report_contains_summary_rows_and_functions(demo_result):
+    page = HtmlRenderer().render(demo_result)
+    summary = demo_result.describe(top_k=100)
+    assert len(summary) == 8
+    for row in summary.itertuples():
+        assert f"<code>{row.function_name}</code>" in page
+        assert f"{row.time_spent_us:,.1f}" in page  # formatted as in the table
+        assert f"{row.time_spent_pct:,.1f}%" in page
+    for name in demo_result.function_data:
+        assert f"<summary><code>{name}</code>" in page
+    assert "blocks.0.qkv" in page and "DemoModel (root)" in page
+
+
+def test_report_escapes_names(tmp_path):
+    page = write_report(synthetic_result(fc_name=EVIL), tmp_path / "evil.html").read_text(encoding="utf-8")
+    assert EVIL not in page and "alert(1)</script>" not in page
+    assert "fc\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in page  # inside the embedded JSON
+    assert [tag for tag, _ in tags_of(page)].count("script") == 2
+
+
+def test_embedded_data_is_the_module_tree(demo_result):
+    page = HtmlRenderer().render(demo_result)
+    blob = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert blob is not None
+    data = json.loads(blob.group(1))
+    assert data["tree"]["total_us"] == pytest.approx(demo_result.total_us)
+    assert data["bars"][0]["name"] == demo_result.describe()["function_name"][0]
+
+
+def test_module_tree_exact_values():
+    tree = module_tree(synthetic_result())
+    # all activity = gemm 0.5 + memcpy 1.0 + memset 0.1 = 1.6 µs; the memset has no op, so no module
+    assert tree["total_us"] == pytest.approx(1.6)
+    root, outside = tree["children"]
+    assert (outside["name"], outside["total_us"]) == ("(outside profiled modules)", pytest.approx(0.1))
+    # root "Net" = its own memcpy (copy_ ran outside any functional call) 1.0 + fc's gemm 0.5
+    assert (root["name"], root["total_us"], root["self_us"], root["no_call_us"]) == (
+        "Net (root)",
+        pytest.approx(1.5),
+        pytest.approx(1.0),
+        pytest.approx(1.0),
+    )
+    fc, no_call = root["children"]
+    assert (fc["name"], fc["total_us"]) == ("fc", pytest.approx(0.5))
+    assert [(c["name"], c["kind"], c["total_us"]) for c in fc["children"]] == [("linear", "function", 0.5)]
+    assert (no_call["kind"], no_call["total_us"]) == ("nocall", pytest.approx(1.0))
+
+
+def test_bar_rows_show_unattributed_time():
+    result = synthetic_result()
+    bars = report_data(result, result.describe())["bars"]
+    # linear 0.5 of 1.6 µs = 31.25 %; unattributed 1.6 - 0.5 = 1.1 µs = 68.75 %
+    assert [(b["name"], round(b["us"], 6), round(b["pct"], 6)) for b in bars] == [
+        ("linear", 0.5, 31.25),
+        ("(unattributed)", 1.1, 68.75),
+    ]
+
+
+def test_sample_values_render_for_tensors_and_metadata():
+    assert value_text(torch.ones(5, 3).t()) == "float32[3, 5] stride (1, 3)"
+    assert value_text(torch.zeros(4, dtype=torch.int64)) == "int64[4] stride (1,)"
+    meta = SimpleNamespace(shape=(2, 3), dtype="float16", stride=(3, 1))
+    assert value_text(meta) == "float16[2, 3] stride (3, 1)"
+    no_stride = SimpleNamespace(shape=(2,), dtype="bfloat16", stride=None)
+    assert value_text((no_stride, [1, 2], {"eps": 1e-05}, None)) == "(bfloat16[2], [1, 2], {'eps': 1e-05}, None)"
+    page = HtmlRenderer().render(synthetic_result())
+    assert "float16[2, 3] stride (3, 1)" in page and "float32[3, 5] stride (1, 3)" in page
+    assert "bias=None" in page
+
+
+def test_saved_tensor_metadata_renders():
+    persist = pytest.importorskip("aitune_dispatch.results.persist")
+    meta = persist.TensorMeta.from_tensor(torch.ones(2, 8)[:, ::2])
+    assert value_text(meta) == "float32[2, 4] stride (8, 2)"
+
+
+def test_renderer_is_picked_by_file_name():
+    assert isinstance(renderer_for("out/report.html"), HtmlRenderer)
+    assert isinstance(renderer_for("trace.JSON"), PerfettoRenderer)
+    with pytest.raises(ValueError, match=r"\.html, \.json"):
+        renderer_for("report.pdf")

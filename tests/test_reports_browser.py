@@ -1,0 +1,147 @@
+"""The HTML report in a real browser: headless Chromium renders it with no script errors.
+
+The page's script writes ``<div id="render-ok">`` once both charts are drawn, or
+``<div id="render-error">`` with the message; ``--dump-dom`` prints the DOM after load, and
+``--enable-logging=stderr`` prints uncaught errors and console messages. Skips without
+``/usr/bin/chromium`` (Debian's ``chromium`` package).
+
+``python tests/test_reports_browser.py [docs/report.png]`` renders the demo model's report and
+saves the README's screenshot.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WINDOW = (1400, 1800)
+CONSOLE_PROBLEM = re.compile(r"Uncaught|:CONSOLE\(\d+\)\]|Refused to|net::ERR_")
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install chromium)")
+
+
+def run_chromium(page: Path, *extra: str, profile: Path) -> subprocess.CompletedProcess[str]:
+    """Chromium on ``page`` with the test flags; its own profile folder, 120 s at most."""
+    command = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def dump_dom(page: Path, profile: Path) -> tuple[str, str]:
+    """``(DOM after load, browser log)`` of ``page``."""
+    done = run_chromium(page, "--enable-logging=stderr", "--v=0", "--dump-dom", profile=profile)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, done.stderr
+
+
+def screenshot(page: Path, png: Path, profile: Path) -> Path:
+    """A ``WINDOW``-sized PNG of ``page``."""
+    done = run_chromium(
+        page, f"--screenshot={png.resolve()}", f"--window-size={WINDOW[0]},{WINDOW[1]}", profile=profile
+    )
+    assert done.returncode == 0 and png.exists(), done.stderr[-2000:]
+    return png
+
+
+def png_size(png: Path) -> tuple[int, int]:
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", header[16:24])
+
+
+def console_problems(log: str) -> list[str]:
+    return [line for line in log.splitlines() if CONSOLE_PROBLEM.search(line)]
+
+
+def demo_report(path: Path) -> Path:
+    from aitune_dispatch import ModuleFunctionKernelProfiler
+    from aitune_dispatch.demo import demo_workload
+    from aitune_dispatch.reports import write_report
+
+    model, samples = demo_workload("cpu")
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    profiler.profile(model, samples, warmup_iterations=1)
+    assert profiler.last_result is not None
+    return write_report(profiler.last_result, path)
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return demo_report(tmp_path_factory.mktemp("report") / "report.html")
+
+
+def test_report_renders_without_errors(demo_page, tmp_path):
+    dom, log = dump_dom(demo_page, tmp_path / "profile")
+    assert '<div id="render-error"' not in dom
+    assert '<div id="render-ok" hidden=""></div>' in dom
+    assert dom.count("<rect") > 20  # bars and icicle boxes were drawn
+    assert "kernel time (ms)" in dom or "kernel time (µs)" in dom or "kernel time (s)" in dom  # the axis label
+    assert console_problems(log) == []
+
+
+def test_report_screenshot(demo_page, tmp_path):
+    png = screenshot(demo_page, tmp_path / "report.png", tmp_path / "profile")
+    assert png_size(png) == WINDOW
+    assert png.stat().st_size > 20_000  # a drawn page, not a blank one
+
+
+def test_error_detection_is_not_vacuous(demo_page, tmp_path):
+    page = demo_page.read_text(encoding="utf-8")
+    broken = re.sub(r'(id="report-data">).*?(</script>)', r"\1{}\2", page, count=1, flags=re.S)
+    broken = broken.replace("</body>", '<script>throw new Error("boom");</script></body>')
+    target = tmp_path / "broken.html"
+    target.write_text(broken, encoding="utf-8")
+    dom, log = dump_dom(target, tmp_path / "profile")
+    assert '<div id="render-error">report script error:' in dom and '<div id="render-ok"' not in dom
+    assert any("Uncaught Error: boom" in line for line in console_problems(log))
+
+
+def test_hostile_names_stay_text_in_the_browser(tmp_path):
+    from test_reports import synthetic_result
+
+    from aitune_dispatch.reports import write_report
+
+    hostile = 'fc<img id="injected" src=x onerror="document.title=1">'
+    page = write_report(synthetic_result(fc_name=hostile), tmp_path / "hostile.html")
+    dom, log = dump_dom(page, tmp_path / "profile")
+    assert '<div id="render-ok"' in dom and console_problems(log) == []
+    assert 'id="injected"' not in dom.replace('&lt;img id="injected"', "")  # only ever as escaped text
+    assert "fc&lt;img" in dom  # shown, as text, in the icicle
+
+
+def main(argv: list[str]) -> int:
+    """Render the demo model's report and save its screenshot (default ``docs/report.png``)."""
+    if not CHROMIUM.exists():
+        print(f"needs {CHROMIUM}: apt-get install -y chromium", file=sys.stderr)
+        return 1
+    target = Path(argv[0] if argv else "docs/report.png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        page = demo_report(Path(scratch) / "report.html")
+        dom, log = dump_dom(page, Path(scratch) / "profile")
+        if '<div id="render-ok"' not in dom or console_problems(log):
+            print("the report did not render cleanly:", *console_problems(log), sep="\n", file=sys.stderr)
+            return 1
+        screenshot(page, target, Path(scratch) / "profile")
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
