@@ -1,10 +1,43 @@
 """aitune_dispatch: which CUDA kernels each torch.nn.functional call launches, and why.
 
 A drop-in replacement for NVIDIA AITune's ``ModuleFunctionKernelProfiler``.
+
+Attributes load lazily (PEP 562): ``import aitune_dispatch`` imports neither torch nor the
+profiler, so saved results can be loaded, described and compared on a machine without torch.
+``aitune_dispatch.ModuleFunctionKernelProfiler`` imports torch on first access.
 """
 
-from .profiler import ModuleFunctionKernelProfiler
-from .results import ProfileResult, describe_results
+from __future__ import annotations
 
-__all__ = ["ModuleFunctionKernelProfiler", "ProfileResult", "describe_results"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .profiler import ModuleFunctionKernelProfiler
+    from .results import ProfileResult, TensorMeta, compare, describe_results, load
+
+__all__ = ["ModuleFunctionKernelProfiler", "ProfileResult", "TensorMeta", "compare", "describe_results", "load"]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ModuleFunctionKernelProfiler": ".profiler",
+    "ProfileResult": ".results",
+    "TensorMeta": ".results",
+    "compare": ".results",
+    "describe_results": ".results",
+    "load": ".results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public attribute on first access (keeps ``import aitune_dispatch`` torch-free)."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,60 +1,458 @@
-"""The ``aitune-dispatch`` command line: small subcommand functions over the public API."""
+"""The ``aitune-dispatch`` command line: small subcommand functions over the public API.
+
+  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top-k K] [--functions functional|all]
+                       [--out DIR [--with-tensors]] [--quiet]
+  aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
+  aitune-dispatch report RESULT [--top-k K] [--html FILE] [--perfetto FILE] [--out DIR]
+  aitune-dispatch compare A B [--top N] [--csv FILE]
+
+``profile`` imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
+or a ``path/to/file.py``) and calls FACTORY (an attribute, dotted for nested ones) with
+``device="cuda"|"cpu"`` when it has a ``device`` parameter, else with no arguments. FACTORY returns
+``(model, samples)`` with an ``nn.Module``, or ``(function, samples, module)`` to profile a plain
+function (a pipeline) while observing ``module``; ``samples`` is a list of ``(args, kwargs)``
+pairs, or None to call the function once without arguments.
+
+``--out DIR`` writes ``DIR/result/`` (the saved result, see ``ProfileResult.save``),
+``DIR/report.html`` and ``DIR/trace.json`` (Perfetto). Progress goes to stderr: the CLI runs the
+warm-up passes itself (under ``torch.no_grad()``) and then records with ``warmup_iterations=0``,
+so each pass and recorded sample can be reported; on long runs a step line appears at most once a
+second. ``--quiet`` silences progress. Bad input exits with status 1 and one line on stderr
+(set ``AITUNE_DISPATCH_TRACEBACK=1`` for the traceback); usage errors exit with status 2.
+``report`` and ``compare`` need no torch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from .results import ProfileResult, compare, load_result
 
+PROG = "aitune-dispatch"
+
+
+class CliError(Exception):
+    """Bad input, reported as one line on stderr with a non-zero exit status."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+
+class Progress:
+    """Progress lines on stderr; step lines at most once per ``interval_s`` (the last always)."""
+
+    def __init__(self, quiet: bool, interval_s: float = 1.0) -> None:
+        self.quiet = quiet
+        self._interval_s = interval_s
+        self._stage_started = self._last = time.perf_counter()
+
+    def line(self, text: str) -> None:
+        """Print one progress line unless quiet."""
+        self._last = time.perf_counter()
+        if not self.quiet:
+            print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+    def stage(self, text: str) -> None:
+        """Start a stage: print its line and restart the stage clock."""
+        self.line(text)
+        self._stage_started = self._last
+
+    def elapsed(self) -> float:
+        """Seconds since the current stage started."""
+        return time.perf_counter() - self._stage_started
+
+    def step(self, label: str, done: int, total: int) -> None:
+        """Report ``done`` of ``total`` steps when the last line is old enough, or at the end."""
+        now = time.perf_counter()
+        if done >= total or now - self._last >= self._interval_s:
+            self.line(f"{label} {done}/{total} ({now - self._stage_started:.1f} s)")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to profile: ``function`` called on each sample while ``module`` is observed."""
+
+    function: Callable[..., Any]
+    samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None
+    module: Any
+
+    @property
+    def passes(self) -> int:
+        """Calls per pass over the samples."""
+        return 1 if self.samples is None else len(self.samples)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+# -- building a workload ----------------------------------------------------------------------------
+def _parse_target(spec: str) -> tuple[str, str]:
+    module_ref, _, attribute = spec.rpartition(":")
+    if not module_ref or not attribute or not all(part.isidentifier() for part in attribute.split(".")):
+        raise CliError(f"expected MODULE:FACTORY such as my_models:build or path/to/models.py:build; got {spec!r}")
+    return module_ref, attribute
+
+
+def _import_file(path: Path) -> Any:
+    if not path.is_file():
+        raise CliError(f"no such file: {path}; pass an existing path/to/file.py:FACTORY")
+    name = f"_aitune_dispatch_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"cannot import {path} as a Python module; pass a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.resolve().parent))  # so the file can import its neighbours
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import_name(name: str) -> Any:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the console script does not search the current directory
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (name == error.name or name.startswith(f"{error.name}.")):
+            raise CliError(
+                f"cannot find module {name!r}; run from its directory, add it to PYTHONPATH, "
+                "or pass path/to/file.py:FACTORY"
+            ) from error
+        raise
+
+
+def _import_module(module_ref: str) -> Any:
+    is_file = module_ref.endswith(".py") or "/" in module_ref or os.sep in module_ref
+    try:
+        return _import_file(Path(module_ref)) if is_file else _import_name(module_ref)
+    except CliError:
+        raise
+    except Exception as error:  # the user's module failed while importing
+        raise CliError(f"importing {module_ref} raised {_one_line(error)}") from error
+
+
+def _resolve_factory(spec: str) -> Callable[..., Any]:
+    module_ref, attribute = _parse_target(spec)
+    target: Any = _import_module(module_ref)
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise CliError(f"{module_ref} has no attribute {attribute!r}; check the FACTORY name in {spec!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise CliError(f"{spec} is a {type(target).__name__}, not a callable factory")
+    return target
+
+
+def _call_factory(factory: Callable[..., Any], device: str, spec: str) -> Any:
+    try:
+        takes_device = "device" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        takes_device = False
+    try:
+        return factory(device=device) if takes_device else factory()
+    except Exception as error:  # the user's factory failed
+        raise CliError(f"factory {spec} raised {_one_line(error)}") from error
+
+
+def _samples(samples: Any, spec: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
+    from .profiler import _normalize_data  # the profiler's own validation, so both agree
+
+    try:
+        return _normalize_data(samples)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"factory {spec} returned bad samples: {error}") from error
+
+
+def _workload(value: Any, spec: str) -> Workload:
+    from torch import nn
+
+    shape = "(model, samples) or (function, samples, module)"
+    if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
+        got = f"a {len(value)}-tuple" if isinstance(value, (tuple, list)) else f"a {type(value).__name__}"
+        raise CliError(f"factory {spec} must return {shape}; got {got}")
+    function, samples, module = (value[0], value[1], value[0]) if len(value) == 2 else value
+    if not isinstance(module, nn.Module):
+        raise CliError(
+            f"factory {spec} must return {shape} with an nn.Module; got a {type(module).__name__} "
+            "where the module belongs"
+        )
+    if not callable(function):
+        raise CliError(f"factory {spec} returned a {type(function).__name__} as the function; return a callable")
+    return Workload(function, _samples(samples, spec), module)
+
+
+# -- running it -------------------------------------------------------------------------------------
 def _pick_device(requested: str) -> str:
     import torch
 
-    if requested != "auto":
-        return requested
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    available = torch.cuda.is_available()
+    if requested == "auto":
+        return "cuda" if available else "cpu"
+    if requested == "cuda" and not available:
+        raise CliError("--device cuda was requested but CUDA is unavailable; use --device cpu or auto")
+    return requested
+
+
+def _warm_up(workload: Workload, iterations: int, progress: Progress) -> None:
+    import torch
+
+    from .profiler import _run_pass
+
+    if iterations == 0:
+        return
+    progress.stage(f"warmup: {iterations} passes of {workload.passes} calls")
+    try:
+        with torch.no_grad():
+            for done in range(1, iterations + 1):
+                _run_pass(workload.function, workload.samples)
+                progress.step("warmup pass", done, iterations)
+    except Exception as error:  # the user's model failed
+        raise CliError(f"the workload raised {_one_line(error)} during warmup") from error
+
+
+def _reporting(function: Callable[..., Any], total: int, progress: Progress) -> Callable[..., Any]:
+    done = 0
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal done
+        output = function(*args, **kwargs)
+        done += 1
+        progress.step("recorded sample", done, total)
+        if done == total:
+            progress.stage("post-processing: joining kernels to ops, functional calls and modules")
+        return output
+
+    return call
+
+
+def _record(workload: Workload, device: str, args: argparse.Namespace, progress: Progress) -> ProfileResult:
+    from .profiler import ModuleFunctionKernelProfiler
+
+    names = getattr(args, "function_names", None)
+    profiler = ModuleFunctionKernelProfiler(names, device=device, functions=args.functions)
+    progress.stage(f"recording one pass of {workload.passes} calls on {device}")
+    function = _reporting(workload.function, workload.passes, progress)
+    try:
+        result = profiler.profile_result(function, workload.samples, module=workload.module, warmup_iterations=0)
+    except Exception as error:  # the user's model (or the capture) failed
+        raise CliError(f"profiling failed: {_one_line(error)}") from error
+    progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
+    return result
+
+
+# -- outputs ----------------------------------------------------------------------------------------
+def _coverage_line(result: ProfileResult) -> str:
+    coverage = "n/a" if result.activity.num_rows == 0 else f"{result.coverage:.1%}"
+    return (
+        f"{result.attributed().num_rows} attributed rows of {result.activity.num_rows}; "
+        f"coverage {coverage} of {result.total_us:.1f} us"
+    )
+
+
+def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
+    summary = result.describe(top_k)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(title)
+        print(summary.to_string())
+        print(_coverage_line(result))
+    for warning in result.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+
+
+def _load(path: str) -> ProfileResult:
+    try:
+        return load_result(path)
+    except (OSError, ValueError) as error:
+        raise CliError(str(error)) from error
+
+
+def _save(result: ProfileResult, path: Path, with_tensors: bool) -> None:
+    try:
+        result.save(path, with_tensors=with_tensors)
+    except (OSError, ValueError) as error:
+        raise CliError(f"saving the result failed: {error}") from error
+    print(f"saved the result to {path}")
+
+
+def _report_writer(name: str) -> Callable[[ProfileResult, Path], Path] | None:
+    try:
+        return getattr(importlib.import_module("aitune_dispatch.reports"), name)
+    except (ImportError, AttributeError) as error:
+        print(f"{PROG}: note: skipped {name} (aitune_dispatch.reports unavailable: {error})", file=sys.stderr)
+        return None
+
+
+def _write(result: ProfileResult, writer_name: str, path: Path) -> None:
+    writer = _report_writer(writer_name)
+    if writer is None:
+        return
+    try:
+        written = writer(result, path)
+    except Exception as error:  # one line, whatever the renderer raised
+        raise CliError(f"{writer_name} to {path} failed: {_one_line(error)}") from error
+    print(f"wrote {written}")
+
+
+def _write_outputs(result: ProfileResult, out: Path, with_tensors: bool) -> None:
+    _save(result, out / "result", with_tensors)
+    _write(result, "write_report", out / "report.html")
+    _write(result, "write_perfetto", out / "trace.json")
+
+
+# -- subcommands ------------------------------------------------------------------------------------
+def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
+    progress = Progress(args.quiet)
+    _warm_up(workload, args.warmup, progress)
+    result = _record(workload, device, args, progress)
+    _print_summary(result, args.top_k, f"{label} on {device} ({result.source} activity source)")
+    if args.out is not None:
+        _write_outputs(result, args.out, args.with_tensors)
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Profile the built-in demo model and print the summary table."""
     from .demo import demo_workload
-    from .profiler import ModuleFunctionKernelProfiler
 
     device = _pick_device(args.device)
     model, samples = demo_workload(device)
-    profiler = ModuleFunctionKernelProfiler(device=device)
-    profiling_df, function_data = profiler.profile(model, samples, warmup_iterations=args.warmup)
-    result = profiler.last_result
-    assert result is not None
-    summary = profiler.describe_results(profiling_df, function_data, top_k=args.top_k)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(f"aitune_dispatch demo on {device} ({result.source} activity source)")
-        print(summary.to_string())
-        print(
-            f"{len(profiling_df)} attributed rows of {result.activity.num_rows}; "
-            f"coverage {result.coverage:.1%} of {result.total_us:.1f} us"
-        )
+    workload = Workload(model, samples, model)
+    return _profile_and_print(workload, device, args, "aitune_dispatch demo")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Profile the (model, samples) a user factory returns and print the summary table."""
+    factory = _resolve_factory(args.target)
+    device = _pick_device(args.device)
+    workload = _workload(_call_factory(factory, device, args.target), args.target)
+    return _profile_and_print(workload, device, args, args.target)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Load a saved result, print its summary and write the requested reports."""
+    result = _load(args.result)
+    _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source)")
+    html = args.html or (args.out / "report.html" if args.out else None)
+    perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
+    if html is not None:
+        _write(result, "write_report", html)
+    if perfetto is not None:
+        _write(result, "write_perfetto", perfetto)
     return 0
+
+
+def _print_level(table: pd.DataFrame, level: str, top: int) -> None:
+    rows = table[table["level"] == level].drop(columns=["level"] + (["kernel"] if level == "function" else []))
+    rows = rows.assign(function_name=rows["function_name"].fillna("(no functional call)"))
+    print(f"\nper {level}, largest change first ({min(top, len(rows))} of {len(rows)}):")
+    print(rows.head(top).to_string(index=False))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Print the per-function and per-kernel time difference between two saved results."""
+    before, after = _load(args.before), _load(args.after)
+    table = compare(before, after)
+    delta = after.total_us - before.total_us
+    print(f"before {args.before}: {before.total_us:.1f} us; after {args.after}: {after.total_us:.1f} us")
+    print(f"delta {delta:+.1f} us")
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        for level in ("function", "kernel"):
+            _print_level(table, level, args.top)
+    if args.csv is not None:
+        table.to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------------------------
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def _names(text: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated function names such as linear,relu")
+    return names
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default: cuda if present")
+    parser.add_argument("--warmup", type=_non_negative, default=3, help="warm-up passes (default 3)")
+    parser.add_argument("--top-k", type=_non_negative, default=10, help="summary rows (default 10)")
+    parser.add_argument(
+        "--functions",
+        choices=["functional", "all"],
+        default="functional",
+        help="all: also attribute ops outside F calls to torch-level calls (torch.addmm, ...)",
+    )
+    parser.add_argument("--out", type=Path, help="write DIR/result/, DIR/report.html and DIR/trace.json")
+    parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
-    parser = argparse.ArgumentParser(prog="aitune-dispatch", description=__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="profile the built-in demo model")
-    demo.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    demo.add_argument("--warmup", type=int, default=3)
-    demo.add_argument("--top-k", type=int, default=10)
+    demo = commands.add_parser("demo", parents=[common], help="profile the built-in demo model")
+    _add_run_options(demo)
     demo.set_defaults(run=cmd_demo)
+    profile = commands.add_parser("profile", parents=[common], help="profile the model a factory returns")
+    profile.add_argument("target", metavar="MODULE:FACTORY", help="e.g. my_models:build or models.py:build")
+    profile.add_argument("--function-names", type=_names, help="collect samples of these functions only")
+    _add_run_options(profile)
+    profile.set_defaults(run=cmd_profile)
+    report = commands.add_parser("report", parents=[common], help="summarise a saved result, write reports")
+    report.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
+    report.add_argument("--top-k", type=_non_negative, default=10, help="summary rows (default 10)")
+    report.add_argument("--html", type=Path, help="write the HTML report to this file")
+    report.add_argument("--perfetto", type=Path, help="write the Perfetto trace to this file")
+    report.add_argument("--out", type=Path, help="write DIR/report.html and DIR/trace.json")
+    report.set_defaults(run=cmd_report)
+    comparison = commands.add_parser("compare", parents=[common], help="time difference between two results")
+    comparison.add_argument("before", metavar="A", help="the saved result before the change")
+    comparison.add_argument("after", metavar="B", help="the saved result after the change")
+    comparison.add_argument("--top", type=_non_negative, default=20, help="rows per level (default 20)")
+    comparison.add_argument("--csv", type=Path, help="write the full comparison to this CSV file")
+    comparison.set_defaults(run=cmd_compare)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except CliError as error:
+        if os.environ.get("AITUNE_DISPATCH_TRACEBACK"):
+            raise
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

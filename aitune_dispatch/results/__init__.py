@@ -1,6 +1,25 @@
-"""Results: the finished run as immutable Arrow tables, with the spec-compatible views."""
+"""Results: the finished run as immutable Arrow tables, with the spec-compatible views.
 
+Importing this package, loading a saved result, describing and comparing need no torch.
+"""
+
+from .compare import compare
+from .persist import OpaqueValue, ResultFormatError, TensorMeta, load_result, save_result
 from .profile_result import ProfileResult
 from .summary import describe_results, empty_summary, logical_bytes
 
-__all__ = ["ProfileResult", "describe_results", "empty_summary", "logical_bytes"]
+load = load_result
+
+__all__ = [
+    "OpaqueValue",
+    "ProfileResult",
+    "ResultFormatError",
+    "TensorMeta",
+    "compare",
+    "describe_results",
+    "empty_summary",
+    "load",
+    "load_result",
+    "logical_bytes",
+    "save_result",
+]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,3 +111,26 @@ class ProfileResult:
     def to_pandas(self) -> pd.DataFrame:
         """Every activity row as a DataFrame (the full, unfiltered view)."""
         return self.activity.to_pandas()
+
+    # -- keep -----------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
+        """Write this result as Parquet: ``*.parquet`` is one file, any other path a directory.
+
+        Samples keep tensor metadata only unless ``with_tensors=True`` (torch.save of the tensors).
+        The layout is documented in :mod:`aitune_dispatch.results.persist`.
+        """
+        from .persist import save_result
+
+        return save_result(self, path, with_tensors=with_tensors)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
+    ) -> ProfileResult:
+        """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
+
+        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``.
+        """
+        from .persist import load_result
+
+        return load_result(path, with_tensors=with_tensors, map_location=map_location)

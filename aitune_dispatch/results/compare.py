@@ -1,0 +1,79 @@
+"""``compare(a, b)``: kernel time per functional call and per kernel, before (a) and after (b).
+
+Pure pandas over the activity tables (no torch), so two saved results compare anywhere. Every
+activity row counts, attributed or not: rows no functional call encloses are grouped under
+``function_name = None``, so each level's ``before_us`` / ``after_us`` sum to the results'
+``total_us``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .profile_result import ProfileResult
+
+COMPARE_COLUMNS = [
+    "level",  # "function" (one row per function_name) or "kernel" (per function_name and kernel)
+    "function_name",  # None: kernels that no functional call encloses
+    "kernel",  # None on "function" rows
+    "before_us",  # kernel time in a; 0.0 where absent
+    "after_us",  # kernel time in b; 0.0 where absent
+    "delta_us",  # after_us - before_us
+    "ratio",  # after_us / before_us; NaN where before_us is 0
+    "before_count",  # activity rows (kernel launches, copies, sets or CPU ops) in a; 0 where absent
+    "after_count",
+]
+_NO_FUNCTION = "\x00no functional call"  # stands in for None while grouping and merging
+
+
+def _activity(result: ProfileResult, name: str) -> pd.DataFrame:
+    if not isinstance(result, ProfileResult):
+        raise TypeError(f"compare() needs two ProfileResults; {name} is a {type(result).__name__}")
+    frame = result.activity.select(["function_name", "kernel", "kernel_us"]).to_pandas()
+    frame["function_name"] = frame["function_name"].astype(object).fillna(_NO_FUNCTION)
+    return frame
+
+
+def _totals(activity: pd.DataFrame, keys: list[str], side: str) -> pd.DataFrame:
+    grouped = activity.groupby(keys, sort=False)["kernel_us"]
+    return pd.DataFrame({f"{side}_us": grouped.sum().astype(float), f"{side}_count": grouped.size()})
+
+
+def _level(before: pd.DataFrame, after: pd.DataFrame, keys: list[str], level: str) -> pd.DataFrame:
+    rows = _totals(before, keys, "before").join(_totals(after, keys, "after"), how="outer").reset_index()
+    for side in ("before", "after"):
+        rows[f"{side}_us"] = rows[f"{side}_us"].fillna(0.0).astype(float)
+        rows[f"{side}_count"] = rows[f"{side}_count"].fillna(0).astype(np.int64)
+    rows["delta_us"] = rows["after_us"] - rows["before_us"]
+    rows["ratio"] = rows["after_us"] / rows["before_us"].where(rows["before_us"] > 0)
+    rows["level"] = level
+    if "kernel" not in rows:
+        rows["kernel"] = None
+    rows["_change"] = -rows["delta_us"].abs()
+    rows["_size"] = -rows[["before_us", "after_us"]].max(axis=1)
+    rows = rows.sort_values(["_change", "_size", "function_name", "kernel"], kind="stable")
+    return rows[COMPARE_COLUMNS]
+
+
+def empty_comparison() -> pd.DataFrame:
+    """The comparison's columns and dtypes with no rows."""
+    dtypes = {"before_us": float, "after_us": float, "delta_us": float, "ratio": float}
+    dtypes |= {"before_count": np.int64, "after_count": np.int64}
+    return pd.DataFrame({c: pd.Series([], dtype=dtypes.get(c, object)) for c in COMPARE_COLUMNS})
+
+
+def compare(a: ProfileResult, b: ProfileResult) -> pd.DataFrame:
+    """Per-function, then per-(function, kernel) kernel time before (a) and after (b), largest change first.
+
+    Functions or kernels present on one side only have 0 time and count on the other and ratio NaN.
+    """
+    before, after = _activity(a, "a"), _activity(b, "b")
+    if before.empty and after.empty:
+        return empty_comparison()
+    levels = [_level(before, after, ["function_name"], "function")]
+    levels.append(_level(before, after, ["function_name", "kernel"], "kernel"))
+    table = pd.concat(levels, ignore_index=True)
+    names = [None if name == _NO_FUNCTION else name for name in table["function_name"]]
+    table["function_name"] = pd.Series(names, index=table.index, dtype=object)
+    return table.astype({"level": object, "kernel": object})
