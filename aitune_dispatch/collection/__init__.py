@@ -22,7 +22,6 @@ def make_cuda_source(decoder: str | None = None) -> ActivitySource:
     global _fallback_warned
     cupti = load_cupti()
     external_kind = int(cupti.ExternalCorrelationKind.CUSTOM2)
-    scope_kind = int(cupti.ExternalCorrelationKind.CUSTOM1)
     if decoder in (None, "native"):
         try:
             from .native_sink import NativeRecordSink
@@ -43,4 +42,4 @@ def make_cuda_source(decoder: str | None = None) -> ActivitySource:
                     stacklevel=3,
                 )
                 _fallback_warned = True
-    return CuptiSource(PythonRecordSink(cupti, external_kind, scope_kind), cupti)
+    return CuptiSource(PythonRecordSink(cupti, external_kind), cupti)

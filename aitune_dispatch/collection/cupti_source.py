@@ -20,10 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from .. import schema
 from .base import Activity
 from .records import DecodedRecords
 
-# op ids are non-negative int64, so this external id can never collide with one
+# One external-correlation kind carries both op ids and scope contexts, on one per-thread stack,
+# so CUPTI tags each launch with the innermost of them: the op if one is running, else the module
+# forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
+SCOPE_BASE = 1 << 62
+# beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
@@ -74,6 +79,17 @@ def _api_callback_ids(enum: Any) -> tuple[list[int], list[int]]:
     return every, needed
 
 
+def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Separate op links from scope links (ids at or above SCOPE_BASE)."""
+    is_scope = pc.greater_equal(correlation["op_id"], SCOPE_BASE)
+    scopes = correlation.filter(is_scope)
+    scope_table = pa.table(
+        {"correlation_id": scopes["correlation_id"], "context_id": pc.subtract(scopes["op_id"], SCOPE_BASE)},
+        schema=schema.SCOPE_CORRELATION,
+    )
+    return correlation.filter(pc.invert(is_scope)), scope_table
+
+
 class CuptiSource:
     """Collects kernel, memcpy and memset activity for one recorded pass."""
 
@@ -83,7 +99,6 @@ class CuptiSource:
         self._cupti = cupti if cupti is not None else load_cupti()
         self._sink = sink
         self._kind = int(self._cupti.ExternalCorrelationKind.CUSTOM2)
-        self._scope_kind = int(self._cupti.ExternalCorrelationKind.CUSTOM1)
         self._enabled: list[Any] = []
         self._api_selected = False
         self._started = False
@@ -94,12 +109,12 @@ class CuptiSource:
         self._canary: torch.Tensor | None = None
         push = self._cupti.activity_push_external_correlation_id
         pop = self._cupti.activity_pop_external_correlation_id
-        kind, scope_kind = self._kind, self._scope_kind
+        kind = self._kind
         # bound once: these run for every aten op / module forward / functional call of the pass
         self.op_started = lambda op_id, op: push(kind, op_id)
         self.op_finished = lambda op_id: pop(kind)
-        self.scope_entered = lambda context_id: push(scope_kind, context_id)
-        self.scope_exited = lambda: pop(scope_kind)
+        self.scope_entered = lambda context_id: push(kind, SCOPE_BASE + context_id)
+        self.scope_exited = lambda: pop(kind)
 
     @property
     def sink_name(self) -> str:
@@ -222,10 +237,15 @@ class CuptiSource:
         kernels, correlation = records.kernels_table(), records.correlation_table()
         if self._canary is not None:
             kernels, correlation = self._drop_canary(kernels, correlation)
+        correlation, scope_correlation = split_scopes(correlation)
+        counters = getattr(self._sink, "counters", {})
+        for counter in ("undecodable", "lost", "layout_mismatches"):
+            if counters.get(counter):
+                self._warnings.append(f"{self._sink.name} decoder: {counters[counter]} {counter.replace('_', ' ')}")
         return Activity(
             kernels=kernels,
             correlation=correlation,
-            scope_correlation=records.scope_correlation_table(),
+            scope_correlation=scope_correlation,
             source=f"{self.name}/{self._sink.name}",
             dropped_records=self._dropped,
             warnings=tuple(self._warnings),

@@ -21,10 +21,9 @@ class PythonRecordSink:
 
     name = "python"
 
-    def __init__(self, cupti: Any, external_kind: int, scope_kind: int | None = None) -> None:
+    def __init__(self, cupti: Any, external_kind: int) -> None:
         self._cupti = cupti
         self._external_kind = external_kind
-        self._scope_kind = scope_kind
         kinds = cupti.ActivityKind
         self._kernel = int(kinds.CONCURRENT_KERNEL)
         self._memcpy = int(kinds.MEMCPY)
@@ -54,17 +53,12 @@ class PythonRecordSink:
         rows: list[tuple[int, int, int, int, int, int, str]] = []
         ext_cid: list[int] = []
         ext_id: list[int] = []
-        scope_cid: list[int] = []
-        scope_id: list[int] = []
         for a in self._objects:
             kind = a.kind
             if kind == self._correlation:
                 if a.external_kind == self._external_kind:
                     ext_cid.append(a.correlation_id)
                     ext_id.append(a.external_id)
-                elif a.external_kind == self._scope_kind:
-                    scope_cid.append(a.correlation_id)
-                    scope_id.append(a.external_id)
             elif kind == self._kernel:
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_KERNEL, a.name))
             elif kind == self._memcpy:
@@ -89,6 +83,4 @@ class PythonRecordSink:
             ext_correlation_id=np.array(ext_cid, dtype=np.int64),
             ext_id=np.array(ext_id, dtype=np.uint64).view(np.int64),  # CUPTI ids are uint64
             records=self._seen,
-            scope_correlation_id=np.array(scope_cid, dtype=np.int64),
-            scope_id=np.array(scope_id, dtype=np.uint64).view(np.int64),
         )

@@ -7,7 +7,7 @@ differ in what they decode, which the GPU tests compare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -45,8 +45,7 @@ class DecodedRecords:
     (int8, ``KIND_*``) and ``name_index`` (int32) into ``names``. Correlation rows:
     ``ext_correlation_id`` (CUPTI id) and ``ext_id`` (our op id), already filtered to our kind.
     ``records`` counts every record seen, including the API records that are only needed so
-    that CUPTI emits correlation records. ``scope_correlation_id`` / ``scope_id`` are the
-    external-correlation records of the scope kind (module / functional context ids).
+    that CUPTI emits correlation records.
     """
 
     correlation_id: np.ndarray
@@ -60,8 +59,6 @@ class DecodedRecords:
     ext_correlation_id: np.ndarray
     ext_id: np.ndarray
     records: int
-    scope_correlation_id: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    scope_id: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     def kernels_table(self) -> pa.Table:
         """Activity rows in the schema :data:`schema.KERNELS`."""
@@ -82,13 +79,6 @@ class DecodedRecords:
                 kinds,
             ],
             schema=schema.KERNELS,
-        )
-
-    def scope_correlation_table(self) -> pa.Table:
-        """Scope rows in the schema :data:`schema.SCOPE_CORRELATION`."""
-        return pa.Table.from_arrays(
-            [pa.array(self.scope_correlation_id, pa.int64()), pa.array(self.scope_id, pa.int64())],
-            schema=schema.SCOPE_CORRELATION,
         )
 
     def correlation_table(self) -> pa.Table:

@@ -1,0 +1,55 @@
+"""Compiled CUPTI activity decoder (``native_shims/cupti_decoder.c``); see ``collection/native_sink.py``."""
+
+import sys
+
+if sys.version_info >= (3, 12):
+    from collections.abc import Buffer
+else:
+    from typing_extensions import Buffer
+
+# A raw decode: activity columns (little-endian bytes: int64 correlation_id, start_ns, end_ns,
+# device, stream; int8 kind_code; int32 name_index into the name table), the name table (a kernel
+# name, ``(1, copy_kind, src_kind, dst_kind)`` for a copy, ``(2, memory_kind)`` for a set), the
+# correlation columns (int64 ext_correlation_id, ext_id) and counters ("records", "undecodable",
+# "lost", "layout_mismatches").
+RawRecords = tuple[
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    list[str | tuple[int, ...]],
+    bytes,
+    bytes,
+    dict[str, int],
+]
+
+BUFFER_BYTES: int
+CUPTI_API_VERSION: int
+CUPTI_SONAME: str
+
+def load(path: str | None = None) -> str:
+    """Resolve libcupti's functions from the copy in the process (else ``path``, else by soname); return its file."""
+
+def register(external_kind: int, record_sizes: dict[int, int] | None = None) -> None:
+    """Register this module's CUPTI buffer callbacks and forget older records (``load()`` first)."""
+
+def take() -> RawRecords:
+    """Every record delivered since ``register()``, as raw columns; the columns start empty again."""
+
+def decode_buffer(buffer: Buffer, external_kind: int, record_sizes: dict[int, int] | None = None) -> RawRecords:
+    """Decode one activity buffer with the sized walk (replay; no CUPTI needed)."""
+
+def record_sizes() -> dict[int, int]:
+    """Compiled record sizes in bytes by activity kind (CUPTI 13.0 layouts)."""
+
+def stats() -> dict[str, int | str]:
+    """Buffer counters of the live collector since ``register()`` and the walk it uses."""
+
+def _simulate_delivery(buffer: Buffer, foreign: bool = False) -> None:
+    """Test hook: pass one buffer through the real buffer callbacks, as CUPTI would."""
+
+def _reset(external_kind: int, record_sizes: dict[int, int] | None = None) -> None:
+    """Test hook: reset the live collector (sized walk) without registering with CUPTI."""

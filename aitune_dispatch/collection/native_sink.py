@@ -1,0 +1,305 @@
+"""The compiled decoder backend: CUPTI buffers decoded into columns in C (``native_shims/``).
+
+The extension ``aitune_dispatch._cupti_native`` owns the CUPTI buffer callbacks; its callback
+copies kernel / memcpy / memset / external-correlation fields into C arrays and returns, without
+Python or the GIL. :meth:`NativeRecordSink.take` wraps those arrays with ``np.frombuffer``; the only
+Python loop is over the few distinct names. :func:`decode_buffer_py` is the pure-Python twin of the
+extension's ``decode_buffer`` (same signature, same output), built from the record dtypes that
+cupti-python publishes: the tests run every decoding case through both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import operator
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .records import KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
+
+try:
+    from .. import _cupti_native as _native_module
+except ImportError as error:  # not built: no compiler or no CUPTI headers at install time
+    _native_module = None
+    _NATIVE_IMPORT_ERROR: ImportError | None = error
+else:
+    _NATIVE_IMPORT_ERROR = None
+
+# kernel name, (KIND_MEMCPY, copy_kind, src_kind, dst_kind) or (KIND_MEMSET, memory_kind)
+NameEntry = str | tuple[int, ...]
+# correlation_id, start_ns, end_ns, device, stream, kind_code, name_index, names, ext_correlation_id, ext_id, counters
+RawRecords = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int]]
+
+KIND_SLOTS = 128  # activity kinds a record size can be given for: 0..127
+MAX_RECORD_BYTES = 1 << 16
+RECORD_ALIGN = 8
+_NO_NAME_KEY = 3 << 56
+
+
+def native_module() -> ModuleType:
+    """The compiled extension, or an ImportError that says how to build it."""
+    if _native_module is None:
+        raise ImportError(
+            f"aitune_dispatch._cupti_native is not built ({_NATIVE_IMPORT_ERROR}); reinstall with a C compiler "
+            "and the CUPTI headers present (pip install -e . with nvidia-cuda-cupti and nvidia-cuda-runtime 13.x, "
+            "see native_shims/README.md)"
+        )
+    return _native_module
+
+
+def _wheel_libcupti() -> str | None:
+    """libcupti.so.13 of the nvidia-cuda-cupti wheel: loaded only if no copy is in the process yet."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib", "cuda_cupti/lib"):
+            path = Path(root) / sub / "libcupti.so.13"
+            if path.is_file():
+                return str(path)
+    return None
+
+
+class NativeRecordSink:
+    """Collects CUPTI records with the compiled decoder; one instance per activity session."""
+
+    name = "native"
+
+    def __init__(self, external_kind: int) -> None:
+        self._native = native_module()
+        self.library: str = self._native.load(_wheel_libcupti())
+        self._external_kind = int(external_kind)
+        self.counters: dict[str, int] = {}
+
+    def register(self) -> None:
+        """Register the extension's buffer callbacks with CUPTI and forget older records."""
+        self._native.register(self._external_kind)
+
+    def take(self) -> DecodedRecords:
+        """Every record delivered since :meth:`register`, as columns (call after a forced flush)."""
+        raw = self._native.take()
+        self.counters = dict(raw[10])
+        _warn_incomplete(self.counters)
+        return to_decoded(raw)
+
+
+def _warn_incomplete(counters: Mapping[str, int]) -> None:
+    if counters.get("undecodable"):
+        warnings.warn(
+            f"the native CUPTI decoder could not walk {counters['undecodable']} buffer(s) to their end, so "
+            "kernels may be missing; pass decoder='python' to compare and report the CUPTI version",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if counters.get("lost"):
+        warnings.warn(
+            f"the native CUPTI decoder ran out of memory and lost {counters['lost']} records",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _entry_name(entry: NameEntry) -> str:
+    if isinstance(entry, str):
+        return entry
+    if entry[0] == KIND_MEMCPY:
+        return memcpy_name(entry[1], entry[2], entry[3])
+    return memset_name(entry[1])
+
+
+def _resolve_names(entries: list[NameEntry]) -> tuple[list[str], np.ndarray | None]:
+    """Distinct names in first-seen order, and the entry -> name index map (None if the identity)."""
+    unique: dict[str, int] = {}
+    lut = np.fromiter((unique.setdefault(_entry_name(e), len(unique)) for e in entries), np.int32, len(entries))
+    return list(unique), None if len(unique) == len(entries) else lut
+
+
+def to_decoded(raw: RawRecords) -> DecodedRecords:
+    """Wrap a raw decode (extension or twin) into :class:`DecodedRecords` without copying the columns."""
+    cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw
+    names, lut = _resolve_names(entries)
+    index = np.frombuffer(name_index, np.int32)
+    return DecodedRecords(
+        correlation_id=np.frombuffer(cid, np.int64),
+        start_ns=np.frombuffer(start, np.int64),
+        end_ns=np.frombuffer(end, np.int64),
+        device=np.frombuffer(device, np.int64),
+        stream=np.frombuffer(stream, np.int64),
+        kind_code=np.frombuffer(kind, np.int8),
+        name_index=index if lut is None else lut[index],
+        names=names,
+        ext_correlation_id=np.frombuffer(ext_cid, np.int64),
+        ext_id=np.frombuffer(ext_id, np.int64),
+        records=int(counters["records"]),
+    )
+
+
+# -- the pure-Python twin of _cupti_native.decode_buffer ---------------------------------------------
+
+
+class _Layout(NamedTuple):
+    role: str  # "kernel", "memcpy", "memset", "correlation" or "api" (counted only)
+    size: int  # the whole record, in bytes
+    fields: np.dtype  # the fields decoded, at their offsets (its itemsize: the bytes read)
+
+
+_FIELDS = {
+    "kernel": ("start", "end", "device_id", "stream_id", "correlation_id", "name"),
+    "memcpy": ("copy_kind", "src_kind", "dst_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
+    "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
+    "correlation": ("external_kind", "external_id", "correlation_id"),
+    "api": ("kind",),
+}
+
+
+def _subset(dtype: np.dtype, names: tuple[str, ...]) -> np.dtype:
+    fields = [dtype.fields[n] for n in names]
+    end = max(offset + fmt.itemsize for fmt, offset, *_ in fields)
+    return np.dtype(
+        {"names": list(names), "formats": [f[0] for f in fields], "offsets": [f[1] for f in fields], "itemsize": end}
+    )
+
+
+def _latest_dtype(cupti: Any, stem: str) -> np.dtype:
+    """``activity_<stem><N>_dtype`` with the highest N that cupti-python publishes."""
+    versions = [n[len(f"activity_{stem}") : -len("_dtype")] for n in dir(cupti) if n.startswith(f"activity_{stem}")]
+    return getattr(cupti, f"activity_{stem}{max(int(v) for v in versions if v.isdigit())}_dtype")
+
+
+@functools.cache
+def record_layouts() -> dict[int, _Layout]:
+    """Record layouts by activity kind, from cupti-python's published record dtypes."""
+    from cupti import cupti
+
+    kinds = cupti.ActivityKind
+    by_role = {
+        "kernel": _latest_dtype(cupti, "kernel"),
+        "memcpy": _latest_dtype(cupti, "memcpy"),
+        "memset": _latest_dtype(cupti, "memset"),
+        "correlation": cupti.activity_external_correlation_dtype,
+        "api": cupti.activity_api_dtype,
+    }
+    roles = {
+        kinds.KERNEL: "kernel",
+        kinds.CONCURRENT_KERNEL: "kernel",
+        kinds.MEMCPY: "memcpy",
+        kinds.MEMSET: "memset",
+        kinds.EXTERNAL_CORRELATION: "correlation",
+        kinds.RUNTIME: "api",
+        kinds.DRIVER: "api",
+    }
+    return {
+        int(kind): _Layout(role, by_role[role].itemsize, _subset(by_role[role], _FIELDS[role]))
+        for kind, role in roles.items()
+    }
+
+
+def _record_sizes(layouts: Mapping[int, _Layout], record_sizes: Mapping[int, int] | None) -> dict[int, int]:
+    """Default sizes updated from ``record_sizes``, validated as the extension validates them."""
+    sizes = {kind: layout.size for kind, layout in layouts.items()}
+    if record_sizes is None:
+        return sizes
+    if not isinstance(record_sizes, dict):
+        raise TypeError("record_sizes must be a dict {activity kind: record bytes} or None")
+    for kind, size in record_sizes.items():
+        kind, size = operator.index(kind), operator.index(size)
+        if not 0 <= kind < KIND_SLOTS:
+            raise ValueError(f"record_sizes: activity kind {kind} is outside 0..{KIND_SLOTS - 1}")
+        least = layouts[kind].fields.itemsize if kind in layouts else 4
+        if size != 0 and not least <= size <= MAX_RECORD_BYTES:
+            raise ValueError(
+                f"record_sizes: record size {size} for kind {kind} must be 0 or between {least} and "
+                f"{MAX_RECORD_BYTES} bytes; take it from the cupti-python dtype of that record"
+            )
+        sizes[kind] = size
+    return sizes
+
+
+class _TwinColumns:
+    """Columns built one record at a time, in the extension's raw layout."""
+
+    def __init__(self, external_kind: int) -> None:
+        self.external_kind = external_kind
+        self.rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self.links: list[tuple[int, int]] = []
+        self.keys: dict[Any, int] = {}
+        self.entries: list[NameEntry] = []
+        self.records = 0
+        self.undecodable = 0
+
+    def intern(self, key: Any, entry: NameEntry) -> int:
+        if key not in self.keys:
+            self.keys[key] = len(self.entries)
+            self.entries.append(entry)
+        return self.keys[key]
+
+    def add(self, layout: _Layout | None, record: np.void) -> None:
+        self.records += 1
+        role = layout.role if layout else "api"
+        if role == "correlation":
+            if int(record["external_kind"]) == self.external_kind:
+                self.links.append((int(record["correlation_id"]), int(record["external_id"])))
+            return
+        if role == "kernel":
+            pointer = int(record["name"]) & (2**64 - 1)
+            text = ctypes.string_at(pointer).decode("utf-8", "replace") if pointer else ""
+            kind, name = 0, self.intern(pointer or _NO_NAME_KEY, text)
+        elif role == "memcpy":
+            codes = (int(record["copy_kind"]), int(record["src_kind"]), int(record["dst_kind"]))
+            kind, name = KIND_MEMCPY, self.intern(("memcpy", *codes), (KIND_MEMCPY, *codes))
+        elif role == "memset":
+            code = int(record["memory_kind"])
+            kind, name = KIND_MEMSET, self.intern(("memset", code), (KIND_MEMSET, code))
+        else:
+            return
+        fields = (record["correlation_id"], record["start"], record["end"], record["device_id"], record["stream_id"])
+        self.rows.append((*(int(f) for f in fields), kind, name))
+
+    def raw(self) -> RawRecords:
+        rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 7)
+        links = np.array(self.links, dtype=np.uint64).reshape(len(self.links), 2)
+
+        def column(values: np.ndarray, dtype: type) -> bytes:
+            return np.ascontiguousarray(values).view(np.int64).astype(dtype).tobytes()
+
+        counters = {"records": self.records, "undecodable": self.undecodable, "lost": 0, "layout_mismatches": 0}
+        columns = [column(rows[:, i], np.int64) for i in range(5)]
+        return (
+            *columns,
+            column(rows[:, 5], np.int8),
+            column(rows[:, 6], np.int32),
+            list(self.entries),
+            column(links[:, 0], np.int64),
+            column(links[:, 1], np.int64),
+            counters,
+        )  # type: ignore[return-value]
+
+
+def decode_buffer_py(
+    buffer: bytes | bytearray | memoryview, external_kind: int, record_sizes: dict[int, int] | None = None
+) -> RawRecords:
+    """Pure-Python twin of ``_cupti_native.decode_buffer``: the same sized walk, the same output."""
+    layouts = record_layouts()
+    sizes = _record_sizes(layouts, record_sizes)
+    data = memoryview(buffer).cast("B").tobytes()
+    columns = _TwinColumns(int(external_kind))
+    offset = 0
+    while offset < len(data):
+        if len(data) - offset < 4:
+            columns.undecodable += 1
+            break
+        kind = int.from_bytes(data[offset : offset + 4], "little")
+        size = sizes.get(kind, 0)
+        if not size or size > len(data) - offset:
+            columns.undecodable += 1
+            break
+        layout = layouts.get(kind)
+        fields = layout.fields if layout else np.dtype([("kind", "<i4")])
+        columns.add(layout, np.frombuffer(data, fields, count=1, offset=offset)[0])
+        offset += -(-size // RECORD_ALIGN) * RECORD_ALIGN
+    return columns.raw()

@@ -1,0 +1,672 @@
+/*
+ * aitune_dispatch._cupti_native: CUPTI activity buffers decoded straight into column arrays.
+ *
+ * The extension registers its own CUPTI buffer callbacks. bufferCompleted runs on a CUPTI thread:
+ * it walks the records, appends kernel / memcpy / memset rows and external-correlation links to
+ * growable C arrays under a mutex, frees the buffer and returns. No Python object and no GIL there.
+ * take() hands the columns to Python as bytes (numpy wraps them without a per-record loop).
+ *
+ * libcupti is never linked: its functions are resolved at run time from the copy already in the
+ * process (dlopen by soname with RTLD_NOLOAD, the one torch / cupti-python loaded), so importing
+ * this module works on a machine without a GPU. cuptiFinalize is never called.
+ *
+ * Record layouts: CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4 (the
+ * CUPTI 13.0 records; later 13.x headers keep them in cupti_activity_deprecated.h and only append
+ * fields to their successors, so the offsets read here are the same). Live buffers are walked with
+ * cuptiActivityGetNextRecord (always right for the running libcupti); decode_buffer() replays
+ * buffers with our own walk, sized per kind, so tests run without a driver.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cupti_activity.h>
+#include <cupti_result.h>
+#include <cupti_version.h>
+
+#define BUFFER_BYTES ((size_t)8 * 1024 * 1024)
+#define RECORD_ALIGN ((size_t)8)
+#define KIND_SLOTS 128
+#define MAX_RECORD_BYTES ((size_t)1 << 16)
+#define CUPTI_SONAME "libcupti.so.13"
+
+/* records.KIND_KERNEL / KIND_MEMCPY / KIND_MEMSET */
+enum { ROW_KERNEL = 0, ROW_MEMCPY = 1, ROW_MEMSET = 2 };
+
+/* name keys: a kernel's name pointer, or a tag in the top byte with the codes of a copy / set */
+#define TAG_SHIFT 56
+#define TAG_MEMCPY ((uint64_t)1 << TAG_SHIFT)
+#define TAG_MEMSET ((uint64_t)2 << TAG_SHIFT)
+#define KEY_NO_NAME ((uint64_t)3 << TAG_SHIFT)
+#define TAG_MASK ((uint64_t)0xff << TAG_SHIFT)
+
+#define FIELD_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+
+typedef __typeof__(&cuptiActivityRegisterCallbacks) RegisterFn;
+typedef __typeof__(&cuptiActivityGetNextRecord) NextRecordFn;
+typedef __typeof__(&cuptiGetResultString) ResultStringFn;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* columns                                                                                        */
+
+typedef struct {
+    int64_t *correlation_id, *start_ns, *end_ns, *device, *stream;
+    int8_t *kind_code;
+    int32_t *name_index;
+    size_t rows, row_cap;
+    int64_t *ext_correlation_id, *ext_id;
+    size_t links, link_cap;
+    uint64_t *slot_key; /* open addressing: name key -> name id; key 0 marks an empty slot */
+    int32_t *slot_id;
+    size_t slot_cap, slot_used;
+    uint64_t *name_key; /* name id -> key, and the copied kernel name (NULL for copies / sets) */
+    char **name_text;
+    size_t names, name_cap;
+    uint64_t last_key; /* one-entry cache: consecutive records often share a kernel */
+    int32_t last_id;
+    /* configuration, kept across resets */
+    int32_t external_kind;
+    size_t record_size[KIND_SLOTS];
+    /* counters */
+    uint64_t records, undecodable, lost, layout_mismatches;
+} Collector;
+
+/** Free every array of a collector and zero its data, keeping its configuration. */
+static void collector_clear(Collector *c) {
+    free(c->correlation_id); free(c->start_ns); free(c->end_ns); free(c->device); free(c->stream);
+    free(c->kind_code); free(c->name_index);
+    free(c->ext_correlation_id); free(c->ext_id);
+    free(c->slot_key); free(c->slot_id);
+    for (size_t i = 0; i < c->names; i++) free(c->name_text[i]);
+    free(c->name_key); free(c->name_text);
+    int32_t kind = c->external_kind;
+    size_t sizes[KIND_SLOTS];
+    memcpy(sizes, c->record_size, sizeof(sizes));
+    memset(c, 0, sizeof(*c));
+    c->external_kind = kind;
+    memcpy(c->record_size, sizes, sizeof(sizes));
+}
+
+/** Grow one array to hold `cap` elements; 0 on failure (the old array stays valid). */
+static int grow(void **array, size_t element, size_t cap) {
+    void *bigger = realloc(*array, element * cap);
+    if (!bigger) return 0;
+    *array = bigger;
+    return 1;
+}
+
+static int reserve_row(Collector *c) {
+    if (c->rows < c->row_cap) return 1;
+    size_t cap = c->row_cap ? c->row_cap * 2 : 4096;
+    int ok = grow((void **)&c->correlation_id, sizeof(int64_t), cap)
+        && grow((void **)&c->start_ns, sizeof(int64_t), cap)
+        && grow((void **)&c->end_ns, sizeof(int64_t), cap)
+        && grow((void **)&c->device, sizeof(int64_t), cap)
+        && grow((void **)&c->stream, sizeof(int64_t), cap)
+        && grow((void **)&c->kind_code, sizeof(int8_t), cap)
+        && grow((void **)&c->name_index, sizeof(int32_t), cap);
+    if (ok) c->row_cap = cap;
+    return ok;
+}
+
+static int reserve_link(Collector *c) {
+    if (c->links < c->link_cap) return 1;
+    size_t cap = c->link_cap ? c->link_cap * 2 : 4096;
+    int ok = grow((void **)&c->ext_correlation_id, sizeof(int64_t), cap)
+        && grow((void **)&c->ext_id, sizeof(int64_t), cap);
+    if (ok) c->link_cap = cap;
+    return ok;
+}
+
+static int reserve_name(Collector *c) {
+    if (c->names < c->name_cap) return 1;
+    size_t cap = c->name_cap ? c->name_cap * 2 : 256;
+    int ok = grow((void **)&c->name_key, sizeof(uint64_t), cap) && grow((void **)&c->name_text, sizeof(char *), cap);
+    if (ok) c->name_cap = cap;
+    return ok;
+}
+
+static size_t slot_of(uint64_t key, size_t mask) {
+    key ^= key >> 33; key *= 0xff51afd7ed558ccdULL; key ^= key >> 33;
+    return (size_t)key & mask;
+}
+
+/** Double the name hash table (or create it); 0 on failure. */
+static int rehash(Collector *c) {
+    size_t cap = c->slot_cap ? c->slot_cap * 2 : 1024;
+    uint64_t *keys = calloc(cap, sizeof(uint64_t));
+    int32_t *ids = calloc(cap, sizeof(int32_t));
+    if (!keys || !ids) { free(keys); free(ids); return 0; }
+    for (size_t i = 0; i < c->slot_cap; i++) {
+        if (!c->slot_key[i]) continue;
+        size_t j = slot_of(c->slot_key[i], cap - 1);
+        while (keys[j]) j = (j + 1) & (cap - 1);
+        keys[j] = c->slot_key[i];
+        ids[j] = c->slot_id[i];
+    }
+    free(c->slot_key); free(c->slot_id);
+    c->slot_key = keys; c->slot_id = ids; c->slot_cap = cap;
+    return 1;
+}
+
+/** The name id of a key, added on first sight (kernel names are copied); -1 when out of memory. */
+static int32_t intern(Collector *c, uint64_t key, const char *text) {
+    if (c->names && key == c->last_key) return c->last_id;
+    if ((c->slot_used + 1) * 2 > c->slot_cap && !rehash(c)) return -1;
+    size_t mask = c->slot_cap - 1, i = slot_of(key, mask);
+    for (; c->slot_key[i]; i = (i + 1) & mask) {
+        if (c->slot_key[i] == key) {
+            c->last_key = key;
+            return c->last_id = c->slot_id[i];
+        }
+    }
+    if (!reserve_name(c) || c->names >= INT32_MAX) return -1;
+    char *copy = NULL;
+    if (text && !(copy = strdup(text))) return -1;
+    int32_t id = (int32_t)c->names++;
+    c->name_key[id] = key;
+    c->name_text[id] = copy;
+    c->slot_key[i] = key;
+    c->slot_id[i] = id;
+    c->slot_used++;
+    c->last_key = key;
+    return c->last_id = id;
+}
+
+static int32_t intern_kernel(Collector *c, const char *name) {
+    return name ? intern(c, (uint64_t)(uintptr_t)name, name) : intern(c, KEY_NO_NAME, NULL);
+}
+
+static void push_row(Collector *c, uint32_t correlation, uint64_t start, uint64_t end, uint32_t device,
+                     uint32_t stream, int8_t kind, int32_t name) {
+    if (name < 0 || !reserve_row(c)) { c->lost++; return; }
+    size_t r = c->rows++;
+    c->correlation_id[r] = correlation;
+    c->start_ns[r] = (int64_t)start;
+    c->end_ns[r] = (int64_t)end;
+    c->device[r] = device;
+    c->stream[r] = stream;
+    c->kind_code[r] = kind;
+    c->name_index[r] = name;
+}
+
+static void push_link(Collector *c, uint32_t correlation, uint64_t external_id) {
+    if (!reserve_link(c)) { c->lost++; return; }
+    c->ext_correlation_id[c->links] = correlation;
+    c->ext_id[c->links] = (int64_t)external_id;
+    c->links++;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* records                                                                                        */
+
+/** Append one record to the columns (kernels, copies, sets, our correlation kind); count all. */
+static void decode_record(Collector *c, const CUpti_Activity *record) {
+    c->records++;
+    switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)record;
+        push_row(c, k->correlationId, k->start, k->end, k->deviceId, k->streamId, ROW_KERNEL,
+                 intern_kernel(c, k->name));
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)record;
+        uint64_t key = TAG_MEMCPY | ((uint64_t)m->copyKind << 16) | ((uint64_t)m->srcKind << 8) | m->dstKind;
+        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMCPY, intern(c, key, NULL));
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)record;
+        uint64_t key = TAG_MEMSET | (uint64_t)m->memoryKind;
+        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMSET, intern(c, key, NULL));
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        const CUpti_ActivityExternalCorrelation *e = (const CUpti_ActivityExternalCorrelation *)record;
+        if ((int32_t)e->externalKind == c->external_kind) push_link(c, e->correlationId, e->externalId);
+        break;
+    }
+    default: /* runtime / driver API records: only needed so that CUPTI emits correlation records */
+        break;
+    }
+}
+
+static size_t aligned(size_t size) { return (size + RECORD_ALIGN - 1) & ~(RECORD_ALIGN - 1); }
+
+static size_t size_of_kind(const Collector *c, uint32_t kind) { return kind < KIND_SLOTS ? c->record_size[kind] : 0; }
+
+/** Walk a buffer with our own per-kind sizes; an unknown kind or a cut record ends the walk. */
+static void walk_sized(Collector *c, const uint8_t *buffer, size_t valid) {
+    size_t offset = 0;
+    while (offset < valid) {
+        if (valid - offset < sizeof(CUpti_Activity)) { c->undecodable++; return; }
+        const CUpti_Activity *record = (const CUpti_Activity *)(buffer + offset);
+        size_t size = size_of_kind(c, (uint32_t)record->kind);
+        if (!size || size > valid - offset) { c->undecodable++; return; }
+        decode_record(c, record);
+        offset += aligned(size);
+    }
+}
+
+/** Walk a live buffer with CUPTI's own iterator; count records whose spacing differs from our sizes. */
+static void walk_cupti(Collector *c, NextRecordFn next, uint8_t *buffer, size_t valid) {
+    CUpti_Activity *record = NULL, *previous = NULL;
+    for (;;) {
+        CUptiResult status = next(buffer, valid, &record);
+        if (status == CUPTI_ERROR_MAX_LIMIT_REACHED) return;
+        if (status != CUPTI_SUCCESS || !record) { c->undecodable++; return; }
+        if (previous) {
+            size_t expected = aligned(size_of_kind(c, (uint32_t)previous->kind));
+            if (expected && (size_t)((uint8_t *)record - (uint8_t *)previous) != expected) c->layout_mismatches++;
+        }
+        decode_record(c, record);
+        previous = record;
+    }
+}
+
+static void default_record_sizes(size_t *sizes) {
+    memset(sizes, 0, sizeof(size_t) * KIND_SLOTS);
+    sizes[CUPTI_ACTIVITY_KIND_KERNEL] = sizeof(CUpti_ActivityKernel10);
+    sizes[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] = sizeof(CUpti_ActivityKernel10);
+    sizes[CUPTI_ACTIVITY_KIND_MEMCPY] = sizeof(CUpti_ActivityMemcpy6);
+    sizes[CUPTI_ACTIVITY_KIND_MEMSET] = sizeof(CUpti_ActivityMemset4);
+    sizes[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION] = sizeof(CUpti_ActivityExternalCorrelation);
+    sizes[CUPTI_ACTIVITY_KIND_RUNTIME] = sizeof(CUpti_ActivityAPI);
+    sizes[CUPTI_ACTIVITY_KIND_DRIVER] = sizeof(CUpti_ActivityAPI);
+}
+
+/** Bytes of a record that decode_record reads: a record size below it is rejected. */
+static size_t bytes_read(uint32_t kind) {
+    switch (kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        return MAX2(FIELD_END(CUpti_ActivityKernel10, name), FIELD_END(CUpti_ActivityKernel10, correlationId));
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+        return MAX2(FIELD_END(CUpti_ActivityMemcpy6, correlationId), FIELD_END(CUpti_ActivityMemcpy6, streamId));
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+        return MAX2(FIELD_END(CUpti_ActivityMemset4, memoryKind), FIELD_END(CUpti_ActivityMemset4, correlationId));
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
+        return MAX2(FIELD_END(CUpti_ActivityExternalCorrelation, correlationId),
+                    FIELD_END(CUpti_ActivityExternalCorrelation, externalId));
+    default:
+        return sizeof(CUpti_Activity);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the live collector: CUPTI callbacks                                                            */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static Collector live;
+static int live_walk_cupti;          /* walk live buffers with cuptiActivityGetNextRecord */
+static void **outstanding;           /* buffers we handed to CUPTI and did not get back yet */
+static size_t outstanding_count, outstanding_cap;
+static uint64_t buffers_requested, buffers_completed, foreign_buffers;
+
+static void *cupti_library;
+static RegisterFn p_register;
+static NextRecordFn p_next_record;
+static ResultStringFn p_result_string;
+
+/** Remember a buffer handed to CUPTI (caller holds live_lock); 0 when out of memory. */
+static int track(void *buffer) {
+    if (outstanding_count == outstanding_cap) {
+        size_t cap = outstanding_cap ? outstanding_cap * 2 : 16;
+        if (!grow((void **)&outstanding, sizeof(void *), cap)) return 0;
+        outstanding_cap = cap;
+    }
+    outstanding[outstanding_count++] = buffer;
+    return 1;
+}
+
+/** Forget a buffer CUPTI gave back (caller holds live_lock); 0 if it was not ours. */
+static int untrack(void *buffer) {
+    for (size_t i = 0; i < outstanding_count; i++) {
+        if (outstanding[i] == buffer) {
+            outstanding[i] = outstanding[--outstanding_count];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    void *memory = NULL;
+    if (posix_memalign(&memory, RECORD_ALIGN, BUFFER_BYTES) != 0) memory = NULL;
+    pthread_mutex_lock(&live_lock);
+    if (memory && !track(memory)) { free(memory); memory = NULL; }
+    buffers_requested++;
+    pthread_mutex_unlock(&live_lock);
+    *buffer = memory; /* NULL: CUPTI drops records and counts them as dropped */
+    *size = memory ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)context; (void)stream; (void)size;
+    if (!buffer) return;
+    pthread_mutex_lock(&live_lock);
+    int ours = untrack(buffer);
+    buffers_completed++;
+    if (!ours) foreign_buffers++; /* requested under another client's callbacks: decoded, never freed */
+    if (valid) {
+        if (live_walk_cupti && p_next_record) walk_cupti(&live, p_next_record, buffer, valid);
+        else walk_sized(&live, buffer, valid);
+    }
+    pthread_mutex_unlock(&live_lock);
+    if (ours) free(buffer);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Python surface                                                                                 */
+
+static void lock_live(void) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&live_lock);
+    Py_END_ALLOW_THREADS
+}
+
+static PyObject *column(const void *data, size_t count, size_t element) {
+    return PyBytes_FromStringAndSize(count ? (const char *)data : NULL, (Py_ssize_t)(count * element));
+}
+
+/** One entry of the name table: a kernel name, or the codes of a copy / set. */
+static PyObject *name_entry(const Collector *c, size_t id) {
+    uint64_t key = c->name_key[id];
+    switch (key & TAG_MASK) {
+    case TAG_MEMCPY:
+        return Py_BuildValue("(iiii)", ROW_MEMCPY, (int)((key >> 16) & 0xff), (int)((key >> 8) & 0xff), (int)(key & 0xff));
+    case TAG_MEMSET:
+        return Py_BuildValue("(ii)", ROW_MEMSET, (int)(key & 0xffff));
+    case KEY_NO_NAME:
+        return PyUnicode_FromStringAndSize("", 0);
+    default: {
+        const char *text = c->name_text[id];
+        return PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+    }
+    }
+}
+
+static PyObject *name_list(const Collector *c) {
+    PyObject *names = PyList_New((Py_ssize_t)c->names);
+    if (!names) return NULL;
+    for (size_t i = 0; i < c->names; i++) {
+        PyObject *entry = name_entry(c, i);
+        if (!entry) { Py_DECREF(names); return NULL; }
+        PyList_SET_ITEM(names, (Py_ssize_t)i, entry);
+    }
+    return names;
+}
+
+/** The raw-records tuple of a collector (see _cupti_native.pyi). */
+static PyObject *raw_records(const Collector *c) {
+    return Py_BuildValue(
+        "(NNNNNNNNNN{sKsKsKsK})",
+        column(c->correlation_id, c->rows, sizeof(int64_t)), column(c->start_ns, c->rows, sizeof(int64_t)),
+        column(c->end_ns, c->rows, sizeof(int64_t)), column(c->device, c->rows, sizeof(int64_t)),
+        column(c->stream, c->rows, sizeof(int64_t)), column(c->kind_code, c->rows, sizeof(int8_t)),
+        column(c->name_index, c->rows, sizeof(int32_t)), name_list(c),
+        column(c->ext_correlation_id, c->links, sizeof(int64_t)), column(c->ext_id, c->links, sizeof(int64_t)),
+        "records", (unsigned long long)c->records, "undecodable", (unsigned long long)c->undecodable,
+        "lost", (unsigned long long)c->lost, "layout_mismatches", (unsigned long long)c->layout_mismatches);
+}
+
+/** Record sizes by kind: the defaults, updated from a {kind: bytes} mapping (0 removes a kind). */
+static int parse_record_sizes(PyObject *mapping, size_t *sizes) {
+    default_record_sizes(sizes);
+    if (!mapping || mapping == Py_None) return 1;
+    if (!PyDict_Check(mapping)) {
+        PyErr_SetString(PyExc_TypeError, "record_sizes must be a dict {activity kind: record bytes} or None");
+        return 0;
+    }
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(mapping, &position, &key, &value)) {
+        long kind = PyLong_AsLong(key);
+        long long size = PyLong_AsLongLong(value);
+        if (PyErr_Occurred()) return 0;
+        if (kind < 0 || kind >= KIND_SLOTS) {
+            PyErr_Format(PyExc_ValueError, "record_sizes: activity kind %ld is outside 0..%d", kind, KIND_SLOTS - 1);
+            return 0;
+        }
+        if (size != 0 && (size < (long long)bytes_read((uint32_t)kind) || size > (long long)MAX_RECORD_BYTES)) {
+            PyErr_Format(PyExc_ValueError,
+                         "record_sizes: record size %lld for kind %ld must be 0 or between %zu and %zu bytes; "
+                         "take it from the cupti-python dtype of that record",
+                         size, kind, bytes_read((uint32_t)kind), MAX_RECORD_BYTES);
+            return 0;
+        }
+        sizes[kind] = (size_t)size;
+    }
+    return 1;
+}
+
+static PyObject *py_record_sizes(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    size_t sizes[KIND_SLOTS];
+    default_record_sizes(sizes);
+    PyObject *result = PyDict_New();
+    for (int kind = 0; result && kind < KIND_SLOTS; kind++) {
+        if (!sizes[kind]) continue;
+        PyObject *k = PyLong_FromLong(kind), *v = PyLong_FromSize_t(sizes[kind]);
+        if (!k || !v || PyDict_SetItem(result, k, v) < 0) Py_CLEAR(result);
+        Py_XDECREF(k); Py_XDECREF(v);
+    }
+    return result;
+}
+
+static PyObject *py_decode_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffer", "external_kind", "record_sizes", NULL};
+    Py_buffer view;
+    int external_kind;
+    PyObject *sizes = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*i|O:decode_buffer", keywords, &view, &external_kind, &sizes))
+        return NULL;
+    Collector c;
+    memset(&c, 0, sizeof(c));
+    c.external_kind = external_kind;
+    PyObject *result = NULL;
+    if (parse_record_sizes(sizes, c.record_size)) {
+        const uint8_t *data = view.buf;
+        void *copy = NULL;
+        if ((uintptr_t)data % RECORD_ALIGN && view.len) { /* records are read in place: align them */
+            if (posix_memalign(&copy, RECORD_ALIGN, (size_t)view.len) != 0) copy = NULL;
+            if (copy) memcpy(copy, data, (size_t)view.len);
+            data = copy;
+        }
+        if (data || !view.len) {
+            walk_sized(&c, data, (size_t)view.len);
+            result = raw_records(&c);
+        } else {
+            PyErr_NoMemory();
+        }
+        free(copy);
+    }
+    collector_clear(&c);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *load_error(const char *detail) {
+    PyErr_Format(PyExc_OSError,
+                 "cannot use libcupti (%s): import torch with CUDA 13 (it loads " CUPTI_SONAME
+                 ") or install nvidia-cuda-cupti 13.x, or pass decoder='python'",
+                 detail ? detail : "unknown error");
+    return NULL;
+}
+
+/** Resolve the three CUPTI functions; return the library file they come from. */
+static PyObject *py_load(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"path", NULL};
+    const char *path = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|z:load", keywords, &path)) return NULL;
+    if (!cupti_library) {
+        /* the copy already in the process; else the wheel's (what torch and cupti-python load, so
+           they find ours instead of a second copy); else whatever the loader finds by soname */
+        void *handle = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_NOLOAD);
+        if (!handle && path) handle = dlopen(path, RTLD_NOW);
+        if (!handle) handle = dlopen(CUPTI_SONAME, RTLD_NOW);
+        if (!handle) return load_error(dlerror());
+        RegisterFn reg = (RegisterFn)dlsym(handle, "cuptiActivityRegisterCallbacks");
+        NextRecordFn next = (NextRecordFn)dlsym(handle, "cuptiActivityGetNextRecord");
+        ResultStringFn text = (ResultStringFn)dlsym(handle, "cuptiGetResultString");
+        if (!reg || !next) { dlclose(handle); return load_error("cuptiActivityRegisterCallbacks not found"); }
+        p_register = reg; p_next_record = next; p_result_string = text;
+        cupti_library = handle;
+    }
+    Dl_info info;
+    if (dladdr((void *)p_register, &info) && info.dli_fname) return PyUnicode_DecodeFSDefault(info.dli_fname);
+    return PyUnicode_FromString(CUPTI_SONAME);
+}
+
+static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"external_kind", "record_sizes", NULL};
+    int external_kind;
+    PyObject *sizes = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|O:register", keywords, &external_kind, &sizes)) return NULL;
+    size_t parsed[KIND_SLOTS];
+    if (!parse_record_sizes(sizes, parsed)) return NULL;
+    if (!p_register) {
+        PyErr_SetString(PyExc_RuntimeError, "libcupti is not loaded: call _cupti_native.load() first");
+        return NULL;
+    }
+    lock_live();
+    collector_clear(&live);
+    live.external_kind = external_kind;
+    memcpy(live.record_size, parsed, sizeof(parsed));
+    live_walk_cupti = 1;
+    buffers_requested = buffers_completed = foreign_buffers = 0;
+    pthread_mutex_unlock(&live_lock);
+    CUptiResult status = p_register(buffer_requested, buffer_completed);
+    if (status != CUPTI_SUCCESS) {
+        const char *text = NULL;
+        if (!p_result_string || p_result_string(status, &text) != CUPTI_SUCCESS || !text) text = "no description";
+        PyErr_Format(PyExc_RuntimeError,
+                     "cuptiActivityRegisterCallbacks failed with CUPTI error %d (%s); is a CUDA driver and GPU "
+                     "present? pass decoder='python' to compare",
+                     (int)status, text);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_take(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    lock_live();
+    Collector taken = live;
+    memset(&live, 0, sizeof(live));
+    live.external_kind = taken.external_kind;
+    memcpy(live.record_size, taken.record_size, sizeof(live.record_size));
+    pthread_mutex_unlock(&live_lock);
+    PyObject *result = raw_records(&taken);
+    collector_clear(&taken);
+    return result;
+}
+
+static PyObject *py_stats(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    lock_live();
+    unsigned long long requested = buffers_requested, completed = buffers_completed, foreign = foreign_buffers;
+    unsigned long long pending = outstanding_count;
+    int walk = live_walk_cupti;
+    pthread_mutex_unlock(&live_lock);
+    return Py_BuildValue("{sKsKsKsKss}", "buffers_requested", requested, "buffers_completed", completed,
+                         "foreign_buffers", foreign, "outstanding_buffers", pending, "walk", walk ? "cupti" : "sized");
+}
+
+/** Feed buffers through the real callbacks, as CUPTI would (sized walk unless registered). */
+static PyObject *py_simulate_delivery(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffer", "foreign", NULL};
+    Py_buffer view;
+    int foreign = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|p:_simulate_delivery", keywords, &view, &foreign)) return NULL;
+    if ((size_t)view.len > BUFFER_BYTES) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "_simulate_delivery: the buffer is larger than a CUPTI buffer (8 MiB)");
+        return NULL;
+    }
+    uint8_t *buffer = NULL;
+    size_t size = 0, max_records = 0;
+    if (foreign) {
+        void *memory = NULL;
+        if (posix_memalign(&memory, RECORD_ALIGN, BUFFER_BYTES) == 0) buffer = memory, size = BUFFER_BYTES;
+    } else {
+        buffer_requested(&buffer, &size, &max_records);
+    }
+    if (!buffer) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    memcpy(buffer, view.buf, (size_t)view.len);
+    Py_BEGIN_ALLOW_THREADS
+    buffer_completed(NULL, 0, buffer, size, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    if (foreign) free(buffer);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_reset(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"external_kind", "record_sizes", NULL};
+    int external_kind;
+    PyObject *sizes = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|O:_reset", keywords, &external_kind, &sizes)) return NULL;
+    size_t parsed[KIND_SLOTS];
+    if (!parse_record_sizes(sizes, parsed)) return NULL;
+    lock_live();
+    collector_clear(&live);
+    live.external_kind = external_kind;
+    memcpy(live.record_size, parsed, sizeof(parsed));
+    live_walk_cupti = 0;
+    buffers_requested = buffers_completed = foreign_buffers = 0;
+    pthread_mutex_unlock(&live_lock);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"load", (PyCFunction)(void (*)(void))py_load, METH_VARARGS | METH_KEYWORDS,
+     "Resolve libcupti's functions from the copy in the process; return its path."},
+    {"register", (PyCFunction)(void (*)(void))py_register, METH_VARARGS | METH_KEYWORDS,
+     "Register this module's CUPTI buffer callbacks and forget older records."},
+    {"take", py_take, METH_NOARGS, "Every record delivered since register(), as raw columns; resets them."},
+    {"decode_buffer", (PyCFunction)(void (*)(void))py_decode_buffer, METH_VARARGS | METH_KEYWORDS,
+     "Decode one activity buffer (replay, no CUPTI needed) into raw columns."},
+    {"record_sizes", py_record_sizes, METH_NOARGS, "Compiled record sizes by activity kind."},
+    {"stats", py_stats, METH_NOARGS, "Buffer counters of the live collector since register()."},
+    {"_simulate_delivery", (PyCFunction)(void (*)(void))py_simulate_delivery, METH_VARARGS | METH_KEYWORDS,
+     "Test hook: pass one buffer through the real CUPTI callbacks."},
+    {"_reset", (PyCFunction)(void (*)(void))py_reset, METH_VARARGS | METH_KEYWORDS,
+     "Test hook: reset the live collector without registering with CUPTI."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cupti_native", "CUPTI activity buffers decoded into columns (native_shims/).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cupti_native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "BUFFER_BYTES", (long)BUFFER_BYTES) < 0
+        || PyModule_AddIntConstant(m, "CUPTI_API_VERSION", CUPTI_API_VERSION) < 0
+        || PyModule_AddStringConstant(m, "CUPTI_SONAME", CUPTI_SONAME) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    pthread_mutex_lock(&live_lock);
+    if (!live.record_size[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) default_record_sizes(live.record_size);
+    pthread_mutex_unlock(&live_lock);
+    return m;
+}

@@ -1,0 +1,103 @@
+"""Build of the compiled CUPTI decoder ``aitune_dispatch._cupti_native`` (``native_shims/``).
+
+Every other setting lives in pyproject.toml. The extension compiles against the CUPTI headers of
+the ``nvidia-cuda-cupti`` wheel and ``cuda.h`` of the ``nvidia-cuda-runtime`` wheel (both build
+requirements; ``nvidia/cu13/include`` once installed; no CUDA toolkit), never links libcupti, and is optional: where
+it cannot build, the package installs without it and the profiler falls back to cupti-python with
+a warning. ``AITUNE_DISPATCH_NATIVE=off`` skips it, ``=require`` makes a failed build an error;
+``CUPTI_INCLUDE_DIR`` / ``CUDA_HOME`` point at headers elsewhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+SOURCE = "native_shims/cupti_decoder.c"
+COMPAT = "native_shims/compat"  # a stand-in builtin_types.h, searched first (see the file)
+NVIDIA_SUBDIRS = ("cu13/include", "cuda_cupti/include", "cuda_runtime/include")
+
+
+def _nvidia_include_dirs() -> list[Path]:
+    """Include folders of the installed ``nvidia-*`` wheels (a namespace package)."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    return [Path(root) / sub for root in roots for sub in NVIDIA_SUBDIRS]
+
+
+def _toolkit_include_dirs() -> list[Path]:
+    """Include folders of a CUDA toolkit, if one is installed."""
+    homes = [os.environ.get(name) for name in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    dirs: list[Path] = []
+    for home in filter(None, homes):
+        dirs += [Path(home) / "include", Path(home) / "extras" / "CUPTI" / "include"]
+    return dirs
+
+
+def _candidates() -> list[Path]:
+    explicit = [Path(p) for p in os.environ.get("CUPTI_INCLUDE_DIR", "").split(os.pathsep) if p]
+    return [d for d in explicit + _nvidia_include_dirs() + _toolkit_include_dirs() if d.is_dir()]
+
+
+def _first_with(header: str, dirs: list[Path]) -> Path | None:
+    return next((d for d in dirs if (d / header).is_file()), None)
+
+
+def _cupti_major(include: Path) -> int:
+    text = (include / "cupti_version.h").read_text(errors="replace")
+    match = re.search(r"#define\s+CUPTI_API_VERSION\s+(\d+)", text)
+    return int(match.group(1)) // 10000 if match else 0
+
+
+def _include_dirs() -> tuple[list[str], str]:
+    """The include folders for the extension, or an empty list and the reason."""
+    dirs = _candidates()
+    cupti = _first_with("cupti_activity.h", dirs)
+    if cupti is None:
+        return [], "cupti_activity.h not found: install nvidia-cuda-cupti 13.x or set CUPTI_INCLUDE_DIR"
+    if _cupti_major(cupti) != 13:
+        return [], f"{cupti} holds CUPTI headers of another major version than 13 (libcupti.so.13)"
+    cuda = cupti if (cupti / "cuda.h").is_file() else _first_with("cuda.h", dirs)
+    if cuda is None:
+        return [], "cuda.h not found: install nvidia-cuda-runtime 13.x or set CUDA_HOME"
+    return list(dict.fromkeys([COMPAT, str(cupti), str(cuda)])), ""
+
+
+def _extensions() -> list[Extension]:
+    mode = os.environ.get("AITUNE_DISPATCH_NATIVE", "auto").lower()
+    if mode == "off":
+        return []
+    if not sys.platform.startswith("linux"):
+        reason = "the native CUPTI decoder is built on Linux only"
+        includes: list[str] = []
+    else:
+        includes, reason = _include_dirs()
+    if not includes:
+        if mode == "require":
+            raise SystemExit(f"aitune_dispatch: cannot build the native CUPTI decoder: {reason}")
+        print(f"aitune_dispatch: building without the native CUPTI decoder: {reason}", file=sys.stderr)
+        return []
+    print(f"aitune_dispatch: native CUPTI decoder with headers from {includes}", file=sys.stderr)
+    return [
+        Extension(
+            "aitune_dispatch._cupti_native",
+            sources=[SOURCE],
+            depends=[f"{COMPAT}/builtin_types.h"],  # rebuilds on change, and ships in the sdist
+            include_dirs=includes,
+            libraries=["dl"],
+            extra_compile_args=["-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden", "-Wall"],
+            extra_link_args=["-pthread"],
+            optional=mode != "require",
+        )
+    ]
+
+
+setup(ext_modules=_extensions())

@@ -1,0 +1,406 @@
+"""The native CUPTI decoder and its pure-Python twin, on buffers built from cupti-python's record dtypes.
+
+Every decoding test runs on both backends (``decode`` fixture): ``_cupti_native.decode_buffer``
+and ``native_sink.decode_buffer_py`` take the same arguments and must return the same raw columns.
+The native cases skip, with the reason in the summary, only where the extension did not build.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import random
+import types
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from aitune_dispatch.collection import native_sink
+from aitune_dispatch.collection.native_sink import NativeRecordSink, decode_buffer_py, to_decoded
+from aitune_dispatch.collection.python_sink import PythonRecordSink
+from aitune_dispatch.collection.records import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
+
+cupti = pytest.importorskip("cupti.cupti", reason="cupti-python provides the record dtypes these buffers use")
+
+try:
+    from aitune_dispatch import _cupti_native
+except ImportError as error:  # pragma: no cover - depends on the build
+    _cupti_native = None
+    NATIVE_MISSING = f"aitune_dispatch._cupti_native did not build ({error}); see native_shims/README.md"
+else:
+    NATIVE_MISSING = ""
+
+needs_native = pytest.mark.skipif(_cupti_native is None, reason=NATIVE_MISSING)
+
+KINDS = cupti.ActivityKind
+KERNEL_DTYPE = cupti.activity_kernel10_dtype
+MEMCPY_DTYPE = cupti.activity_memcpy6_dtype
+MEMSET_DTYPE = cupti.activity_memset4_dtype
+LINK_DTYPE = cupti.activity_external_correlation_dtype
+API_DTYPE = cupti.activity_api_dtype
+OURS = int(cupti.ExternalCorrelationKind.CUSTOM2)
+OTHER = int(cupti.ExternalCorrelationKind.CUSTOM0)
+HTOD, PINNED, DEVICE = 1, 2, 3  # CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind codes
+
+# kernel names live in C memory, as CUPTI's do; records carry their addresses
+GEMM = ctypes.create_string_buffer(b"void gemm<128>(float const*, float*)")
+RELU = ctypes.create_string_buffer(b"elementwise_relu")
+GEMM_AGAIN = ctypes.create_string_buffer(GEMM.value)  # same text at another address
+
+
+def _record(dtype: np.dtype, kind: int, **fields: int) -> bytes:
+    row = np.zeros(1, dtype)
+    row["kind"] = kind
+    for name, value in fields.items():
+        row[name] = value
+    return row.tobytes()
+
+
+def kernel(correlation: int, start: int, name: ctypes.Array | None, device: int = 0, stream: int = 7) -> bytes:
+    """A concurrent-kernel record lasting 40 ns."""
+    address = ctypes.addressof(name) if name is not None else 0
+    return _record(
+        KERNEL_DTYPE,
+        int(KINDS.CONCURRENT_KERNEL),
+        correlation_id=correlation,
+        start=start,
+        end=start + 40,
+        device_id=device,
+        stream_id=stream,
+        name=address,
+    )
+
+
+def memcpy(correlation: int, start: int, copy: int = HTOD, src: int = PINNED, dst: int = DEVICE) -> bytes:
+    return _record(
+        MEMCPY_DTYPE,
+        int(KINDS.MEMCPY),
+        correlation_id=correlation,
+        start=start,
+        end=start + 40,
+        device_id=0,
+        stream_id=7,
+        copy_kind=copy,
+        src_kind=src,
+        dst_kind=dst,
+        bytes=4096,
+    )
+
+
+def memset(correlation: int, start: int, memory: int = DEVICE) -> bytes:
+    return _record(
+        MEMSET_DTYPE,
+        int(KINDS.MEMSET),
+        correlation_id=correlation,
+        start=start,
+        end=start + 40,
+        device_id=0,
+        stream_id=7,
+        memory_kind=memory,
+        bytes=512,
+    )
+
+
+def link(correlation: int, op_id: int, external_kind: int = OURS) -> bytes:
+    return _record(
+        LINK_DTYPE,
+        int(KINDS.EXTERNAL_CORRELATION),
+        external_kind=external_kind,
+        external_id=op_id,
+        correlation_id=correlation,
+    )
+
+
+def api(correlation: int, driver: bool = False) -> bytes:
+    return _record(API_DTYPE, int(KINDS.DRIVER if driver else KINDS.RUNTIME), correlation_id=correlation, cbid=211)
+
+
+def one_pass() -> bytes:
+    """Six activity rows of four ops, as CUPTI interleaves them: 6 + 5 links + 4 API = 15 records."""
+    # fmt: off
+    return b"".join(
+        [
+            api(1), link(1, 100), kernel(1, 1_000, GEMM),
+            api(2), link(2, 101), link(2, 900, OTHER), kernel(2, 1_100, RELU),
+            api(3), link(3, 102), memcpy(3, 1_200),
+            api(4, driver=True), link(4, 103), memset(4, 1_300),
+            kernel(5, 1_400, GEMM), kernel(6, 1_500, RELU),
+        ]
+    )
+    # fmt: on
+
+
+Decode = Callable[..., tuple]
+BACKENDS = [pytest.param("native", marks=needs_native), "python"]
+
+
+@pytest.fixture(params=BACKENDS)
+def decode(request: pytest.FixtureRequest) -> Decode:
+    """``decode_buffer`` of one backend: the extension, or its pure-Python twin."""
+    return _cupti_native.decode_buffer if request.param == "native" else decode_buffer_py
+
+
+def test_native_extension_is_built():
+    if _cupti_native is None:
+        if os.environ.get("AITUNE_DISPATCH_NATIVE") == "require":
+            pytest.fail(NATIVE_MISSING)
+        pytest.skip(NATIVE_MISSING)
+    assert _cupti_native.CUPTI_SONAME == "libcupti.so.13"
+    assert _cupti_native.CUPTI_API_VERSION // 10000 == 13
+
+
+@needs_native
+def test_compiled_record_sizes_match_cupti_python_dtypes():
+    sizes = _cupti_native.record_sizes()
+    assert sizes == {kind: layout.size for kind, layout in native_sink.record_layouts().items()}
+    assert sizes[int(KINDS.CONCURRENT_KERNEL)] == sizes[int(KINDS.KERNEL)] == KERNEL_DTYPE.itemsize == 216
+    assert sizes[int(KINDS.MEMCPY)] == MEMCPY_DTYPE.itemsize == 96
+    assert sizes[int(KINDS.MEMSET)] == MEMSET_DTYPE.itemsize == 88
+    assert sizes[int(KINDS.EXTERNAL_CORRELATION)] == LINK_DTYPE.itemsize == 24
+    assert sizes[int(KINDS.RUNTIME)] == sizes[int(KINDS.DRIVER)] == API_DTYPE.itemsize == 40
+    assert all(size % 8 == 0 for size in sizes.values())  # CUPTI pads records to 8 bytes
+
+
+def test_one_pass_decodes_to_exact_columns(decode: Decode):
+    records = to_decoded(decode(one_pass(), OURS))
+    # rows in delivery order: kernel 1, kernel 2, memcpy 3, memset 4, kernel 5, kernel 6
+    assert records.correlation_id.tolist() == [1, 2, 3, 4, 5, 6]
+    assert records.start_ns.tolist() == [1_000, 1_100, 1_200, 1_300, 1_400, 1_500]  # 1_000 + 100 * i
+    assert (records.end_ns - records.start_ns).tolist() == [40] * 6
+    assert records.device.tolist() == [0] * 6 and records.stream.tolist() == [7] * 6
+    assert records.kind_code.tolist() == [KIND_KERNEL, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_KERNEL, KIND_KERNEL]
+    assert records.names == [
+        GEMM.value.decode(),
+        "elementwise_relu",
+        "Memcpy HtoD (Pinned -> Device)",
+        "Memset (Device)",
+    ]
+    assert records.name_index.tolist() == [0, 1, 2, 3, 0, 1]
+    # CUSTOM0's link (correlation 2 -> 900) is another client's: filtered out
+    assert records.ext_correlation_id.tolist() == [1, 2, 3, 4]
+    assert records.ext_id.tolist() == [100, 101, 102, 103]
+    assert records.records == 15  # 6 rows + 5 links + 4 API records
+    dtypes = [records.correlation_id, records.start_ns, records.end_ns, records.device, records.stream]
+    assert {a.dtype for a in dtypes} == {np.dtype(np.int64)}
+    assert records.kind_code.dtype == np.int8 and records.name_index.dtype == np.int32
+    assert records.ext_correlation_id.dtype == records.ext_id.dtype == np.int64
+
+
+def test_tables_follow_the_schema(decode: Decode):
+    records = to_decoded(decode(one_pass(), OURS))
+    kernels = records.kernels_table().to_pydict()
+    assert kernels["name"][2:4] == ["Memcpy HtoD (Pinned -> Device)", "Memset (Device)"]
+    assert kernels["kind"] == ["kernel", "kernel", "memcpy", "memset", "kernel", "kernel"]
+    assert records.correlation_table().to_pydict() == {"correlation_id": [1, 2, 3, 4], "op_id": [100, 101, 102, 103]}
+
+
+def test_api_records_are_counted_not_decoded(decode: Decode):
+    raw = decode(api(1) + api(2, driver=True) + api(3), OURS)
+    records = to_decoded(raw)
+    assert records.records == 3 and len(records.correlation_id) == 0 and len(records.ext_id) == 0
+    assert raw[10]["undecodable"] == 0
+
+
+def test_empty_buffer(decode: Decode):
+    records = to_decoded(decode(b"", OURS))
+    assert records.records == 0 and records.names == [] and records.correlation_id.shape == (0,)
+
+
+def test_a_repeated_kernel_keeps_one_name(decode: Decode):
+    buffer = b"".join(kernel(i, 1_000 + 100 * i, GEMM if i % 2 else RELU) for i in range(1_000))
+    raw = decode(buffer, OURS)
+    records = to_decoded(raw)
+    assert records.names == ["elementwise_relu", GEMM.value.decode()]  # i = 0 is even: relu first
+    assert records.name_index.tolist() == [i % 2 for i in range(1_000)]
+    assert records.start_ns[-1] == 1_000 + 100 * 999
+
+
+def test_one_text_at_two_addresses_is_one_name(decode: Decode):
+    raw = decode(kernel(1, 10, GEMM) + kernel(2, 20, RELU) + kernel(3, 30, GEMM_AGAIN), OURS)
+    assert raw[7] == [GEMM.value.decode(), "elementwise_relu", GEMM.value.decode()]  # interned by address
+    records = to_decoded(raw)
+    assert records.names == [GEMM.value.decode(), "elementwise_relu"]
+    assert records.name_index.tolist() == [0, 1, 0]
+
+
+def test_missing_and_broken_names(decode: Decode):
+    broken = ctypes.create_string_buffer(b"k\xff")
+    records = to_decoded(decode(kernel(1, 10, None) + kernel(2, 20, broken), OURS))
+    assert records.names == ["", "k\ufffd"]  # NULL name: "" as cupti-python gives; bad UTF-8 replaced
+
+
+def test_copy_and_set_names_come_from_their_codes(decode: Decode):
+    buffer = memcpy(1, 10, copy=2, src=3, dst=1) + memcpy(2, 20, copy=99) + memset(3, 30, memory=2) + memcpy(4, 40)
+    records = to_decoded(decode(buffer, OURS))
+    assert records.names == [
+        "Memcpy DtoH (Device -> Pageable)",
+        "Memcpy Unknown (Pinned -> Device)",  # copy kind 99 is no CUpti_ActivityMemcpyKind
+        "Memset (Pinned)",
+        "Memcpy HtoD (Pinned -> Device)",
+    ]
+
+
+def test_an_unknown_kind_ends_the_walk_and_is_counted(decode: Decode):
+    marker = _record(KERNEL_DTYPE, int(KINDS.MARKER))  # a kind we never enable
+    raw = decode(kernel(1, 10, GEMM) + marker + kernel(2, 20, RELU), OURS)
+    assert raw[10]["undecodable"] == 1 and raw[10]["records"] == 1
+    assert to_decoded(raw).correlation_id.tolist() == [1]
+
+
+def test_a_cut_record_is_counted(decode: Decode):
+    raw = decode(kernel(1, 10, GEMM) + kernel(2, 20, RELU)[:100], OURS)
+    assert raw[10]["undecodable"] == 1 and to_decoded(raw).correlation_id.tolist() == [1]
+    assert decode(kernel(1, 10, GEMM) + b"\0\0", OURS)[10]["undecodable"] == 1  # under 4 bytes left
+
+
+def test_record_sizes_replay_a_newer_layout(decode: Decode):
+    # CUPTI 13.5 appends fields: a kernel record is 248 bytes there, the fields we read stay put
+    newer = b"".join(kernel(i, 100 * i, GEMM) + bytes(248 - 216) for i in range(3)) + link(1, 7)
+    records = to_decoded(decode(newer, OURS, {int(KINDS.CONCURRENT_KERNEL): 248}))
+    assert records.start_ns.tolist() == [0, 100, 200] and records.ext_id.tolist() == [7]
+    assert decode(newer, OURS)[10]["undecodable"] == 1  # with 13.0 sizes the walk lands mid-record
+
+
+def test_record_sizes_are_validated(decode: Decode):
+    with pytest.raises(ValueError, match="record size 100 for kind 10 must be 0 or between 112"):
+        decode(b"", OURS, {int(KINDS.CONCURRENT_KERNEL): 100})  # the name pointer ends at 104 + 8 = 112
+    with pytest.raises(ValueError, match="outside 0..127"):
+        decode(b"", OURS, {200: 8})
+    with pytest.raises(TypeError, match="record_sizes"):
+        decode(b"", OURS, [(10, 216)])
+    assert decode(kernel(1, 10, GEMM), OURS, {int(KINDS.CONCURRENT_KERNEL): 0})[10]["undecodable"] == 1
+
+
+@needs_native
+def test_misaligned_input_is_copied_before_reading():
+    data = bytearray(b"\0" + one_pass())
+    assert _cupti_native.decode_buffer(memoryview(data)[1:], OURS) == _cupti_native.decode_buffer(one_pass(), OURS)
+
+
+def random_pass(seed: int, count: int = 400) -> bytes:
+    """A random mix of every record kind, including other clients' links."""
+    rng = random.Random(seed)
+    names = [GEMM, RELU, GEMM_AGAIN, None]
+    makers = [
+        lambda i: kernel(i, rng.randrange(2**40), rng.choice(names), rng.randrange(8), rng.randrange(2**32)),
+        lambda i: memcpy(i, rng.randrange(2**40), rng.randrange(12), rng.randrange(9), rng.randrange(9)),
+        lambda i: memset(i, rng.randrange(2**40), rng.randrange(9)),
+        lambda i: link(i, rng.randrange(2**62), rng.choice([OURS, OTHER])),
+        lambda i: api(i, driver=rng.random() < 0.5),
+    ]
+    return b"".join(rng.choice(makers)(rng.randrange(2**32)) for _ in range(count))
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(5))
+def test_twins_agree_on_random_buffers(seed: int):
+    buffer = random_pass(seed)
+    assert _cupti_native.decode_buffer(buffer, OURS) == decode_buffer_py(buffer, OURS)
+
+
+def as_cupti_python_objects(buffer: bytes) -> list[types.SimpleNamespace]:
+    """The attributes PythonRecordSink reads, as cupti-python's activity objects carry them."""
+    layouts = native_sink.record_layouts()
+    dtypes = {"kernel": KERNEL_DTYPE, "memcpy": MEMCPY_DTYPE, "memset": MEMSET_DTYPE, "correlation": LINK_DTYPE}
+    objects, offset = [], 0
+    while offset < len(buffer):
+        layout = layouts[int.from_bytes(buffer[offset : offset + 4], "little")]
+        row = np.frombuffer(buffer, dtypes.get(layout.role, API_DTYPE), count=1, offset=offset)[0]
+        fields = {name: int(row[name]) for name in row.dtype.names if row[name].shape == () and name != "cache_config"}
+        if layout.role == "kernel":
+            fields["name"] = ctypes.string_at(fields["name"]).decode() if fields["name"] else ""
+        objects.append(types.SimpleNamespace(**fields))
+        offset += layout.size
+    return objects
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_python_sink_decodes_the_same_records_identically(decode: Decode, seed: int):
+    buffer = one_pass() + random_pass(seed)
+    sink = PythonRecordSink(types.SimpleNamespace(ActivityKind=KINDS), OURS)
+    sink._buffer_completed(as_cupti_python_objects(buffer))
+    expected, actual = sink.take(), to_decoded(decode(buffer, OURS))
+    for field in expected.__dataclass_fields__:
+        want, got = getattr(expected, field), getattr(actual, field)
+        if isinstance(want, np.ndarray):
+            assert got.dtype == want.dtype and np.array_equal(got, want), field
+        else:
+            assert got == want, field
+    assert expected.kernels_table().equals(actual.kernels_table())
+
+
+# -- the live collector: the real CUPTI callbacks, fed by hand ------------------------------------------
+
+
+@pytest.fixture
+def live():
+    """The extension's live collector, reset (sized walk, nothing registered with CUPTI)."""
+    if _cupti_native is None:
+        pytest.skip(NATIVE_MISSING)
+    _cupti_native._reset(OURS)
+    yield _cupti_native
+    _cupti_native._reset(OURS)
+
+
+def test_callbacks_collect_in_delivery_order_until_take(live: types.ModuleType):
+    first, second = one_pass(), kernel(7, 2_000, GEMM) + link(7, 104)
+    live._simulate_delivery(first)
+    live._simulate_delivery(second)
+    assert live.take() == decode_buffer_py(first + second, OURS)
+    assert to_decoded(live.take()).records == 0  # take() starts the columns afresh
+    stats = live.stats()
+    assert stats["buffers_requested"] == stats["buffers_completed"] == 2
+    assert stats["outstanding_buffers"] == stats["foreign_buffers"] == 0 and stats["walk"] == "sized"
+
+
+def test_a_foreign_buffer_is_decoded_and_left_to_its_owner(live: types.ModuleType):
+    live._simulate_delivery(one_pass(), foreign=True)
+    assert to_decoded(live.take()).correlation_id.tolist() == [1, 2, 3, 4, 5, 6]
+    assert live.stats()["foreign_buffers"] == 1
+
+
+def test_native_sink_take_wraps_the_live_columns(live: types.ModuleType):
+    try:
+        sink = NativeRecordSink(OURS)
+    except OSError as error:
+        pytest.skip(f"libcupti.so.13 cannot be loaded here: {error}")
+    assert sink.name == "native" and sink.library.endswith("libcupti.so.13")
+    live._simulate_delivery(one_pass())
+    records = sink.take()
+    assert records.names == to_decoded(decode_buffer_py(one_pass(), OURS)).names
+    assert sink.counters == {"records": 15, "undecodable": 0, "lost": 0, "layout_mismatches": 0}
+
+
+def test_native_sink_warns_about_an_unwalkable_buffer(live: types.ModuleType):
+    try:
+        sink = NativeRecordSink(OURS)
+    except OSError as error:
+        pytest.skip(f"libcupti.so.13 cannot be loaded here: {error}")
+    live._simulate_delivery(kernel(1, 10, GEMM) + _record(KERNEL_DTYPE, int(KINDS.MARKER)))
+    with pytest.warns(RuntimeWarning, match="could not walk 1 buffer"):
+        assert sink.take().correlation_id.tolist() == [1]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_decoding_many_buffers_does_not_grow_memory(live: types.ModuleType):
+    buffer = random_pass(0, count=2_000)  # about 2_000 * 96 bytes = 190 kB per buffer
+
+    def cycle(times: int) -> None:
+        for _ in range(times):
+            live.decode_buffer(buffer, OURS)
+            live._simulate_delivery(buffer)
+            live.take()
+
+    cycle(50)  # warm the allocator
+    gc.collect()
+    before = _rss_bytes()
+    cycle(500)  # 500 * 2 decodes of 190 kB: a leak of one buffer per cycle would show as 95 MB
+    gc.collect()
+    assert _rss_bytes() - before < 16 * 2**20
