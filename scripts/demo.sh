@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m aitune_dispatch demo "$@"
+exec "${PYTHON:-python3}" -m aitune_dispatch demo --out out/demo "$@"
