@@ -1,39 +1,64 @@
 """Joining: kernels ⋈ correlation ⋈ ops ⋈ calls ⋈ modules, vectorised, one row per kernel.
 
 Pure functions over Arrow tables (no torch, no per-row Python), unit-tested on synthetic tables.
-A kernel whose correlation id no op claimed keeps a null ``op_id`` and the sentinels
-``module_id = call_id = -1``; so does the module/function of an op outside the hierarchy or
-outside any functional call.
+One launch has at most one correlation record of our kind, so a key's first value is its value.
+Every join is a sorted-key lookup (``numpy.searchsorted``) followed by Arrow ``take``: no hash
+tables to build, so the cost is a few array passes whatever the size. A kernel whose correlation
+id no op claimed keeps a null ``op_id``; its module and functional call then come from the scope
+its launch ran in (when known), else the sentinels ``module_id = call_id = -1``.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schema
 
-
-def _first_per_correlation(correlation: pa.Table, column: str) -> pa.Table:
-    if correlation.num_rows == 0:
-        return correlation
-    grouped = correlation.group_by("correlation_id").aggregate([(column, "min")])
-    return grouped.rename_columns(["correlation_id", column])
+_MISSING = -1
 
 
-def _fill_from_scope(rows: pa.Table, scope_correlation: pa.Table, contexts: pa.Table) -> pa.Table:
-    """Where no op claimed a kernel, take module and call from the scope its launch ran in."""
-    innermost = scope_correlation.group_by("correlation_id").aggregate([("context_id", "max")])
-    innermost = innermost.rename_columns(["correlation_id", "context_id"])
-    scoped = contexts.rename_columns(["context_id", "scope_module_id", "scope_call_id"])
-    rows = rows.join(innermost, "correlation_id", join_type="left outer")
-    rows = rows.join(scoped, "context_id", join_type="left outer")
-    no_op = pc.is_null(rows["op_id"])
-    module_id = pc.if_else(no_op, rows["scope_module_id"], rows["module_id"])
-    call_id = pc.if_else(no_op, rows["scope_call_id"], rows["call_id"])
-    rows = rows.set_column(rows.schema.get_field_index("module_id"), "module_id", module_id)
-    rows = rows.set_column(rows.schema.get_field_index("call_id"), "call_id", call_id)
-    return rows.drop_columns(["context_id", "scope_module_id", "scope_call_id"])
+def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(column.to_numpy(), dtype=np.int64)
+
+
+class _Index:
+    """Sorted unique keys with one value each (the first given for a repeated key): bulk lookups."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        if len(keys) > 1 and not np.all(keys[1:] > keys[:-1]):
+            order = np.argsort(keys, kind="stable")
+            keys, values = keys[order], values[order]
+            first = np.ones(len(keys), dtype=bool)
+            first[1:] = keys[1:] != keys[:-1]
+            keys, values = keys[first], values[first]
+        self.keys, self.values = keys, values
+
+    def lookup(self, queries: np.ndarray) -> np.ndarray:
+        """The value of each query key, or -1 where the key is absent."""
+        if len(self.keys) == 0:
+            return np.full(len(queries), _MISSING, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.keys, queries), len(self.keys) - 1)
+        return np.where(self.keys[pos] == queries, self.values[pos], _MISSING)
+
+
+def _rows_of(ids: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
+    """Row number in a table of each id (-1 when absent), for tables keyed by a unique id column."""
+    count = len(table_ids)
+    if count and table_ids[0] == 0 and table_ids[-1] == count - 1 and np.all(np.diff(table_ids) == 1):
+        return np.where((ids >= 0) & (ids < count), ids, _MISSING)  # ids are row numbers (the trace's)
+    return _Index(table_ids, np.arange(count, dtype=np.int64)).lookup(ids)
+
+
+def _take(column: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """``column[rows]`` with null where ``rows`` is -1."""
+    indices = pa.array(rows, pa.int64(), mask=rows < 0)
+    return pc.take(column, indices)
+
+
+def _pick(values: np.ndarray, rows: np.ndarray, default: int) -> np.ndarray:
+    return np.where(rows >= 0, values[np.maximum(rows, 0)] if len(values) else default, default)
 
 
 def join_activity(
@@ -51,30 +76,39 @@ def join_activity(
     ``scope_correlation`` and ``contexts`` are given it still gets the module and functional call
     its launch ran in.
     """
-    rows = kernels.join(_first_per_correlation(correlation, "op_id"), "correlation_id", join_type="left outer")
-    rows = rows.join(ops.select(["op_id", "op", "module_id", "call_id", "thread"]), "op_id", join_type="left outer")
+    starts = _ints(kernels["start_ns"])
+    if len(starts) > 1 and not np.all(starts[1:] >= starts[:-1]):
+        kernels = kernels.take(pa.array(np.argsort(starts, kind="stable"), pa.int64()))
+    kernel_cids = _ints(kernels["correlation_id"])
+    op_ids = _Index(_ints(correlation["correlation_id"]), _ints(correlation["op_id"])).lookup(kernel_cids)
+    op_rows = _rows_of(op_ids, _ints(ops["op_id"]))
+    module_ids = _pick(_ints(ops["module_id"]), op_rows, schema.NO_MODULE)
+    call_ids = _pick(_ints(ops["call_id"]), op_rows, schema.NO_CALL)
     if scope_correlation is not None and contexts is not None and scope_correlation.num_rows:
-        rows = _fill_from_scope(rows, scope_correlation, contexts)
-    rows = rows.join(calls.select(["call_id", "function_name"]), "call_id", join_type="left outer")
-    rows = rows.join(modules.select(["module_id", "module_name"]), "module_id", join_type="left outer")
-    rows = rows.sort_by([("start_ns", "ascending"), ("correlation_id", "ascending")])
-    duration_us = pc.divide(pc.cast(pc.subtract(rows["end_ns"], rows["start_ns"]), pa.float64()), 1000.0)
+        innermost = _Index(_ints(scope_correlation["correlation_id"]), _ints(scope_correlation["context_id"])).lookup(
+            kernel_cids
+        )
+        context_rows = _rows_of(innermost, _ints(contexts["context_id"]))
+        no_op = op_rows < 0
+        module_ids = np.where(no_op, _pick(_ints(contexts["module_id"]), context_rows, schema.NO_MODULE), module_ids)
+        call_ids = np.where(no_op, _pick(_ints(contexts["call_id"]), context_rows, schema.NO_CALL), call_ids)
+    starts, ends = _ints(kernels["start_ns"]), _ints(kernels["end_ns"])
     columns = {
-        "correlation_id": rows["correlation_id"],
-        "kernel": rows["name"],
-        "kind": rows["kind"],
-        "start_ns": rows["start_ns"],
-        "end_ns": rows["end_ns"],
-        "kernel_us": duration_us,
-        "device": rows["device"],
-        "stream": rows["stream"],
-        "op_id": rows["op_id"],
-        "op": rows["op"],
-        "module_id": pc.fill_null(rows["module_id"], schema.NO_MODULE),
-        "module_name": rows["module_name"],
-        "call_id": pc.fill_null(rows["call_id"], schema.NO_CALL),
-        "function_name": rows["function_name"],
-        "thread": rows["thread"],
+        "correlation_id": kernels["correlation_id"],
+        "kernel": kernels["name"],
+        "kind": kernels["kind"],
+        "start_ns": kernels["start_ns"],
+        "end_ns": kernels["end_ns"],
+        "kernel_us": pa.array((ends - starts) / 1000.0, pa.float64()),
+        "device": kernels["device"],
+        "stream": kernels["stream"],
+        "op_id": pa.array(op_ids, pa.int64(), mask=op_rows < 0),
+        "op": _take(ops["op"], op_rows),
+        "module_id": pa.array(module_ids, pa.int64()),
+        "module_name": _take(modules["module_name"], _rows_of(module_ids, _ints(modules["module_id"]))),
+        "call_id": pa.array(call_ids, pa.int64()),
+        "function_name": _take(calls["function_name"], _rows_of(call_ids, _ints(calls["call_id"]))),
+        "thread": _take(ops["thread"], op_rows),
     }
     return pa.table(columns).cast(schema.ACTIVITY)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -71,6 +72,22 @@ def _run_pass(function: Callable[..., Any], samples: list[tuple[tuple[Any, ...],
         return
     for args, kwargs in samples:
         function(*args, **kwargs)
+
+
+class _PhaseClock:
+    """Seconds spent in each phase of a recorded run, kept in the result's metadata."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.laps[phase] = now - self._last
+        self._last = now
+
+    def metadata(self) -> dict[str, str]:
+        return {f"seconds_{phase}": f"{seconds:.6f}" for phase, seconds in self.laps.items()}
 
 
 class ModuleFunctionKernelProfiler:
@@ -217,15 +234,20 @@ class ModuleFunctionKernelProfiler:
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.synchronize()
+        clock = _PhaseClock()
         source.start()
+        clock.lap("start")
         try:
             with session:
                 _run_pass(function, samples)
             if cuda:
                 torch.cuda.synchronize()
+            clock.lap("pass")
         finally:
             source.stop()
+        clock.lap("flush")
         activity = source.activity()
+        clock.lap("decode")
         trace = session.tables()
         joined = join_activity(
             activity.kernels,
@@ -236,6 +258,7 @@ class ModuleFunctionKernelProfiler:
             activity.scope_correlation,
             trace["contexts"],
         )
+        clock.lap("join")
         return ProfileResult(
             activity=joined,
             ops=trace["ops"],
@@ -251,5 +274,6 @@ class ModuleFunctionKernelProfiler:
                 "torch": torch.__version__,
                 "device": self.device,
                 "activity_minus_host_ns": str(activity.clock_offset_ns),
+                **clock.metadata(),
             },
         )

@@ -104,3 +104,22 @@ def test_kernels_without_op_take_module_and_call_from_their_launch_scope():
     assert (orphan["op"], orphan["module_name"], orphan["function_name"]) == (None, "fc", "relu")
     gemm = next(r for r in rows if r["kernel"] == "gemm")
     assert (gemm["op"], gemm["module_name"], gemm["function_name"]) == ("aten::addmm", "fc", "linear")
+
+
+def test_kernel_names_are_demangled_like_torch_profiler():
+    import numpy as np
+
+    from aitune_dispatch.collection.records import DecodedRecords
+
+    mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+    ids = np.array([1, 2], np.int64)
+    records = DecodedRecords(
+        ids, ids, ids + 1, np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int8),
+        np.array([0, 1], np.int32), [mangled, "triton_poi_fused_add_0"], ids, ids, 4,
+    )
+    names = records.kernels_table().column("name").to_pylist()
+    assert names == [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        "triton_poi_fused_add_0",
+    ]

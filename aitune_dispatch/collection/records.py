@@ -7,6 +7,9 @@ differ in what they decode, which the GPU tests compare.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +40,38 @@ def memset_name(memory_kind: int) -> str:
     return f"Memset ({_MEMORY_KINDS[memory_kind] if 0 <= memory_kind < len(_MEMORY_KINDS) else 'Unknown'})"
 
 
+@functools.lru_cache(maxsize=1)
+def _cxa_demangle() -> tuple[object, object] | None:
+    """``__cxa_demangle`` and ``free`` from the C++ runtime torch already loaded, or None."""
+    try:
+        runtime = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+        demangle = runtime.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    demangle.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    demangle.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    return demangle, libc.free
+
+
+@functools.lru_cache(maxsize=65536)
+def demangle(name: str) -> str:
+    """The kernel name as torch.profiler shows it: C++ names demangled, others unchanged."""
+    functions = _cxa_demangle() if name.startswith("_Z") else None
+    if functions is None:
+        return name
+    demangle_fn, free = functions
+    status = ctypes.c_int(0)
+    pointer = demangle_fn(name.encode(), None, None, ctypes.byref(status))  # type: ignore[operator]
+    if not pointer:
+        return name
+    try:
+        return ctypes.string_at(pointer).decode(errors="replace") if status.value == 0 else name
+    finally:
+        free(pointer)  # type: ignore[operator]
+
+
 @dataclass(frozen=True)
 class DecodedRecords:
     """Columns decoded from CUPTI buffers.
@@ -63,7 +98,7 @@ class DecodedRecords:
     def kernels_table(self) -> pa.Table:
         """Activity rows in the schema :data:`schema.KERNELS`."""
         names = pa.DictionaryArray.from_arrays(
-            pa.array(self.name_index, pa.int32()), pa.array(self.names, pa.string())
+            pa.array(self.name_index, pa.int32()), pa.array([demangle(n) for n in self.names], pa.string())
         ).cast(pa.string())
         kinds = pa.DictionaryArray.from_arrays(
             pa.array(self.kind_code.astype(np.int32), pa.int32()), pa.array(KIND_NAMES, pa.string())
