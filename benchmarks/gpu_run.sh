@@ -4,12 +4,17 @@
 #     ../shared/tools/gpu-wheels.sh            # cupti-python's py3.12 wheel into .whl/
 # then on the GPU machine (the device tool carries .whl):
 #     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [quick]
-# Parts default to "tests compare bench". Logs and results go under $OUT; a summary is printed.
+# Parts default to "tests compare bench" (split them over calls where one call is time-limited).
+# Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
+# summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
-mkdir -p "$OUT"
 PARTS=${*:-tests compare bench}
+TAG=$(echo "$PARTS" | tr ' ' '_')
+mkdir -p "$OUT/work"
+RUN_OUT=$OUT
+OUT=$OUT/work
 export PYTHONUNBUFFERED=1
 
 echo "== install cupti-python from .whl (no index there)"
@@ -49,14 +54,15 @@ for part in $PARTS; do
     compare)
       echo "== agreement with the record_function reference, op links, fidelity"
       if [ -f benchmarks/compare_reference.py ]; then
-        timeout 400 python3 -m benchmarks.compare_reference --out "$OUT" 2>&1 | tee "$OUT/compare.log" | tail -40
+        timeout 500 python3 -m benchmarks.compare_reference --device cuda --out "$OUT/compare" --strict 2>&1 | tee "$OUT/compare.log" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       fi
       ;;
     bench)
       echo "== benchmark harness"
       if [ -f benchmarks/harness.py ]; then
-        timeout 500 python3 -m benchmarks.harness --out "$OUT" 2>&1 | tee "$OUT/harness.log" | tail -60
+        timeout 560 python3 -m benchmarks.harness --out "$OUT/bench" --no-compare --budget-s "${BENCH_BUDGET_S:-420}" \
+          --cprofile-top 25 2>&1 | tee "$OUT/harness.log" | tail -60
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       fi
       ;;
@@ -66,5 +72,9 @@ for part in $PARTS; do
       ;;
   esac
 done
+for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md; do
+  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(basename "$f")"
+done
+tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"
 echo "gpu_run: parts [$PARTS] finished with status $status"
 exit $status
