@@ -273,7 +273,8 @@ class ModuleFunctionKernelProfiler:
             metadata={
                 "torch": torch.__version__,
                 "device": self.device,
-                "activity_minus_host_ns": str(activity.clock_offset_ns),
+                "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
+                "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),
             },
         )

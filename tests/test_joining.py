@@ -123,3 +123,31 @@ def test_kernel_names_are_demangled_like_torch_profiler():
         "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
         "triton_poi_fused_add_0",
     ]
+
+
+def test_cupti_ticks_are_mapped_onto_the_host_clock():
+    from aitune_dispatch.collection.cupti_source import host_clock
+
+    kernels = pa.table(
+        {
+            "correlation_id": [1],
+            "name": ["k"],
+            "start_ns": [5_000_000 + 2_100],  # 2,100 ticks after the first clock pair
+            "end_ns": [5_000_000 + 4_200],
+            "device": pa.array([0], pa.int32()),
+            "stream": [7],
+            "kind": ["kernel"],
+        },
+        schema=schema.KERNELS,
+    )
+    # pairs (host ns, CUPTI ticks): 20 ms of host time took 42,000,000 ticks -> 2.1 ticks per ns
+    clock = host_clock((1_000, 5_000_000), (20_001_000, 47_000_000))
+    assert clock.ticks_per_ns == 2.1
+    converted = clock.convert(kernels)
+    # host = 1,000 + 2,100 / 2.1 = 2,000 ns; end = 1,000 + 4,200 / 2.1 = 3,000 ns: a 1 us kernel
+    assert converted.column("start_ns").to_pylist() == [2_000]
+    assert converted.column("end_ns").to_pylist() == [3_000]
+    # nanosecond clocks (rate within 0.1% of 1) are only shifted
+    same = host_clock((1_000, 5_000_000), (20_001_000, 25_000_500))
+    assert same.ticks_per_ns == 1.0
+    assert same.convert(kernels).column("start_ns").to_pylist() == [1_000 + 2_100]

@@ -19,8 +19,9 @@ class Activity:
     source: str
     dropped_records: int = 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
-    # activity timestamps minus host ``time.perf_counter_ns()`` at the same instant (0: same clock)
-    clock_offset_ns: int = 0
+    # activity timestamps are on the host clock (``time.perf_counter_ns()``); this is the rate of
+    # the source's own clock that was converted (1.0: CUPTI counted nanoseconds)
+    clock_ticks_per_ns: float = 1.0
     # launches made outside any op, tagged with the trace's scope context (schema SCOPE_CORRELATION)
     scope_correlation: pa.Table = field(default_factory=lambda: schema.empty(schema.SCOPE_CORRELATION))
 

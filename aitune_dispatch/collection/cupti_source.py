@@ -14,8 +14,10 @@ import ctypes
 import re
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
@@ -28,6 +30,8 @@ from .records import DecodedRecords
 # so CUPTI tags each launch with the innermost of them: the op if one is running, else the module
 # forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
 SCOPE_BASE = 1 << 62
+# the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
+MIN_CALIBRATION_NS = 20_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
@@ -79,6 +83,43 @@ def _api_callback_ids(enum: Any) -> tuple[list[int], list[int]]:
     return every, needed
 
 
+@dataclass(frozen=True)
+class HostClock:
+    """Maps CUPTI timestamps onto the host's ``perf_counter_ns``: ``host = host0 + (ts - ts0) / rate``.
+
+    CUPTI's timestamps are nanoseconds unless a client registered a timestamp callback: Kineto
+    (torch.profiler) registers one that counts TSC ticks, and it stays registered after it stops.
+    Two clock pairs taken around the pass give the rate, so durations are nanoseconds either way and
+    every timestamp lands on the host clock of the trace.
+    """
+
+    host0: int
+    ts0: int
+    ticks_per_ns: float
+
+    def convert(self, kernels: pa.Table) -> pa.Table:
+        """``kernels`` with start_ns / end_ns on the host clock, in nanoseconds."""
+        for name in ("start_ns", "end_ns"):
+            ticks = np.asarray(kernels[name].to_numpy(), dtype=np.int64) - self.ts0
+            host = self.host0 + (
+                ticks if self.ticks_per_ns == 1.0 else np.rint(ticks / self.ticks_per_ns).astype(np.int64)
+            )
+            kernels = kernels.set_column(kernels.schema.get_field_index(name), name, pa.array(host, pa.int64()))
+        return kernels
+
+
+def host_clock(start: tuple[int, int] | None, end: tuple[int, int] | None) -> HostClock:
+    """The clock mapping from two (host ns, CUPTI timestamp) pairs; a rate within 0.1% of 1 is 1."""
+    if start is None:
+        return HostClock(0, 0, 1.0)
+    rate = 1.0
+    if end is not None and end[0] > start[0]:
+        rate = (end[1] - start[1]) / (end[0] - start[0])
+        if abs(rate - 1.0) < 1e-3 or rate <= 0:
+            rate = 1.0
+    return HostClock(start[0], start[1], rate)
+
+
 def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
     """Separate op links from scope links (ids at or above SCOPE_BASE)."""
     is_scope = pc.greater_equal(correlation["op_id"], SCOPE_BASE)
@@ -104,7 +145,8 @@ class CuptiSource:
         self._started = False
         self._stopped = False
         self._dropped = 0
-        self._clock_offset_ns = 0
+        self._clock_start: tuple[int, int] | None = None
+        self._clock_end: tuple[int, int] | None = None
         self._warnings: list[str] = []
         self._canary: torch.Tensor | None = None
         push = self._cupti.activity_push_external_correlation_id
@@ -147,22 +189,22 @@ class CuptiSource:
                 cupti.activity_enable(kind)
                 self._enabled.append(kind)
             self._select_api_records(only_needed=True)
-            self._clock_offset_ns = self._measure_clock_offset()
+            self._clock_start = self._clock_pair()
         except BaseException:
             self.stop()
             raise
 
-    def _measure_clock_offset(self) -> int:
-        """CUPTI timestamp minus host perf_counter_ns, from the tightest of a few brackets."""
-        best: tuple[int, int] | None = None
+    def _clock_pair(self) -> tuple[int, int]:
+        """(host perf_counter_ns, CUPTI timestamp) at one instant, from the tightest of a few brackets."""
+        best: tuple[int, int, int] | None = None
         for _ in range(5):
             before = time.perf_counter_ns()
             stamp = int(self._cupti.get_timestamp())
             after = time.perf_counter_ns()
             if best is None or after - before < best[0]:
-                best = (after - before, stamp - (before + after) // 2)
+                best = (after - before, (before + after) // 2, stamp)
         assert best is not None
-        return best[1]
+        return best[1], best[2]
 
     def _select_api_records(self, only_needed: bool) -> None:
         cupti = self._cupti
@@ -189,6 +231,7 @@ class CuptiSource:
         cupti = self._cupti
         try:
             self._launch_canary()
+            self._clock_end = self._calibration_end()
             cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
         finally:
             try:
@@ -203,6 +246,15 @@ class CuptiSource:
                 "torch.profiler was started while profile() was collecting and took the CUPTI "
                 "activity callbacks, so this run's kernels are incomplete; run them one after the other"
             )
+
+    def _calibration_end(self) -> tuple[int, int] | None:
+        """The second clock pair, at least MIN_CALIBRATION_NS after the first (short passes wait)."""
+        if self._clock_start is None:
+            return None
+        wait_ns = MIN_CALIBRATION_NS - (time.perf_counter_ns() - self._clock_start[0])
+        if wait_ns > 0:
+            time.sleep(wait_ns / 1e9)
+        return self._clock_pair()
 
     def _launch_canary(self) -> None:
         """One tagged kernel: if its record never reaches our sink, another client took CUPTI."""
@@ -224,8 +276,7 @@ class CuptiSource:
             return 0
         if dropped.value:
             message = (
-                f"CUPTI dropped {dropped.value} activity records (buffers full); kernels are missing "
-                "from this run"
+                f"CUPTI dropped {dropped.value} activity records (buffers full); kernels are missing from this run"
             )
             self._warnings.append(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
@@ -234,7 +285,8 @@ class CuptiSource:
     def activity(self) -> Activity:
         """Decoded kernel and correlation tables of the pass (without the canary)."""
         records = self._sink.take()
-        kernels, correlation = records.kernels_table(), records.correlation_table()
+        clock = host_clock(self._clock_start, self._clock_end)
+        kernels, correlation = clock.convert(records.kernels_table()), records.correlation_table()
         if self._canary is not None:
             kernels, correlation = self._drop_canary(kernels, correlation)
         correlation, scope_correlation = split_scopes(correlation)
@@ -249,7 +301,7 @@ class CuptiSource:
             source=f"{self.name}/{self._sink.name}",
             dropped_records=self._dropped,
             warnings=tuple(self._warnings),
-            clock_offset_ns=self._clock_offset_ns,
+            clock_ticks_per_ns=clock.ticks_per_ns,
         )
 
     def _drop_canary(self, kernels: pa.Table, correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
