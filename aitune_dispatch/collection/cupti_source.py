@@ -31,7 +31,7 @@ from .records import DecodedRecords
 # forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
 SCOPE_BASE = 1 << 62
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
-MIN_CALIBRATION_NS = 20_000_000
+MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")

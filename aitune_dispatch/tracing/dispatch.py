@@ -58,6 +58,8 @@ class OpMode(TorchDispatchMode):
         self._recorder = recorder
         self._started = observer.op_started
         self._finished = observer.op_finished
+        self._add_op = recorder.add_op
+        self._end_op = recorder.end_op
         self._names: dict[Callable[..., Any], tuple[int, str]] = {}
 
     @classmethod
@@ -81,13 +83,12 @@ class OpMode(TorchDispatchMode):
         if named is None:
             name = op_name(func)
             named = self._names[func] = (self._recorder.op_names.id(name), name)
-        recorder = self._recorder
-        op_id = recorder.add_op(named[0], recorder.stacks())
+        op_id = self._add_op(named[0])
         self._started(op_id, named[1])
         try:
             return func(*args, **(kwargs or {}))
         finally:
             self._finished(op_id)
-            recorder.end_op(op_id)
+            self._end_op(op_id)
 
     _frames_skipped = _skip_dynamo_frames(__torch_dispatch__.__code__)

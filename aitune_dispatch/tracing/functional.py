@@ -101,14 +101,14 @@ class FunctionalMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        name = self._registry.get(func)
+        if name is None and not self._all:  # the hot path: every other torch call, metadata reads too
+            return func(*args, **(kwargs or {}))
         if kwargs is None:
             kwargs = {}
         if _is_compiling():  # Dynamo traces through modes: compiled regions run as compiled
             return func(*args, **kwargs)
-        name = self._registry.get(func)
         if name is None:
-            if not self._all:
-                return func(*args, **kwargs)
             return self._torch_level_call(func, args, kwargs)
         stacks = self._recorder.stacks()
         if stacks.reentered and stacks.reentered[-1] is func:

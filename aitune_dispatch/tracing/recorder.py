@@ -73,6 +73,11 @@ class TraceRecorder:
         self.op_thread = array("q")
         self.op_start = array("q")
         self.op_end = array("q")
+        # bound once: add_op runs for every aten op
+        self._op_appends = tuple(
+            column.append
+            for column in (self.op_name, self.op_module, self.op_call, self.op_thread, self.op_end, self.op_start)
+        )
         self.call_name = array("q")
         self.call_parent = array("q")
         self.call_module = array("q")
@@ -99,15 +104,19 @@ class TraceRecorder:
         return found
 
     # -- ops ------------------------------------------------------------------------------------
-    def add_op(self, name_id: int, stacks: ThreadStacks) -> int:
-        """Append one dispatched aten op and return its op id (the correlation key)."""
+    def add_op(self, name_id: int) -> int:
+        """Append one dispatched aten op of the calling thread; returns its op id (the correlation key)."""
+        try:
+            stacks = self._local.stacks
+        except AttributeError:
+            stacks = self.stacks()
         op_id = len(self.op_name)
-        self.op_name.append(name_id)
-        self.op_module.append(stacks.modules[-1])
-        self.op_call.append(stacks.calls[-1])
-        self.op_thread.append(stacks.index)
-        self.op_end.append(0)
-        self.op_start.append(_clock_ns())
+        self._op_appends[0](name_id)
+        self._op_appends[1](stacks.modules[-1])
+        self._op_appends[2](stacks.calls[-1])
+        self._op_appends[3](stacks.index)
+        self._op_appends[4](0)
+        self._op_appends[5](_clock_ns())
         return op_id
 
     def end_op(self, op_id: int) -> None:
