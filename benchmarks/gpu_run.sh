@@ -67,8 +67,8 @@ for part in $PARTS; do
       fi
       ;;
     quick)
-      echo "== demo"
-      python3 -m aitune_dispatch demo 2>&1 | tee "$OUT/demo.log"
+      echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
+      python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
