@@ -1,0 +1,54 @@
+"""A result saved on the H200 (the demo, CUDA source) loads, describes and renders here, without a GPU.
+
+The fixture under tests/data/h200_demo_result/ was written by `bash benchmarks/gpu_run.sh quick`
+(`aitune-dispatch demo --out ...`) on the lent H200.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import aitune_dispatch
+from aitune_dispatch.reports import perfetto_events, write_report
+
+SAVED = Path(__file__).parent / "data" / "h200_demo_result"
+
+
+def test_h200_result_loads_and_describes():
+    result = aitune_dispatch.load(SAVED)
+    assert result.source == "cupti/native" and result.metadata["device"] == "cuda"
+    kernels = result.activity.column("kernel").to_pylist()
+    assert kernels and not any(k.startswith("cpu::") for k in kernels)
+    summary = result.describe()
+    assert summary["function_name"].iloc[0] == "linear"
+    # the summary adds up: shares over all functions sum to 100 %
+    assert abs(summary["time_spent_pct"].sum() - 100.0) < 1e-6
+    assert 0.9 < result.coverage < 1.0
+
+
+def test_h200_result_renders_html_and_perfetto(tmp_path):
+    result = aitune_dispatch.load(SAVED)
+    html = write_report(result, tmp_path / "report.html").read_text()
+    assert "scaled_dot_product_attention" in html and "cupti/native" in html
+    trace = perfetto_events(result)
+    gpu_slices = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("pid", 0) >= 100]
+    assert len(gpu_slices) == result.activity.num_rows
+
+
+def test_h200_result_loads_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import aitune_dispatch\n"
+        f"r = aitune_dispatch.load({str(SAVED)!r})\n"
+        "print(r.describe()['function_name'].iloc[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "linear"
+
+
+def test_manifest_names_the_schema_version():
+    manifest = json.loads((SAVED / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1
