@@ -15,7 +15,7 @@ from torch import nn
 import aitune_dispatch
 from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
 from aitune_dispatch.results import compare, load
-from aitune_dispatch.results.compare import COMPARE_COLUMNS
+from aitune_dispatch.schema import COMPARE_COLUMNS
 
 NAN = math.nan
 

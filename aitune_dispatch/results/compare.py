@@ -11,19 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..schema import COMPARE_COLUMNS
 from .profile_result import ProfileResult
 
-COMPARE_COLUMNS = [
-    "level",  # "function" (one row per function_name) or "kernel" (per function_name and kernel)
-    "function_name",  # None: kernels that no functional call encloses
-    "kernel",  # None on "function" rows
-    "before_us",  # kernel time in a; 0.0 where absent
-    "after_us",  # kernel time in b; 0.0 where absent
-    "delta_us",  # after_us - before_us
-    "ratio",  # after_us / before_us; NaN where before_us is 0
-    "before_count",  # activity rows (kernel launches, copies, sets or CPU ops) in a; 0 where absent
-    "after_count",
-]
 _NO_FUNCTION = "\x00no functional call"  # stands in for None while grouping and merging
 
 
