@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aitune_dispatch.demo import AttentionBlock as SDPABlock  # the pre-norm SDPA block of the demo
+
 Sample = tuple[tuple[Any, ...], dict[str, Any]]
 
 
@@ -128,28 +130,6 @@ class MHABlock(nn.Module):
         """Attention and MLP with residuals; q, k and v are the same tensor, as the fast path needs."""
         h = self.norm1(x)
         x = x + self.attn(h, h, h, need_weights=False)[0]
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
-
-
-class SDPABlock(nn.Module):
-    """Pre-norm transformer block calling ``F.scaled_dot_product_attention`` directly."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.fc1 = nn.Linear(dim, 4 * dim)
-        self.fc2 = nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """layer_norm, linear, scaled_dot_product_attention, linear, layer_norm, linear, gelu, linear."""
-        batch, tokens, dim = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(batch, tokens, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, tokens, dim)
-        x = x + self.proj(attended)
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
