@@ -169,10 +169,10 @@ def _call_factory(factory: Callable[..., Any], device: str, spec: str) -> Any:
 
 
 def _samples(samples: Any, spec: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
-    from .profiler import _normalize_data  # the profiler's own validation, so both agree
+    from .profiler import normalize_samples  # the profiler's own validation, so both agree
 
     try:
-        return _normalize_data(samples)
+        return normalize_samples(samples)
     except (TypeError, ValueError) as error:
         raise CliError(f"factory {spec} returned bad samples: {error}") from error
 
@@ -210,7 +210,7 @@ def _pick_device(requested: str) -> str:
 def _warm_up(workload: Workload, iterations: int, progress: Progress) -> None:
     import torch
 
-    from .profiler import _run_pass
+    from .profiler import run_pass
 
     if iterations == 0:
         return
@@ -218,7 +218,7 @@ def _warm_up(workload: Workload, iterations: int, progress: Progress) -> None:
     try:
         with torch.no_grad():
             for done in range(1, iterations + 1):
-                _run_pass(workload.function, workload.samples)
+                run_pass(workload.function, workload.samples)
                 progress.step("warmup pass", done, iterations)
     except Exception as error:  # the user's model failed
         raise CliError(f"the workload raised {_one_line(error)} during warmup") from error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -17,7 +17,6 @@ from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
 from .tracing import TraceSession, functional_names
 
-Samples = Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
 _DEVICES = ("cuda", "cpu")
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
 
@@ -48,7 +47,8 @@ def _normalize_device(device: str | torch.device | None) -> str:
     return kind
 
 
-def _normalize_data(data: Iterable[Any] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
+def normalize_samples(data: Iterable[Any] | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
+    """``data`` as a list of ``(args tuple, kwargs dict)``; a ValueError names a malformed item."""
     if data is None:
         return None
     samples = []
@@ -66,7 +66,8 @@ def _normalize_data(data: Iterable[Any] | None) -> list[tuple[tuple[Any, ...], d
     return samples
 
 
-def _run_pass(function: Callable[..., Any], samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None) -> None:
+def run_pass(function: Callable[..., Any], samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None) -> None:
+    """One pass: ``function(*args, **kwargs)`` for every sample, or ``function()`` without data."""
     if samples is None:
         function()
         return
@@ -154,7 +155,7 @@ class ModuleFunctionKernelProfiler:
         root = self._resolve_module(function, module)
         if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
             raise ValueError(f"warmup_iterations must be a non-negative integer; got {warmup_iterations!r}")
-        samples = _normalize_data(data)
+        samples = normalize_samples(data)
         self._warn_unknown_names()
         self._last_result = None  # the previous run's samples are released before this one runs
         if not _process_lock.acquire(blocking=False):
@@ -166,7 +167,7 @@ class ModuleFunctionKernelProfiler:
             source = self._make_source()
             with torch.no_grad():
                 for _ in range(warmup_iterations):
-                    _run_pass(function, samples)
+                    run_pass(function, samples)
                 result = self._record(function, samples, root, source)
         finally:
             _process_lock.release()
@@ -239,7 +240,7 @@ class ModuleFunctionKernelProfiler:
         clock.lap("start")
         try:
             with session:
-                _run_pass(function, samples)
+                run_pass(function, samples)
             if cuda:
                 torch.cuda.synchronize()
             clock.lap("pass")
