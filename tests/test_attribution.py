@@ -141,3 +141,14 @@ def test_second_profile_gives_the_same_rows():
     second, _ = profiler.profile(model, samples, warmup_iterations=0)
     columns = ["module_name", "function_name", "op", "kernel"]
     assert first[columns].values.tolist() == second[columns].values.tolist()
+
+
+def test_only_functionals_that_can_reach_others_re_arm_the_mode():
+    from aitune_dispatch.tracing.functional import may_call_functional
+
+    # relu's body calls torch.relu (and itself through handle_torch_function): no nested functional
+    assert not may_call_functional(F.relu) and not may_call_functional(F.layer_norm)
+    # multi_head_attention_forward reaches linear through _in_projection_packed; max_pool2d's
+    # boolean-dispatch wrapper reaches its two implementations through closure cells
+    assert may_call_functional(F.multi_head_attention_forward)
+    assert may_call_functional(F.max_pool2d)

@@ -67,6 +67,49 @@ def api_name(func: Callable[..., Any]) -> str | None:
     return name
 
 
+def may_call_functional(root: types.FunctionType) -> bool:
+    """Whether a Python functional's body can reach another functional (so nested calls need the mode).
+
+    Follows global names and closure cells to other Python functions, transitively; a name that
+    resolves to the root itself (its own ``handle_torch_function`` call) does not count. Anything it
+    cannot resolve (``torch.nn.functional`` reached as an attribute) counts, to stay on the safe side.
+    """
+    registry = functional_registry()
+    seen: set[int] = {id(root)}
+    pending: list[types.FunctionType] = [root]
+    while pending:
+        function = pending.pop()
+        code = function.__code__
+        if "functional" in code.co_names:
+            return True
+        cells = [cell.cell_contents for cell in function.__closure__ or () if _filled(cell)]
+        targets = [function.__globals__.get(name) for name in code.co_names] + cells
+        for target in targets:
+            if target is None or id(target) in seen:
+                continue
+            seen.add(id(target))
+            if _is_registered(target, registry):
+                return True
+            if isinstance(target, types.FunctionType):
+                pending.append(target)
+    return False
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _is_registered(target: Any, registry: dict[Callable[..., Any], str]) -> bool:
+    try:
+        return target in registry
+    except TypeError:  # unhashable
+        return False
+
+
 def functional_names() -> frozenset[str]:
     """The names this profiler recognises as functional calls."""
     return frozenset(functional_registry().values())
@@ -87,6 +130,7 @@ class FunctionalMode(TorchFunctionMode):
         self._registry = functional_registry()
         self._name_ids: dict[Callable[..., Any], int] = {}
         self._copies = GateFreeCopies()
+        self._rearm: dict[Callable[..., Any], bool] = {}
 
     def _name_id(self, func: Callable[..., Any], name: str) -> int:
         found = self._name_ids.get(func)
@@ -143,8 +187,11 @@ class FunctionalMode(TorchFunctionMode):
         self, func: Callable[..., Any], name_id: int, stacks: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         call_id = self._recorder.begin_call(name_id, stacks)
+        rearm = self._rearm.get(func)
+        if rearm is None:
+            rearm = self._rearm[func] = type(func) is types.FunctionType and may_call_functional(func)
         try:
-            if type(func) is types.FunctionType:
+            if rearm:
                 stacks.reentered.append(func)
                 try:
                     with self:
