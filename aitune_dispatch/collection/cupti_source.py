@@ -11,6 +11,7 @@ every start; the decoder backend that owns them is a :class:`RecordSink`.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import time
 import warnings
@@ -71,8 +72,9 @@ def torch_profiler_active() -> bool:
         return False
 
 
-def _api_callback_ids(enum: Any) -> tuple[list[int], list[int]]:
-    """All valid callback ids of a runtime/driver enum, and the launch/copy/set subset."""
+@functools.lru_cache(maxsize=4)
+def _api_callback_ids(enum: Any) -> tuple[tuple[int, ...], frozenset[int]]:
+    """All valid callback ids of a runtime/driver enum, and the launch/copy/set subset (once per enum)."""
     every, needed = [], []
     for name, member in enum.__members__.items():
         if name in ("INVALID", "SIZE", "FORCE_INT"):
@@ -80,7 +82,7 @@ def _api_callback_ids(enum: Any) -> tuple[list[int], list[int]]:
         every.append(int(member))
         if _API_RECORDS_WE_NEED.match(name):
             needed.append(int(member))
-    return every, needed
+    return tuple(every), frozenset(needed)
 
 
 @dataclass(frozen=True)
@@ -214,9 +216,8 @@ class CuptiSource:
         ):
             every, needed = _api_callback_ids(enum)
             if only_needed:
-                wanted = set(needed)
                 for cbid in every:
-                    switch(cbid, 1 if cbid in wanted else 0)
+                    switch(cbid, 1 if cbid in needed else 0)
             else:
                 for cbid in every:
                     switch(cbid, 1)

@@ -122,9 +122,3 @@ class DecodedRecords:
             [pa.array(self.ext_correlation_id, pa.int64()), pa.array(self.ext_id, pa.int64())],
             schema=schema.CORRELATION,
         )
-
-
-def empty_records() -> DecodedRecords:
-    """No records at all."""
-    i64 = np.empty(0, np.int64)
-    return DecodedRecords(i64, i64, i64, i64, i64, np.empty(0, np.int8), np.empty(0, np.int32), [], i64, i64, 0)

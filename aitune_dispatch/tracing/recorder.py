@@ -187,10 +187,6 @@ class TraceRecorder:
                 return
 
     # -- output ------------------------------------------------------------------------------------
-    def op_count(self) -> int:
-        """How many ops were recorded."""
-        return len(self.op_name)
-
     def ops_table(self) -> pa.Table:
         """The ops as an Arrow table of schema :data:`schema.OPS`."""
         n = len(self.op_name)
