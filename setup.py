@@ -19,6 +19,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 SOURCE = "native_shims/cupti_decoder.c"
+TRACER_SOURCE = "native_shims/op_tracer.cpp"
 COMPAT = "native_shims/compat"  # a stand-in builtin_types.h, searched first (see the file)
 NVIDIA_SUBDIRS = ("cu13/include", "cuda_cupti/include", "cuda_runtime/include")
 
@@ -100,4 +101,42 @@ def _extensions() -> list[Extension]:
     ]
 
 
-setup(ext_modules=_extensions())
+def _op_tracer() -> list[Extension]:
+    """The native op tracer, compiled against the torch of the building environment, if it has one.
+
+    It needs torch's headers, so it builds only without build isolation (``scripts/setup.sh`` and
+    ``benchmarks/gpu_run.sh`` run ``setup.py build_ext --inplace``); elsewhere the profiler uses
+    its Python TorchDispatchMode. ``AITUNE_DISPATCH_OP_TRACER=off`` skips it, ``=require`` makes a
+    failed build an error.
+    """
+    mode = os.environ.get("AITUNE_DISPATCH_OP_TRACER", "auto").lower()
+    if mode == "off" or not sys.platform.startswith("linux"):
+        return []
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        if mode == "require":
+            raise SystemExit("aitune_dispatch: the native op tracer needs torch in the build environment") from None
+        print(
+            "aitune_dispatch: no torch in the build environment: building without the native op tracer", file=sys.stderr
+        )
+        return []
+    lib = str(Path(torch.__file__).parent / "lib")
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    return [
+        Extension(
+            "aitune_dispatch._op_tracer",
+            sources=[TRACER_SOURCE],
+            include_dirs=cpp_extension.include_paths(),
+            library_dirs=[lib],
+            libraries=["c10", "torch_cpu", "dl"],
+            language="c++",
+            extra_compile_args=["-O2", "-std=c++20", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"],
+            extra_link_args=[f"-Wl,-rpath,{lib}"],
+            optional=mode != "require",
+        )
+    ]
+
+
+setup(ext_modules=_extensions() + _op_tracer())

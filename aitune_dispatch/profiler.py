@@ -15,7 +15,7 @@ from . import collection
 from .joining import join_activity
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
-from .tracing import TraceSession, functional_names
+from .tracing import TraceSession, functional_names, native_ops
 
 _DEVICES = ("cuda", "cpu")
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
@@ -25,9 +25,7 @@ def _normalize_function_names(function_names: Iterable[str] | None) -> frozenset
     if function_names is None:
         return None
     if isinstance(function_names, (str, bytes)):
-        raise TypeError(
-            f"function_names must be a set of names such as {{{function_names!r}}}, not a single string"
-        )
+        raise TypeError(f"function_names must be a set of names such as {{{function_names!r}}}, not a single string")
     names = frozenset(function_names)
     bad = [name for name in names if not isinstance(name, str)]
     if bad:
@@ -99,7 +97,9 @@ class ModuleFunctionKernelProfiler:
     (CUDA only) picks the CUPTI record decoder: ``"native"``, ``"python"``, or None for native
     with a warned fallback. ``functions="all"`` (opt-in) also attributes ops that no functional
     call encloses to the innermost torch-level API call (``torch.addmm``, ``torch.Tensor.add``…);
-    such calls collect samples only when named in ``function_names``.
+    such calls collect samples only when named in ``function_names``. ``op_tracer`` picks who
+    records aten ops: ``"native"`` (a C++ RecordFunction callback, no Python per op), ``"python"``
+    (a TorchDispatchMode), or None for native where it was built; both record the same ops.
     Not reentrant: ``profile()`` cannot be called from inside a profiled function.
     """
 
@@ -110,6 +110,7 @@ class ModuleFunctionKernelProfiler:
         device: str | torch.device | None = None,
         decoder: str | None = None,
         functions: str = "functional",
+        op_tracer: str | None = None,
     ) -> None:
         self.function_names = _normalize_function_names(function_names)
         self.device = _normalize_device(device)
@@ -119,6 +120,11 @@ class ModuleFunctionKernelProfiler:
         if functions not in ("functional", "all"):
             raise ValueError(f"functions must be 'functional' (the spec) or 'all'; got {functions!r}")
         self.functions = functions
+        if op_tracer not in (None, *native_ops.TRACERS):
+            raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {op_tracer!r}")
+        if op_tracer == "native":
+            native_ops.load()  # ImportError with the fix, now rather than mid-profile
+        self.op_tracer = op_tracer or ("native" if native_ops.available() else "python")
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 
@@ -231,7 +237,7 @@ class ModuleFunctionKernelProfiler:
         source: collection.ActivitySource,
     ) -> ProfileResult:
         aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
-        session = TraceSession(root, self.function_names, source, self.functions == "all", aliases)
+        session = TraceSession(root, self.function_names, source, self.functions == "all", aliases, self.op_tracer)
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.synchronize()
@@ -247,9 +253,11 @@ class ModuleFunctionKernelProfiler:
         finally:
             source.stop()
         clock.lap("flush")
-        activity = source.activity()
-        clock.lap("decode")
         trace = session.tables()
+        # ops timed by the native tracer are the CPU source's "kernels"
+        native_cpu = self.device == "cpu" and self.op_tracer == "native"
+        activity = collection.activity_from_ops(trace["ops"]) if native_cpu else source.activity()
+        clock.lap("decode")
         joined = join_activity(
             activity.kernels,
             activity.correlation,
@@ -274,6 +282,7 @@ class ModuleFunctionKernelProfiler:
             metadata={
                 "torch": torch.__version__,
                 "device": self.device,
+                "op_tracer": self.op_tracer,
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),

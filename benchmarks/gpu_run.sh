@@ -22,7 +22,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "gpu_run: put cupti-python's wheel in .whl/ (../shared/tools/gpu-wheels.sh)"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-echo "== build the native decoder in place (no build isolation: headers from nvidia-cuda-cupti)"
+echo "== build the native decoder and op tracer in place (no build isolation: headers from nvidia-cuda-cupti and torch)"
 if [ -f setup.py ]; then
   python3 setup.py build_ext --inplace >"$OUT/native_build.log" 2>&1 && echo "native build: ok" \
     || { echo "native build: FAILED (tail follows)"; tail -20 "$OUT/native_build.log"; }
@@ -30,6 +30,7 @@ fi
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  g++ --version | head -1
   python3 - <<'PY'
 import platform, torch
 from importlib.metadata import version
@@ -40,6 +41,11 @@ try:
     print("native decoder: importable")
 except Exception as error:  # noqa: BLE001
     print("native decoder: unavailable:", error)
+try:
+    import aitune_dispatch._op_tracer  # noqa: F401
+    print("native op tracer: importable")
+except Exception as error:  # noqa: BLE001
+    print("native op tracer: unavailable:", error)
 PY
 } 2>&1 | tee "$OUT/env.txt"
 
@@ -61,7 +67,7 @@ for part in $PARTS; do
     bench)
       echo "== benchmark harness"
       if [ -f benchmarks/harness.py ]; then
-        timeout 560 python3 -m benchmarks.harness --out "$OUT/bench" --no-compare --budget-s "${BENCH_BUDGET_S:-420}" \
+        timeout 560 python3 -m benchmarks.harness --out "$OUT/bench" --no-compare --budget-s "${BENCH_BUDGET_S:-420}" --warmup "${BENCH_WARMUP:-0}" \
           --cprofile-top 25 2>&1 | tee "$OUT/harness.log" | tail -60
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       fi

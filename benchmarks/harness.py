@@ -3,7 +3,7 @@
     python -m benchmarks.harness --out OUT              # the H200 run: bench sizes, ×1 ×4 ×16 ×64
     python -m benchmarks.harness --device cpu --quick --out OUT   # CPU smoke, well under a minute
 
-For every zoo model and method (``ours-native``, ``ours-python``, ``baseline`` on CUDA; ``ours``,
+For every zoo model and method (``ours-native``, ``ours-python``, ``ours-pytracer``, ``baseline`` on CUDA; ``ours``,
 ``baseline`` on the CPU) a worker (:mod:`benchmarks.worker`) measures ``profile()`` at each repeat
 of the sample list. Workers run in fresh processes (``--isolate worker``) so that start-up costs and
 host memory never leak between methods; the whole run keeps to ``--budget-s`` by skipping what its
@@ -31,7 +31,7 @@ from . import report, worker
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ORDER = ["sdpa_blocks", "vit_b_16", "gpt2", "resnet50", "mha_blocks", "mlp"]
-CUDA_METHODS = ["ours-native", "baseline", "ours-python"]
+CUDA_METHODS = ["ours-native", "baseline", "ours-python", "ours-pytracer"]
 CPU_METHODS = ["ours", "baseline"]
 COMPARE_TIMEOUT_S = 120
 QUICK_MODELS = ["mlp", "sdpa_blocks", "mha_blocks"]
@@ -55,7 +55,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--quick", action="store_true", help="small sizes, ×1 ×2, three small models, in-process")
     p.add_argument("--models", nargs="*", help=f"zoo models (default: {' '.join(MODEL_ORDER)})")
-    p.add_argument("--methods", nargs="*", help="ours-native ours-python ours baseline (default: by device)")
+    p.add_argument(
+        "--methods",
+        nargs="*",
+        help="ours-native ours-python ours-pytracer ours baseline (default: by device)",
+    )
     p.add_argument("--repeats", default=None, help="comma-separated sample-list repeats (default 1,4,16,64)")
     p.add_argument("--size", choices=["bench", "small"], help="zoo size (default: bench; small with --quick)")
     p.add_argument("--warmup", type=int, default=1, help="warmup_iterations of every profile() call")

@@ -79,6 +79,7 @@ def wall_table(results: Mapping[str, Any]) -> str:
             _fmt(_get(ix, model, "baseline", r, "rows"), "d"),
             _fmt(mine, ".3f"),
             _fmt(_get(ix, model, "ours-python", r, "profile_s"), ".3f"),
+            _fmt(_get(ix, model, "ours-pytracer", r, "profile_s"), ".3f"),
             _fmt(base, ".3f"),
             _fmt(_div(base, mine), ".1f"),
             _fmt(_get(ix, model, ours, r, "profile_ms_per_row"), ".3f"),
@@ -93,6 +94,7 @@ def wall_table(results: Mapping[str, Any]) -> str:
         "rows baseline",
         "ours s",
         "ours (cupti-python) s",
+        "ours (Python dispatch mode) s",
         "baseline s",
         "baseline / ours",
         "ours ms/row",
@@ -109,6 +111,7 @@ def pass_table(results: Mapping[str, Any]) -> str:
             _fmt(_get(ix, model, ours, r, "bare_pass_s"), ".4f"),
             _fmt(_get(ix, model, ours, r, "pass_ratio"), ".2f"),
             _fmt(_get(ix, model, "ours-python", r, "pass_ratio"), ".2f"),
+            _fmt(_get(ix, model, "ours-pytracer", r, "pass_ratio"), ".2f"),
             _fmt(_get(ix, model, "baseline", r, "pass_ratio"), ".2f"),
         ]
 
@@ -118,6 +121,7 @@ def pass_table(results: Mapping[str, Any]) -> str:
         "bare pass s",
         "ours pass / bare",
         "ours (cupti-python) pass / bare",
+        "ours (Python dispatch mode) pass / bare",
         "baseline pass / bare",
     ]
     return _table(header, _per_config(results, row))

@@ -1,7 +1,8 @@
 """One timed ``profile()`` per method, split into phases, plus the bare pass it is compared with.
 
-Methods: ``ours-native`` / ``ours-python`` (CUDA, by decoder), ``ours`` (default decoder, or the CPU
-source), ``baseline`` (:class:`benchmarks.reference_baseline.ReferenceBaseline`).
+Methods: ``ours-native`` / ``ours-python`` (CUDA, by decoder), ``ours-pytracer`` (CUDA, native
+decoder, ops recorded by the Python TorchDispatchMode instead of the native op tracer), ``ours``
+(defaults, or the CPU source), ``baseline`` (:class:`benchmarks.reference_baseline.ReferenceBaseline`).
 
 Our phases are measured from outside the package, on the profiler *instance* only: its activity
 source is wrapped in :class:`TimedSource` (``start`` / ``stop`` / ``activity`` timed; the per-op
@@ -24,7 +25,7 @@ import torch
 from .rss import measure_growth
 
 clock = time.perf_counter
-OURS_METHODS = ("ours-native", "ours-python", "ours")
+OURS_METHODS = ("ours-native", "ours-python", "ours-pytracer", "ours")
 METHODS = (*OURS_METHODS, "baseline")
 
 
@@ -109,10 +110,11 @@ def make_profiler(method: str, device: str) -> Any:
         return ReferenceBaseline(device=device)
     from aitune_dispatch import ModuleFunctionKernelProfiler
 
-    decoder = {"ours-native": "native", "ours-python": "python"}.get(method)
+    decoder = {"ours-native": "native", "ours-python": "python", "ours-pytracer": "native"}.get(method)
     if decoder is not None and device != "cuda":
         raise ValueError(f"{method} needs CUDA; use method 'ours' on the CPU")
-    return ModuleFunctionKernelProfiler(device=device, decoder=decoder)
+    tracer = "python" if method == "ours-pytracer" else None
+    return ModuleFunctionKernelProfiler(device=device, decoder=decoder, op_tracer=tracer)
 
 
 def measure(method: str, profiler: Any, model: Any, samples: Sequence[Any], warmup: int) -> dict[str, Any]:

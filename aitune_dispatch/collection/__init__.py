@@ -1,9 +1,17 @@
 """Collection: activity sources that turn a recorded pass into kernel and correlation tables."""
 
 from .base import Activity, ActivitySource
-from .cpu import CPU_KERNEL_PREFIX, CpuOpTimer
+from .cpu import CPU_KERNEL_PREFIX, CpuOpTimer, activity_from_ops
 
-__all__ = ["CPU_KERNEL_PREFIX", "DECODERS", "Activity", "ActivitySource", "CpuOpTimer", "make_cuda_source"]
+__all__ = [
+    "CPU_KERNEL_PREFIX",
+    "DECODERS",
+    "activity_from_ops",
+    "Activity",
+    "ActivitySource",
+    "CpuOpTimer",
+    "make_cuda_source",
+]
 
 
 DECODERS = ("native", "python")

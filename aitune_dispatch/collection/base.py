@@ -30,6 +30,8 @@ class ActivitySource(Protocol):
     """An activity source; ``start``/``stop`` bracket the recorded pass, ``stop`` always runs."""
 
     name: str
+    # CUPTI external-correlation kind under which op ids are pushed; -1 where nothing is pushed
+    correlation_kind: int
 
     def start(self) -> None:
         """Begin collecting; raise with the reason and the fix if collection is impossible."""

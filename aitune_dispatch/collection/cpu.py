@@ -11,6 +11,7 @@ from array import array
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import schema
 from .base import Activity
@@ -23,6 +24,7 @@ class CpuOpTimer:
     """Times every op in the dispatch handler; ops of one thread never overlap there."""
 
     name = "cpu"
+    correlation_kind = -1
 
     def __init__(self) -> None:
         self._op_ids = array("q")
@@ -55,20 +57,33 @@ class CpuOpTimer:
 
     def activity(self) -> Activity:
         """One kernel row per op, correlated to the op by its own id."""
-        ids = np.frombuffer(self._op_ids, dtype=np.int64) if self._op_ids else np.empty(0, np.int64)
-        n = len(ids)
-        names = pa.array([CPU_KERNEL_PREFIX + name for name in self._names], pa.string())
-        kernels = pa.Table.from_arrays(
-            [
-                pa.array(ids),
-                names,
-                pa.array(np.frombuffer(self._starts, np.int64) if n else np.empty(0, np.int64)),
-                pa.array(np.frombuffer(self._ends, np.int64) if n else np.empty(0, np.int64)),
-                pa.array(np.full(n, schema.CPU_STREAM, np.int32)),
-                pa.array(np.full(n, schema.CPU_STREAM, np.int64)),
-                pa.array(["cpu_op"] * n, pa.string()),
-            ],
-            schema=schema.KERNELS,
+        n = len(self._op_ids)
+        return _op_activity(
+            pa.array(np.frombuffer(self._op_ids, np.int64) if n else np.empty(0, np.int64)),
+            pa.array(self._names, pa.string()),
+            pa.array(np.frombuffer(self._starts, np.int64) if n else np.empty(0, np.int64)),
+            pa.array(np.frombuffer(self._ends, np.int64) if n else np.empty(0, np.int64)),
         )
-        correlation = pa.Table.from_arrays([pa.array(ids), pa.array(ids)], schema=schema.CORRELATION)
-        return Activity(kernels=kernels, correlation=correlation, source=self.name)
+
+
+def activity_from_ops(ops: pa.Table) -> Activity:
+    """The CPU activity of a pass whose ops were timed by the tracer itself (the native op tracer)."""
+    return _op_activity(ops["op_id"], ops["op"], ops["start_ns"], ops["end_ns"])
+
+
+def _op_activity(ids: pa.Array, names: pa.Array, starts: pa.Array, ends: pa.Array) -> Activity:
+    n = len(ids)
+    kernels = pa.Table.from_arrays(
+        [
+            ids,
+            pc.binary_join_element_wise(CPU_KERNEL_PREFIX, names, ""),
+            starts,
+            ends,
+            pa.array(np.full(n, schema.CPU_STREAM, np.int32)),
+            pa.array(np.full(n, schema.CPU_STREAM, np.int64)),
+            pa.array(np.full(n, "cpu_op", object), pa.string()),
+        ],
+        schema=schema.KERNELS,
+    )
+    correlation = pa.Table.from_arrays([ids, ids], schema=schema.CORRELATION)
+    return Activity(kernels=kernels, correlation=correlation, source=CpuOpTimer.name)

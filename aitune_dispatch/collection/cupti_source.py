@@ -142,6 +142,8 @@ class CuptiSource:
         self._cupti = cupti if cupti is not None else load_cupti()
         self._sink = sink
         self._kind = int(self._cupti.ExternalCorrelationKind.CUSTOM2)
+        # the kind a native op tracer pushes its op ids with (they must meet ours in the records)
+        self.correlation_kind = self._kind
         self._enabled: list[Any] = []
         self._api_selected = False
         self._started = False

@@ -92,6 +92,9 @@ class TraceRecorder:
         self.ctx_call = array("q")
         self.scope_entered: Callable[[int], object] | None = None
         self.scope_exited: Callable[[], object] | None = None
+        # told (module id, call id, thread index) whenever a thread's innermost context changes;
+        # the native op tracer stamps its op rows with it
+        self.context_changed: Callable[[int, int, int], object] | None = None
 
     def stacks(self) -> ThreadStacks:
         """The calling thread's stacks, created on first use."""
@@ -135,6 +138,8 @@ class TraceRecorder:
         self.call_thread.append(stacks.index)
         stacks.calls.append(call_id)
         self._enter_scope(stacks)
+        if self.context_changed is not None:
+            self.context_changed(stacks.modules[-1], call_id, stacks.index)
         return call_id
 
     def end_call(self, call_id: int, stacks: ThreadStacks) -> None:
@@ -147,6 +152,10 @@ class TraceRecorder:
             pos = stacks.calls.index(call_id)
             self._exit_scopes(len(stacks.calls) - pos)
             del stacks.calls[pos:]
+        else:
+            return
+        if self.context_changed is not None:
+            self.context_changed(stacks.modules[-1], stacks.calls[-1], stacks.index)
 
     # -- scopes: the (module, call) context that launches outside any op are attributed to ----------
     def _enter_scope(self, stacks: ThreadStacks) -> None:
@@ -171,6 +180,8 @@ class TraceRecorder:
         self.mcall_end.append(0)
         self.mcall_thread.append(stacks.index)
         self._enter_scope(stacks)
+        if self.context_changed is not None:
+            self.context_changed(module_id, stacks.calls[-1], stacks.index)
 
     def exit_module(self, module_id: int) -> None:
         """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
@@ -184,6 +195,8 @@ class TraceRecorder:
                 self._exit_scopes(len(mods) - pos)
                 del mods[pos:]
                 del stacks.module_rows[pos:]
+                if self.context_changed is not None:
+                    self.context_changed(mods[-1], stacks.calls[-1], stacks.index)
                 return
 
     # -- output ------------------------------------------------------------------------------------

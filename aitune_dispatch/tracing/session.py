@@ -12,6 +12,7 @@ from .dispatch import OpMode, OpObserver
 from .functional import FunctionalMode
 from .gates import GateFreeCopies
 from .modules import ModuleTracker
+from .native_ops import NativeOpTracer
 from .recorder import TraceRecorder
 from .samples import FunctionData, SampleCollector
 
@@ -26,6 +27,7 @@ class TraceSession:
         observer: OpObserver,
         all_functions: bool = False,
         aliases: tuple[nn.Module, ...] = (),
+        op_tracer: str = "python",
     ) -> None:
         self.recorder = TraceRecorder()
         self.modules = ModuleTracker(root, aliases)
@@ -35,6 +37,8 @@ class TraceSession:
         self.recorder.scope_entered = getattr(observer, "scope_entered", None)
         self.recorder.scope_exited = getattr(observer, "scope_exited", None)
         self._all_functions = all_functions
+        # "native": the C++ RecordFunction tracer records ops (and pushes their ids) instead of OpMode
+        self._native = NativeOpTracer(self.recorder, observer.correlation_kind) if op_tracer == "native" else None
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> TraceSession:
@@ -46,7 +50,10 @@ class TraceSession:
             self.modules.install(self.recorder, copies)
             stack.callback(self.modules.remove)
             stack.enter_context(FunctionalMode(self.recorder, self.samples, self._all_functions))
-            stack.enter_context(OpMode(self.recorder, self._observer))
+            if self._native is not None:
+                stack.enter_context(self._native)
+            else:
+                stack.enter_context(OpMode(self.recorder, self._observer))
         except BaseException:
             stack.close()
             raise
@@ -65,7 +72,7 @@ class TraceSession:
     def tables(self) -> dict[str, pa.Table]:
         """The trace as Arrow tables: ``ops``, ``calls``, ``modules``, ``module_calls``, ``contexts``."""
         return {
-            "ops": self.recorder.ops_table(),
+            "ops": self._native.ops_table() if self._native is not None else self.recorder.ops_table(),
             "calls": self.recorder.calls_table(),
             "modules": self.modules.table(),
             "module_calls": self.recorder.module_calls_table(),

@@ -1,0 +1,88 @@
+"""The native op tracer: the ops the Python ``OpMode`` would see, recorded by a C++ callback.
+
+``native_shims/op_tracer.cpp`` registers a thread-local ``at::RecordFunction`` callback that keeps
+only the ops a ``TorchDispatchMode`` is handed (the outermost op below any CompositeImplicitAutograd
+decomposition), pushes each op id as a CUPTI external correlation id around the op, and appends
+the op row in C++. No Python runs per op; the recorder keeps the tracer's (module, call, thread)
+context current. Same rows, same op ids semantics, same OPS schema as :class:`dispatch.OpMode`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType, TracebackType
+
+import numpy as np
+import pyarrow as pa
+
+from .. import schema
+from .recorder import TraceRecorder
+
+TRACERS = ("native", "python")
+
+
+def load() -> ModuleType:
+    """The compiled tracer; ImportError (with the fix) where it was not built for this torch."""
+    try:
+        from .. import _op_tracer
+    except ImportError as error:
+        raise ImportError(
+            f"the native op tracer is not built for this Python/torch ({error}); build it with "
+            "`python setup.py build_ext --inplace` in an environment that has torch (scripts/setup.sh does)"
+        ) from error
+    return _op_tracer
+
+
+def available() -> bool:
+    """True where the compiled tracer imports."""
+    try:
+        load()
+    except ImportError:
+        return False
+    return True
+
+
+class NativeOpTracer:
+    """Context manager around one recorded pass; ``correlation_kind`` < 0 pushes nothing (CPU)."""
+
+    def __init__(self, recorder: TraceRecorder, correlation_kind: int) -> None:
+        self._native = load()
+        self._recorder = recorder
+        self._kind = correlation_kind
+        self._ops: pa.Table | None = None
+
+    def __enter__(self) -> NativeOpTracer:
+        native = self._native
+        if native.running():
+            raise RuntimeError("the native op tracer is already recording another pass; profile one thing at a time")
+        native.start(self._kind)
+        stacks = self._recorder.stacks()
+        native.set_context(stacks.modules[-1], stacks.calls[-1], stacks.index)
+        self._recorder.context_changed = native.set_context
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._recorder.context_changed = None
+        self._native.stop()
+        self._ops = self._take()
+
+    def ops_table(self) -> pa.Table:
+        """The recorded ops as an Arrow table of schema :data:`schema.OPS`, after the pass."""
+        if self._ops is None:
+            raise RuntimeError("ops_table() is available once the traced pass has ended")
+        return self._ops
+
+    def _take(self) -> pa.Table:
+        names, name_ids, *columns = self._native.take()
+        ids = np.frombuffer(name_ids, dtype=np.int32)
+        n = len(ids)
+        ops = pa.DictionaryArray.from_arrays(pa.array(ids, pa.int32()), pa.array(names, pa.string()))
+        return pa.Table.from_arrays(
+            [pa.array(np.arange(n, dtype=np.int64)), ops.cast(pa.string())]
+            + [pa.array(np.frombuffer(column, dtype=np.int64)) for column in columns],
+            schema=schema.OPS,
+        )
