@@ -350,9 +350,12 @@ def header(results: Mapping[str, Any]) -> str:
         f"{config.get('warmup')}, repeats {config.get('repeats')}, isolation {config.get('isolate')}, "
         f"wall {_fmt(meta.get('wall_s'), '.0f')} s\n\n"
         f"Each worker runs one model × method ({_isolation(config)}): its first `profile()` is the "
-        "start-up call, every number below is a later call. `profile()` wall time includes the warmup passes "
-        "(same count for every method). Rows: `profiling_df` rows; kernels: every kernel/memcpy/memset "
-        "recorded. The baseline re-implements AITune 0.6.0's algorithm (benchmarks/reference_baseline.py).\n"
+        "start-up call, every number below is a later call: per configuration the median of up to three "
+        "`profile()` calls (one where three would pass 6 s), each beside its own bare pass; the pass ratio is "
+        "median pass over median bare pass. `profile()` wall time includes the warmup passes "
+        "(same count for every method; with warmup_iterations 0, none). Rows: `profiling_df` rows; "
+        "kernels: every kernel/memcpy/memset recorded. The baseline re-implements AITune 0.6.0's algorithm "
+        "(benchmarks/reference_baseline.py).\n"
     )
 
 

@@ -28,6 +28,17 @@ def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
     return table[index] if len(index) else np.empty(0, dtype=object)
 
 
+# the dtype pandas gives a column of Python strings: "str" (Arrow-backed) from pandas 3, else object
+_INFERRED_STRING = pd.Series(["a"]).dtype
+
+
+def _string_column(column: pa.ChunkedArray) -> Any:
+    """``column`` in the dtype pandas would infer from Python strings, built without per-row work."""
+    if isinstance(_INFERRED_STRING, pd.StringDtype):
+        return pd.array(column.combine_chunks().cast(pa.large_string()), dtype=_INFERRED_STRING)
+    return _strings(column)
+
+
 def _strings(column: pa.ChunkedArray) -> np.ndarray:
     """An object array that shares one Python string per distinct value (few, for kernel names)."""
     encoded = pc.dictionary_encode(column.combine_chunks())
@@ -70,11 +81,11 @@ class ProfileResult:
         objects = self.module_objects or (None,) * self.modules.num_rows
         return pd.DataFrame(
             {
-                "module_name": _strings(rows["module_name"]),
+                "module_name": _string_column(rows["module_name"]),
                 "module": _object_column(objects, module_ids),
-                "function_name": _strings(rows["function_name"]),
-                "op": _strings(rows["op"]),
-                "kernel": _strings(rows["kernel"]),
+                "function_name": _string_column(rows["function_name"]),
+                "op": _string_column(rows["op"]),
+                "kernel": _string_column(rows["kernel"]),
                 "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
             },
             columns=schema.PROFILING_COLUMNS,
