@@ -132,7 +132,13 @@ def _op_tracer() -> list[Extension]:
             library_dirs=[lib],
             libraries=["c10", "torch_cpu", "dl"],
             language="c++",
-            extra_compile_args=["-O2", "-std=c++20", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"],
+            extra_compile_args=[
+                "-O2",
+                "-std=c++20",
+                "-fvisibility=hidden",
+                f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                f'-DAITUNE_TORCH_VERSION="{torch.__version__}"',
+            ],
             extra_link_args=[f"-Wl,-rpath,{lib}"],
             optional=mode != "require",
         )

@@ -226,6 +226,8 @@ def _cpu_name() -> str:
 
 
 def _commit() -> str:
+    if os.environ.get("GIT_COMMIT"):  # set by whoever sent the tree (a copy's git metadata can be stale)
+        return os.environ["GIT_COMMIT"]
     try:
         command = ["git", "rev-parse", "--short", "HEAD"]
         found = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=10, check=True).stdout.strip()

@@ -275,4 +275,16 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_op_tracer",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__op_tracer(void) { return PyModule_Create(&module_def); }
+#ifndef AITUNE_TORCH_VERSION
+#define AITUNE_TORCH_VERSION "unknown"
+#endif
+
+PyMODINIT_FUNC PyInit__op_tracer(void) {
+  PyObject* module = PyModule_Create(&module_def);
+  // the torch this was compiled against; Python refuses to use it under another torch
+  if (module != nullptr && PyModule_AddStringConstant(module, "torch_version", AITUNE_TORCH_VERSION) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

@@ -173,3 +173,13 @@ def test_a_second_tracer_cannot_start_while_one_records():
 def test_unknown_tracer_is_refused():
     with pytest.raises(ValueError, match="op_tracer"):
         ModuleFunctionKernelProfiler(device="cpu", op_tracer="cpp")
+
+
+def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
+    from aitune_dispatch import _op_tracer
+
+    monkeypatch.setattr(_op_tracer, "torch_version", "0.0.0-other")
+    with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
+        native_ops.load()
+    assert not native_ops.available()
+    assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"

@@ -13,6 +13,7 @@ from types import ModuleType, TracebackType
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from .. import schema
 from .recorder import TraceRecorder
@@ -22,13 +23,14 @@ TRACERS = ("native", "python")
 
 def load() -> ModuleType:
     """The compiled tracer; ImportError (with the fix) where it was not built for this torch."""
+    fix = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
     try:
         from .. import _op_tracer
     except ImportError as error:
-        raise ImportError(
-            f"the native op tracer is not built for this Python/torch ({error}); build it with "
-            "`python setup.py build_ext --inplace` in an environment that has torch (scripts/setup.sh does)"
-        ) from error
+        raise ImportError(f"the native op tracer is not built for this Python/torch ({error}); {fix}") from error
+    built_for = getattr(_op_tracer, "torch_version", None)
+    if built_for != torch.__version__:
+        raise ImportError(f"the native op tracer was built for torch {built_for}, this is {torch.__version__}; {fix}")
     return _op_tracer
 
 
