@@ -12,6 +12,7 @@ fi
 "$PY" -m pip install -q -e ".[test]"
 # the native op tracer compiles against this environment's torch headers, which an isolated
 # build cannot see: build it in place (optional, like the decoder: the Python tracer stays)
+"$PY" -m pip install -q "setuptools>=68"  # setup.py runs outside pip here (Python 3.12 venvs lack it)
 AITUNE_DISPATCH_NATIVE=off "$PY" setup.py -q build_ext --inplace >/tmp/aitune_dispatch_op_tracer.log 2>&1 \
   || echo "setup: native op tracer not built (see /tmp/aitune_dispatch_op_tracer.log); using the Python tracer"
 "$PY" -c "import torch, aitune_dispatch; from aitune_dispatch.tracing import native_ops; print(f'setup: aitune_dispatch {aitune_dispatch.__version__}, torch {torch.__version__}, op tracer {\"native\" if native_ops.available() else \"python\"}')"
