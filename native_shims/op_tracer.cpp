@@ -19,6 +19,7 @@
 #include <ATen/record_function.h>
 
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -39,10 +40,15 @@ struct Columns {
   }
 };
 
+struct Named {
+  int32_t id;        // interned name id, or kHidden
+  std::string name;  // checked on every cache hit
+};
+
 struct Tracer {
   std::mutex lock;
   Columns rows;
-  std::unordered_map<const char*, int32_t> name_ids;  // RecordFunction name pointer -> id or kHidden
+  std::unordered_map<const char*, Named> name_ids;  // RecordFunction name pointer -> what it names
   std::unordered_map<std::string, int32_t> interned;
   std::vector<std::string> names;
   at::CallbackHandle handle = 0;
@@ -79,29 +85,31 @@ inline int64_t now_ns() {
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// Called with tracer.lock held.
+// Called with tracer.lock held. Cached by name pointer (a dispatcher op's name lives as long as
+// its schema); the name is compared on every hit, as a freed name's address can be reused.
 int32_t name_id(const at::RecordFunction& fn) {
   const char* key = fn.name();
   auto found = tracer.name_ids.find(key);
-  if (found != tracer.name_ids.end()) return found->second;
-  int32_t id = kHidden;
-  auto op_name = fn.operator_name();
-  if (op_name) {
-    auto op = c10::Dispatcher::singleton().findOp(*op_name);
-    bool decomposed = op && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-    if (!decomposed) {
-      std::string name(key);
-      auto known = tracer.interned.find(name);
-      if (known == tracer.interned.end()) {
-        id = int32_t(tracer.names.size());
-        tracer.names.push_back(name);
-        tracer.interned.emplace(name, id);
-      } else {
-        id = known->second;
-      }
-    }
+  if (found != tracer.name_ids.end()) {
+    if (std::strcmp(found->second.name.c_str(), key) == 0) return found->second.id;
+    tracer.name_ids.erase(found);
   }
-  tracer.name_ids.emplace(key, id);
+  auto op_name = fn.operator_name();
+  // a RecordFunction named by a string of its own is no dispatcher op: never seen, never cached
+  if (!op_name) return kHidden;
+  auto op = c10::Dispatcher::singleton().findOp(*op_name);
+  if (op && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    tracer.name_ids.emplace(key, Named{kHidden, key});
+    return kHidden;
+  }
+  std::string name(key);
+  auto known = tracer.interned.find(name);
+  int32_t id = known != tracer.interned.end() ? known->second : int32_t(tracer.names.size());
+  if (known == tracer.interned.end()) {
+    tracer.names.push_back(name);
+    tracer.interned.emplace(name, id);
+  }
+  tracer.name_ids.emplace(key, Named{id, name});
   return id;
 }
 
