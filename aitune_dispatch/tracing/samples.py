@@ -16,7 +16,8 @@ FunctionData = dict[str, list[tuple[int, Sample]]]
 
 
 _Tensor = torch.Tensor
-_SCALARS = (int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+# values that are their own key once their type is part of it (the type keeps True and 1 apart)
+_PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 
 
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
@@ -24,29 +25,56 @@ def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
         strides: Any = value.stride()
     except (RuntimeError, NotImplementedError):  # nested / sparse tensors have no strides
         strides = None
-    return ("T", value.shape, value.dtype, value.layout, value.device, strides)
+    return (_Tensor, value.shape, value.dtype, value.layout, value.device, strides)
+
+
+def _plain_key(value: Any) -> tuple[Any, ...]:
+    return (type(value), value)
+
+
+def _float_key(value: float) -> tuple[Any, ...]:
+    return (float, value.hex())  # NaN equals itself, -0.0 differs from 0.0
+
+
+def _sequence_key(value: Any) -> tuple[Any, ...]:
+    types = tuple(map(type, value))
+    if _PLAIN.issuperset(types):  # (1, 1), [0, -1], ("mean",): one tuple, no per-item keys
+        return (type(value), types, tuple(value))
+    return (type(value), tuple(map(sample_key, value)))
+
+
+def _dict_key(value: dict[Any, Any]) -> tuple[Any, ...]:
+    return (dict, tuple([(key, sample_key(item)) for key, item in value.items()]))
+
+
+_KEYS = {
+    _Tensor: _tensor_key,
+    torch.nn.Parameter: _tensor_key,
+    tuple: _sequence_key,
+    list: _sequence_key,
+    torch.Size: _sequence_key,
+    dict: _dict_key,
+    float: _float_key,
+    **dict.fromkeys(_PLAIN, _plain_key),
+}
 
 
 def sample_key(value: Any) -> Any:
     """A hashable key that is equal for two values exactly when they are the same sample."""
-    kind = type(value)
-    if kind is _Tensor or isinstance(value, _Tensor):
+    keyer = _KEYS.get(type(value))
+    if keyer is not None:
+        return keyer(value)
+    if isinstance(value, _Tensor):
         return _tensor_key(value)
-    if kind is tuple or kind is list:
-        return (kind.__name__, tuple([sample_key(item) for item in value]))
-    if kind in _SCALARS:
-        return (kind.__name__, value)  # the type keeps True and 1 apart
-    if kind is float:
-        return ("float", value.hex())  # NaN equals itself, -0.0 differs from 0.0
     if isinstance(value, (tuple, list)):
-        return (kind.__name__, tuple([sample_key(item) for item in value]))
+        return (type(value), tuple(map(sample_key, value)))
     if isinstance(value, dict):
-        return ("dict", tuple([(key, sample_key(item)) for key, item in value.items()]))
+        return _dict_key(value)
     try:
         hash(value)
     except TypeError:
-        return (kind.__qualname__, repr(value))
-    return (kind.__qualname__, value)
+        return (type(value), repr(value))
+    return (type(value), value)
 
 
 class SampleCollector:

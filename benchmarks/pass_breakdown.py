@@ -1,0 +1,142 @@
+"""Where the recorded pass's time goes: CUPTI alone, tracing alone, sample keys, both together.
+
+    python -m benchmarks.pass_breakdown --out OUT [--models ...] [--repeat 16]
+
+For each zoo model (bench size, the sample list repeated ``--repeat`` times) the pass runs, in one
+process: bare; under our CUPTI activity source only (no tracing); under our tracing only (module
+hooks, function mode, native op tracer; no CUPTI), with and without sample collection; and under
+both, as ``profile()`` runs it. Each is the median of three passes after one warm one; the table
+gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import zoo
+
+CONFIGS = ("bare", "cupti only", "tracing only", "tracing, no samples", "tracing + cupti (profile)")
+
+
+def _timed_pass(run: Callable[[], None], around: Callable[[Callable[[], None]], None]) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    around(run)
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def _cupti(run: Callable[[], None]) -> None:
+    from aitune_dispatch import collection
+
+    source = collection.make_cuda_source("native")
+    source.start()
+    try:
+        run()
+        torch.cuda.synchronize()
+    finally:
+        source.stop()
+
+
+def _tracing(model: Any, names: frozenset[str] | None, source: Any) -> Callable[[Callable[[], None]], None]:
+    from aitune_dispatch.tracing import TraceSession
+
+    def around(run: Callable[[], None]) -> None:
+        with TraceSession(model, names, source, op_tracer="native"):
+            run()
+
+    return around
+
+
+def _full(model: Any) -> Callable[[Callable[[], None]], None]:
+    from aitune_dispatch import collection
+    from aitune_dispatch.tracing import TraceSession
+
+    def around(run: Callable[[], None]) -> None:
+        source = collection.make_cuda_source("native")
+        source.start()
+        try:
+            with TraceSession(model, None, source, op_tracer="native"):
+                run()
+            torch.cuda.synchronize()
+        finally:
+            source.stop()
+
+    return around
+
+
+def measure(name: str, repeat: int) -> dict[str, float]:
+    """Median pass seconds of every configuration for one zoo model."""
+    from aitune_dispatch.collection import CpuOpTimer
+
+    work = zoo.build(name, "cuda", repeat)
+
+    def run() -> None:
+        for args, kwargs in work.samples:
+            work.model(*args, **kwargs)
+
+    arounds: dict[str, Callable[[Callable[[], None]], None]] = {
+        "bare": lambda r: r(),
+        "cupti only": _cupti,
+        "tracing only": _tracing(work.model, None, CpuOpTimer()),
+        "tracing, no samples": _tracing(work.model, frozenset(), CpuOpTimer()),
+        "tracing + cupti (profile)": _full(work.model),
+    }
+    out: dict[str, float] = {}
+    with torch.no_grad():
+        for config in CONFIGS:
+            times = [_timed_pass(run, arounds[config]) for _ in range(4)][1:]
+            out[config] = statistics.median(times)
+    return out
+
+
+def render(results: dict[str, dict[str, float]], repeat: int) -> str:
+    """A markdown table: seconds and ratio to bare per configuration."""
+    lines = [
+        f"Recorded-pass breakdown (bench size, samples ×{repeat}, median of 3 passes; ratio to bare)\n",
+        "| model | " + " | ".join(CONFIGS) + " |",
+        "|---|" + "---|" * len(CONFIGS),
+    ]
+    for model, times in results.items():
+        bare = times["bare"]
+        cells = [f"{times[c]:.3f} s ({times[c] / bare:.2f}×)" for c in CONFIGS]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure every model and write breakdown.md / breakdown.json."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pass_breakdown", description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", nargs="*", default=["sdpa_blocks", "vit_b_16", "gpt2", "resnet50"])
+    p.add_argument("--repeat", type=int, default=16)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("pass_breakdown needs CUDA")
+    results = {}
+    for name in args.models:
+        try:
+            results[name] = measure(name, args.repeat)
+        except zoo.ModelUnavailable as error:
+            print(f"{name}: skipped ({error})")
+            continue
+        print(name, {k: round(v, 4) for k, v in results[name].items()}, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "breakdown.json").write_text(json.dumps(results, indent=1))
+    text = render(results, args.repeat)
+    (out / "breakdown.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
