@@ -29,6 +29,50 @@ def _is_compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
+# The hooks are the same two functions in every profile() call: Dynamo guards on the global hooks,
+# so new closures per call would recompile a torch.compile'd model each time until it hits the
+# recompile limit and runs eagerly for good. Their state is this one-entry list instead.
+_active: list[tuple[dict[int, int], TraceRecorder]] = []
+
+
+# Dynamo also guards on the hooks' keys in the global hook dicts, which are handle ids that grow
+# with every registration: ours are moved to these fixed keys (negative: handle ids never are).
+_PRE_HOOK_KEY = -0x41D15_0001
+_HOOK_KEY = -0x41D15_0002
+
+
+def _stable_key(handle: Any, key: int) -> Any:
+    """Move a just-registered global hook to ``key`` in its dicts; ``handle.remove()`` still works."""
+    refs = (getattr(handle, "hooks_dict_ref", None), *getattr(handle, "extra_dict_ref", ()))
+    dicts = [d for d in (ref() if callable(ref) else None for ref in refs) if d is not None]
+    if not dicts or handle.id not in dicts[0] or any(key in d for d in dicts):
+        return handle  # an unfamiliar torch, or the key is taken: torch's key (recompiles, still correct)
+    for d in dicts:
+        if handle.id in d:
+            d[key] = d.pop(handle.id)
+    handle.id = key
+    return handle
+
+
+def _pre_hook(module: nn.Module, args: Any) -> None:
+    # checked first: while Dynamo traces a compiled region the hooks are no-ops (no graph breaks)
+    if _is_compiling() or not _active:
+        return
+    ids, recorder = _active[0]
+    module_id = ids.get(id(module))
+    if module_id is not None:
+        recorder.enter_module(module_id)
+
+
+def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
+    if _is_compiling() or not _active:
+        return
+    ids, recorder = _active[0]
+    module_id = ids.get(id(module))
+    if module_id is not None:
+        recorder.exit_module(module_id)
+
+
 class ModuleTracker:
     """Names the modules of a hierarchy and tracks which one encloses each op, per thread."""
 
@@ -54,23 +98,12 @@ class ModuleTracker:
 
     def install(self, recorder: TraceRecorder, copies: GateFreeCopies) -> None:
         """Install the global hooks and bind gate-free forwards where a fast path reads the gate."""
-        ids = self._ids
-        compiling = _is_compiling
-
-        # while Dynamo traces a compiled region the hooks are no-ops: they add no graph breaks
-        def pre_hook(module: nn.Module, args: Any) -> None:
-            module_id = ids.get(id(module))
-            if module_id is not None and not compiling():
-                recorder.enter_module(module_id)
-
-        def post_hook(module: nn.Module, args: Any, output: Any) -> None:
-            module_id = ids.get(id(module))
-            if module_id is not None and not compiling():
-                recorder.exit_module(module_id)
-
+        if _active:
+            raise RuntimeError("another ModuleTracker is installed; profile one thing at a time")
         try:
-            self._handles.append(register_module_forward_pre_hook(pre_hook))
-            self._handles.append(register_module_forward_hook(post_hook, always_call=True))
+            _active.append((self._ids, recorder))
+            self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
+            self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
             for module in self.modules:
                 forward = type(module).forward
                 if isinstance(forward, types.FunctionType) and reads_gate(forward):
@@ -84,6 +117,7 @@ class ModuleTracker:
         """Remove every hook and bound forward; safe to call twice."""
         while self._handles:
             self._handles.pop().remove()
+        _active[:] = [entry for entry in _active if entry[0] is not self._ids]
         while self._forwards:
             module, previous = self._forwards.pop()
             if previous is _MISSING:
