@@ -54,23 +54,26 @@ def _stable_key(handle: Any, key: int) -> Any:
     return handle
 
 
-def _pre_hook(module: nn.Module, args: Any) -> None:
+def _tracked(module: nn.Module) -> tuple[TraceRecorder, int] | None:
+    """The recorder and id of ``module`` if a profiled hierarchy holds it and no compile traces it."""
     # checked first: while Dynamo traces a compiled region the hooks are no-ops (no graph breaks)
     if _is_compiling() or not _active:
-        return
+        return None
     ids, recorder = _active[0]
     module_id = ids.get(id(module))
-    if module_id is not None:
-        recorder.enter_module(module_id)
+    return None if module_id is None else (recorder, module_id)
+
+
+def _pre_hook(module: nn.Module, args: Any) -> None:
+    tracked = _tracked(module)
+    if tracked is not None:
+        tracked[0].enter_module(tracked[1])
 
 
 def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
-    if _is_compiling() or not _active:
-        return
-    ids, recorder = _active[0]
-    module_id = ids.get(id(module))
-    if module_id is not None:
-        recorder.exit_module(module_id)
+    tracked = _tracked(module)
+    if tracked is not None:
+        tracked[0].exit_module(tracked[1])
 
 
 class ModuleTracker:
