@@ -124,7 +124,7 @@ class ModuleFunctionKernelProfiler:
             raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {op_tracer!r}")
         if op_tracer == "native":
             native_ops.load()  # ImportError with the fix, now rather than mid-profile
-        self.op_tracer = op_tracer or ("native" if native_ops.available() else "python")
+        self.op_tracer = op_tracer or native_ops.default_tracer()
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import warnings
 
 import pytest
 import torch
@@ -182,4 +183,9 @@ def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
     with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
         native_ops.load()
     assert not native_ops.available()
-    assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
+    monkeypatch.setattr(native_ops, "_fallback_warned", False)
+    with pytest.warns(RuntimeWarning, match="built for torch 0.0.0-other.*Python dispatch mode"):
+        assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"

@@ -9,6 +9,7 @@ context current. Same rows, same op ids semantics, same OPS schema as :class:`di
 
 from __future__ import annotations
 
+import warnings
 from types import ModuleType, TracebackType
 
 import numpy as np
@@ -34,6 +35,9 @@ def load() -> ModuleType:
     return _op_tracer
 
 
+_fallback_warned = False
+
+
 def available() -> bool:
     """True where the compiled tracer imports."""
     try:
@@ -41,6 +45,19 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def default_tracer() -> str:
+    """``"native"`` where it is built for this torch, else ``"python"`` with a warning once per process."""
+    global _fallback_warned
+    try:
+        load()
+    except ImportError as error:
+        if not _fallback_warned:
+            _fallback_warned = True
+            warnings.warn(f"{error}; recording aten ops with the slower Python dispatch mode", RuntimeWarning, 3)
+        return "python"
+    return "native"
 
 
 class NativeOpTracer:
