@@ -34,13 +34,14 @@ def _timed_pass(run: Callable[[], None], around: Callable[[Callable[[], None]], 
     return time.perf_counter() - started
 
 
-def _cupti(run: Callable[[], None]) -> None:
+def _with_cupti(body: Callable[[Any], None]) -> None:
+    """``body(source)`` while our CUPTI activity source collects, as profile() brackets its pass."""
     from aitune_dispatch import collection
 
     source = collection.make_cuda_source("native")
     source.start()
     try:
-        run()
+        body(source)
         torch.cuda.synchronize()
     finally:
         source.stop()
@@ -52,23 +53,6 @@ def _tracing(model: Any, names: frozenset[str] | None, source: Any) -> Callable[
     def around(run: Callable[[], None]) -> None:
         with TraceSession(model, names, source, op_tracer="native"):
             run()
-
-    return around
-
-
-def _full(model: Any) -> Callable[[Callable[[], None]], None]:
-    from aitune_dispatch import collection
-    from aitune_dispatch.tracing import TraceSession
-
-    def around(run: Callable[[], None]) -> None:
-        source = collection.make_cuda_source("native")
-        source.start()
-        try:
-            with TraceSession(model, None, source, op_tracer="native"):
-                run()
-            torch.cuda.synchronize()
-        finally:
-            source.stop()
 
     return around
 
@@ -85,10 +69,10 @@ def measure(name: str, repeat: int) -> dict[str, float]:
 
     arounds: dict[str, Callable[[Callable[[], None]], None]] = {
         "bare": lambda r: r(),
-        "cupti only": _cupti,
+        "cupti only": lambda r: _with_cupti(lambda source: r()),
         "tracing only": _tracing(work.model, None, CpuOpTimer()),
         "tracing, no samples": _tracing(work.model, frozenset(), CpuOpTimer()),
-        "tracing + cupti (profile)": _full(work.model),
+        "tracing + cupti (profile)": lambda r: _with_cupti(lambda source: _tracing(work.model, None, source)(r)),
     }
     out: dict[str, float] = {}
     with torch.no_grad():

@@ -138,8 +138,7 @@ class TraceRecorder:
         self.call_thread.append(stacks.index)
         stacks.calls.append(call_id)
         self._enter_scope(stacks)
-        if self.context_changed is not None:
-            self.context_changed(stacks.modules[-1], call_id, stacks.index)
+        self._context_now(stacks)
         return call_id
 
     def end_call(self, call_id: int, stacks: ThreadStacks) -> None:
@@ -154,8 +153,7 @@ class TraceRecorder:
             del stacks.calls[pos:]
         else:
             return
-        if self.context_changed is not None:
-            self.context_changed(stacks.modules[-1], stacks.calls[-1], stacks.index)
+        self._context_now(stacks)
 
     # -- scopes: the (module, call) context that launches outside any op are attributed to ----------
     def _enter_scope(self, stacks: ThreadStacks) -> None:
@@ -163,6 +161,10 @@ class TraceRecorder:
             self.ctx_module.append(stacks.modules[-1])
             self.ctx_call.append(stacks.calls[-1])
             self.scope_entered(len(self.ctx_module) - 1)
+
+    def _context_now(self, stacks: ThreadStacks) -> None:
+        if self.context_changed is not None:
+            self.context_changed(stacks.modules[-1], stacks.calls[-1], stacks.index)
 
     def _exit_scopes(self, count: int) -> None:
         if self.scope_exited is not None:
@@ -180,8 +182,7 @@ class TraceRecorder:
         self.mcall_end.append(0)
         self.mcall_thread.append(stacks.index)
         self._enter_scope(stacks)
-        if self.context_changed is not None:
-            self.context_changed(module_id, stacks.calls[-1], stacks.index)
+        self._context_now(stacks)
 
     def exit_module(self, module_id: int) -> None:
         """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
@@ -195,8 +196,7 @@ class TraceRecorder:
                 self._exit_scopes(len(mods) - pos)
                 del mods[pos:]
                 del stacks.module_rows[pos:]
-                if self.context_changed is not None:
-                    self.context_changed(mods[-1], stacks.calls[-1], stacks.index)
+                self._context_now(stacks)
                 return
 
     # -- output ------------------------------------------------------------------------------------

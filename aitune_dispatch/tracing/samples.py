@@ -67,7 +67,7 @@ def sample_key(value: Any) -> Any:
     if isinstance(value, _Tensor):
         return _tensor_key(value)
     if isinstance(value, (tuple, list)):
-        return (type(value), tuple(map(sample_key, value)))
+        return _sequence_key(value)
     if isinstance(value, dict):
         return _dict_key(value)
     try:
