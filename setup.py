@@ -19,7 +19,8 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 SOURCE = "native_shims/cupti_decoder.c"
-TRACER_SOURCE = "native_shims/op_tracer.cpp"
+TRACER_SOURCES = sorted(str(p) for p in Path("native_shims/tracer").glob("*.cpp"))
+TRACER_HEADERS = sorted(str(p) for p in Path("native_shims/tracer").glob("*.h"))
 COMPAT = "native_shims/compat"  # a stand-in builtin_types.h, searched first (see the file)
 NVIDIA_SUBDIRS = ("cu13/include", "cuda_cupti/include", "cuda_runtime/include")
 
@@ -101,13 +102,13 @@ def _extensions() -> list[Extension]:
     ]
 
 
-def _op_tracer() -> list[Extension]:
-    """The native op tracer, compiled against the torch of the building environment, if it has one.
+def _tracer() -> list[Extension]:
+    """The native tracing backend, compiled against the torch of the building environment, if it has one.
 
     It needs torch's headers, so it builds only without build isolation (``scripts/setup.sh`` and
     ``benchmarks/gpu_run.sh`` run ``setup.py build_ext --inplace``); elsewhere the profiler uses
-    its Python TorchDispatchMode. ``AITUNE_DISPATCH_OP_TRACER=off`` skips it, ``=require`` makes a
-    failed build an error.
+    the pure-Python tracing backend. ``AITUNE_DISPATCH_OP_TRACER=off`` skips it, ``=require`` makes
+    a failed build an error.
     """
     mode = os.environ.get("AITUNE_DISPATCH_OP_TRACER", "auto").lower()
     if mode == "off" or not sys.platform.startswith("linux"):
@@ -117,20 +118,21 @@ def _op_tracer() -> list[Extension]:
         from torch.utils import cpp_extension
     except ImportError:
         if mode == "require":
-            raise SystemExit("aitune_dispatch: the native op tracer needs torch in the build environment") from None
+            raise SystemExit("aitune_dispatch: the native tracer needs torch in the build environment") from None
         print(
-            "aitune_dispatch: no torch in the build environment: building without the native op tracer", file=sys.stderr
+            "aitune_dispatch: no torch in the build environment: building without the native tracer", file=sys.stderr
         )
         return []
     lib = str(Path(torch.__file__).parent / "lib")
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     return [
         Extension(
-            "aitune_dispatch._op_tracer",
-            sources=[TRACER_SOURCE],
+            "aitune_dispatch._tracer",
+            sources=TRACER_SOURCES,
+            depends=TRACER_HEADERS,
             include_dirs=cpp_extension.include_paths(),
             library_dirs=[lib],
-            libraries=["c10", "torch_cpu", "dl"],
+            libraries=["c10", "torch_cpu", "torch_python", "dl"],
             language="c++",
             extra_compile_args=[
                 "-O2",
@@ -145,4 +147,4 @@ def _op_tracer() -> list[Extension]:
     ]
 
 
-setup(ext_modules=_extensions() + _op_tracer())
+setup(ext_modules=_extensions() + _tracer())

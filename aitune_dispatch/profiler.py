@@ -15,7 +15,7 @@ from . import collection
 from .joining import join_activity
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
-from .tracing import TraceSession, functional_names, native_ops
+from .tracing import ModuleTracker, TraceSession, functional_names, make_tracer, resolve_backend
 
 _DEVICES = ("cuda", "cpu")
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
@@ -97,9 +97,10 @@ class ModuleFunctionKernelProfiler:
     (CUDA only) picks the CUPTI record decoder: ``"native"``, ``"python"``, or None for native
     with a warned fallback. ``functions="all"`` (opt-in) also attributes ops that no functional
     call encloses to the innermost torch-level API call (``torch.addmm``, ``torch.Tensor.add``…);
-    such calls collect samples only when named in ``function_names``. ``op_tracer`` picks who
-    records aten ops: ``"native"`` (a C++ RecordFunction callback, no Python per op), ``"python"``
-    (a TorchDispatchMode), or None for native where it was built; both record the same ops.
+    such calls collect samples only when named in ``function_names``. ``op_tracer`` picks the
+    tracing backend: ``"native"`` (function mode, module stacks, op recording and sample keys in
+    C++), ``"python"`` (TorchFunctionMode + TorchDispatchMode in pure Python), or None for native
+    where it was built; both record the same rows.
     Not reentrant: ``profile()`` cannot be called from inside a profiled function.
     """
 
@@ -120,11 +121,7 @@ class ModuleFunctionKernelProfiler:
         if functions not in ("functional", "all"):
             raise ValueError(f"functions must be 'functional' (the spec) or 'all'; got {functions!r}")
         self.functions = functions
-        if op_tracer not in (None, *native_ops.TRACERS):
-            raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {op_tracer!r}")
-        if op_tracer == "native":
-            native_ops.load()  # ImportError with the fix, now rather than mid-profile
-        self.op_tracer = op_tracer or native_ops.default_tracer()
+        self.op_tracer = resolve_backend(op_tracer)
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 
@@ -172,9 +169,11 @@ class ModuleFunctionKernelProfiler:
         try:
             source = self._make_source()
             with torch.no_grad():
+                warmup_started = time.perf_counter()
                 for _ in range(warmup_iterations):
                     run_pass(function, samples)
-                result = self._record(function, samples, root, source)
+                warmup_s = time.perf_counter() - warmup_started
+                result = self._record(function, samples, root, source, warmup_s)
         finally:
             _process_lock.release()
         self._last_result = result
@@ -235,13 +234,17 @@ class ModuleFunctionKernelProfiler:
         samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None,
         root: nn.Module,
         source: collection.ActivitySource,
+        warmup_s: float = 0.0,
     ) -> ProfileResult:
         aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
-        session = TraceSession(root, self.function_names, source, self.functions == "all", aliases, self.op_tracer)
+        modules = ModuleTracker(root, aliases)
+        tracer = make_tracer(self.op_tracer, modules.module_ids(), self.function_names, source, self.functions == "all")
+        session = TraceSession(modules, tracer)
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.synchronize()
         clock = _PhaseClock()
+        clock.laps["warmup"] = warmup_s
         source.start()
         clock.lap("start")
         try:
@@ -254,26 +257,25 @@ class ModuleFunctionKernelProfiler:
             source.stop()
         clock.lap("flush")
         trace = session.tables()
-        # ops timed by the native tracer are the CPU source's "kernels"
-        native_cpu = self.device == "cpu" and self.op_tracer == "native"
-        activity = collection.activity_from_ops(trace["ops"]) if native_cpu else source.activity()
+        modules_table = session.modules_table()
+        activity = source.activity(trace.ops)
         clock.lap("decode")
         joined = join_activity(
             activity.kernels,
             activity.correlation,
-            trace["ops"],
-            trace["calls"],
-            trace["modules"],
+            trace.ops,
+            trace.calls,
+            modules_table,
             activity.scope_correlation,
-            trace["contexts"],
+            trace.contexts,
         )
         clock.lap("join")
         return ProfileResult(
             activity=joined,
-            ops=trace["ops"],
-            calls=trace["calls"],
-            modules=trace["modules"],
-            module_calls=trace["module_calls"],
+            ops=trace.ops,
+            calls=trace.calls,
+            modules=modules_table,
+            module_calls=trace.module_calls,
             function_data=session.function_data(),
             source=activity.source,
             module_objects=tuple(session.modules.modules),
@@ -283,6 +285,9 @@ class ModuleFunctionKernelProfiler:
                 "torch": torch.__version__,
                 "device": self.device,
                 "op_tracer": self.op_tracer,
+                "tracer": self.op_tracer,
+                "decoder": getattr(source, "sink_name", "none"),
+                "threads_traced": str(trace.threads),
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),

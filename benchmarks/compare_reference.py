@@ -382,7 +382,8 @@ def compare_model(name: str, device: str, size: str = "bench", repeat: int = 1, 
 
     started = time.perf_counter()
     try:
-        model, samples = build(name, device, repeat, size=size)
+        work = build(name, device, repeat, size=size)
+        model, samples = work.model, work.samples
     except ModelUnavailable as error:
         return {"model": name, "status": "skipped", "reason": str(error)}
     ours = ModuleFunctionKernelProfiler(device=device)

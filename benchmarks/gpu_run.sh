@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU procedure, in one command, on the lent H200 (or any CUDA 13 machine without a
 # package index). From the repo root, after fetching the wheels it lacks on this side:
-#     ../shared/tools/gpu-wheels.sh            # cupti-python's py3.12 wheel into .whl/
+#     ../shared/tools/gpu-wheels.sh diffusers==0.42.1 importlib_metadata==10.2.0   # py3.12 wheels into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
@@ -22,7 +22,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "gpu_run: put cupti-python's wheel in .whl/ (../shared/tools/gpu-wheels.sh)"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-echo "== build the native decoder and op tracer in place (no build isolation: headers from nvidia-cuda-cupti and torch)"
+echo "== build the native decoder and tracer in place (no build isolation: headers from nvidia-cuda-cupti and torch)"
 if [ -f setup.py ]; then
   python3 setup.py build_ext --inplace >"$OUT/native_build.log" 2>&1 && echo "native build: ok" \
     || { echo "native build: FAILED (tail follows)"; tail -20 "$OUT/native_build.log"; }
@@ -42,10 +42,11 @@ try:
 except Exception as error:  # noqa: BLE001
     print("native decoder: unavailable:", error)
 try:
-    import aitune_dispatch._op_tracer  # noqa: F401
-    print("native op tracer: importable")
+    from aitune_dispatch.tracing import native
+    native.load()
+    print("native tracer: importable")
 except Exception as error:  # noqa: BLE001
-    print("native op tracer: unavailable:", error)
+    print("native tracer: unavailable:", error)
 PY
 } 2>&1 | tee "$OUT/env.txt"
 
@@ -77,14 +78,24 @@ for part in $PARTS; do
       timeout 300 python3 -m benchmarks.pass_breakdown --out "$OUT/breakdown" 2>&1 | tee "$OUT/breakdown.log" | tail -12
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
+    ratio)
+      echo "== recorded pass over bare pass, per mechanism and profiler (issue 10's table)"
+      timeout 540 python3 -m benchmarks.pass_ratio --out "$OUT/ratio" --passes "${RATIO_PASSES:-3}" ${RATIO_MODELS:+--models $RATIO_MODELS} 2>&1 | tee "$OUT/ratio.log" | tail -20
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
+    million)
+      echo "== 10^6 kernels: llama_generate, 40 generate() calls in one profile()"
+      timeout 400 python3 -m benchmarks.pass_ratio --out "$OUT/million" --models --million 2>&1 | tee "$OUT/million.log" | tail -12
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     quick)
       echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
-for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md; do
-  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(basename "$f")"
+for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md; do
+  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"
 echo "gpu_run: parts [$PARTS] finished with status $status"

@@ -4,7 +4,7 @@
 
 For each zoo model (bench size, the sample list repeated ``--repeat`` times) the pass runs, in one
 process: bare; under our CUPTI activity source only (no tracing); under our tracing only (module
-hooks, function mode, native op tracer; no CUPTI), with and without sample collection; and under
+hooks, native function mode and op tracer; no CUPTI), with and without sample collection; and under
 both, as ``profile()`` runs it. Each is the median of three passes after one warm one; the table
 gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json`` under ``--out``.
 """
@@ -48,10 +48,11 @@ def _with_cupti(body: Callable[[Any], None]) -> None:
 
 
 def _tracing(model: Any, names: frozenset[str] | None, source: Any) -> Callable[[Callable[[], None]], None]:
-    from aitune_dispatch.tracing import TraceSession
+    from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer
 
     def around(run: Callable[[], None]) -> None:
-        with TraceSession(model, names, source, op_tracer="native"):
+        modules = ModuleTracker(model)
+        with TraceSession(modules, make_tracer("native", modules.module_ids(), names, source, False)):
             run()
 
     return around

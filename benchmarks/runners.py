@@ -1,13 +1,12 @@
 """One timed ``profile()`` per method, split into phases, plus the bare pass it is compared with.
 
 Methods: ``ours-native`` / ``ours-python`` (CUDA, by decoder), ``ours-pytracer`` (CUDA, native
-decoder, ops recorded by the Python TorchDispatchMode instead of the native op tracer), ``ours``
+decoder, the pure-Python tracing backend instead of the native one), ``ours``
 (defaults, or the CPU source), ``baseline`` (:class:`benchmarks.reference_baseline.ReferenceBaseline`).
 
-Our phases are measured from outside the package, on the profiler *instance* only: its activity
-source is wrapped in :class:`TimedSource` (``start`` / ``stop`` / ``activity`` timed; the per-op
-callbacks are the source's own, so the hot path is untouched) and ``_record`` is timed to split
-joining from building the DataFrame. Nothing in the package is patched globally.
+Our phases come from the result's ``seconds_*`` metadata (warm-up, start, pass, flush, decode,
+join), which the profiler measures itself; whatever else ``profile()`` took is building the
+DataFrame. Nothing in the package is patched.
 """
 
 from __future__ import annotations
@@ -57,51 +56,6 @@ def bare_pass_s(model: Callable[..., Any], samples: Sequence[Any], device: str) 
     return statistics.median(times)
 
 
-class TimedSource:
-    """Wraps an activity source and notes when ``start``, ``stop`` and ``activity`` begin and end."""
-
-    def __init__(self, inner: Any, marks: dict[str, float], counts: dict[str, int]) -> None:
-        self._inner, self._marks, self._counts = inner, marks, counts
-        self.name = inner.name
-        self.op_started = inner.op_started  # the source's own callbacks: nothing added per op
-        self.op_finished = inner.op_finished
-        sink = getattr(inner, "_sink", None)
-        if sink is not None and hasattr(sink, "take"):
-            take = sink.take
-
-            def counted_take() -> Any:
-                records = take()
-                counts["records"] = int(getattr(records, "records", 0))
-                return records
-
-            try:
-                sink.take = counted_take
-            except AttributeError:  # a sink with __slots__: no record count, nothing else changes
-                pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def _timed(self, phase: str, call: Callable[[], Any]) -> Any:
-        self._marks[f"{phase}0"] = clock()
-        try:
-            return call()
-        finally:
-            self._marks[f"{phase}1"] = clock()
-
-    def start(self) -> None:
-        """Timed ``start``."""
-        self._timed("start", self._inner.start)
-
-    def stop(self) -> None:
-        """Timed ``stop`` (forced flush; the native decoder decodes here)."""
-        self._timed("stop", self._inner.stop)
-
-    def activity(self) -> Any:
-        """Timed ``activity`` (the cupti-python decoder decodes here)."""
-        return self._timed("activity", self._inner.activity)
-
-
 def make_profiler(method: str, device: str) -> Any:
     """The profiler object of ``method``."""
     if method == "baseline":
@@ -125,45 +79,34 @@ def measure(method: str, profiler: Any, model: Any, samples: Sequence[Any], warm
 
 
 def _measure_ours(profiler: Any, model: Any, samples: Sequence[Any], warmup: int) -> dict[str, Any]:
-    marks: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    make_source, record = profiler._make_source, profiler._record
-
-    def timed_record(*args: Any, **kwargs: Any) -> Any:
-        result = record(*args, **kwargs)
-        marks["recorded"] = clock()
-        return result
-
-    profiler._make_source = lambda: TimedSource(make_source(), marks, counts)
-    profiler._record = timed_record
-    try:
-        with measure_growth() as growth:
-            begin = clock()
-            frame, _ = profiler.profile(model, samples, warmup_iterations=warmup)
-            end = clock()
-    finally:
-        del profiler._make_source, profiler._record
+    with measure_growth() as growth:
+        begin = clock()
+        frame, _ = profiler.profile(model, samples, warmup_iterations=warmup)
+        end = clock()
     result = profiler.last_result
-    out = _ours_phases(marks, begin, end)
-    out.update(rows=len(frame), kernels=result.activity.num_rows, records=counts.get("records"))
+    out = ours_phases(result.metadata, end - begin)
+    out.update(rows=len(frame), kernels=result.activity.num_rows, records=None)
     out.update(rss_mb=growth.peak_mb, rss_retained_mb=growth.retained_mb, peak_reset=growth.peak_reset)
     out.update(source=result.source, dropped_records=result.dropped_records)
     profiler.release()
     return out
 
 
-def _ours_phases(marks: dict[str, float], begin: float, end: float) -> dict[str, float]:
+def ours_phases(metadata: dict[str, str], profile_s: float) -> dict[str, float]:
+    """Phase seconds of one ``profile()`` from its result's ``seconds_*`` metadata; the rest is the DataFrame."""
+    names = ("warmup", "start", "pass", "flush", "decode", "join")
+    phase = {name: float(metadata[f"seconds_{name}"]) for name in names}
     phases = {
-        "warmup_s": marks["start0"] - begin,
-        "start_s": marks["start1"] - marks["start0"],
-        "pass_s": marks["stop0"] - marks["start1"],
-        "stop_s": marks["stop1"] - marks["stop0"],
-        "decode_s": marks["activity1"] - marks["activity0"],
-        "join_s": marks["recorded"] - marks["activity1"],
-        "df_s": end - marks["recorded"],
-        "post_s": end - marks["stop0"],
-        "profile_s": end - begin,
+        "warmup_s": phase["warmup"],
+        "start_s": phase["start"],
+        "pass_s": phase["pass"],
+        "stop_s": phase["flush"],
+        "decode_s": phase["decode"],
+        "join_s": phase["join"],
+        "df_s": profile_s - sum(phase.values()),
+        "profile_s": profile_s,
     }
+    phases["post_s"] = profile_s - phases["warmup_s"] - phases["start_s"] - phases["pass_s"]
     phases["flush_decode_s"] = phases["stop_s"] + phases["decode_s"]
     return phases
 

@@ -4,7 +4,7 @@ Every builder is ``(device, repeat=1, *, size="bench", **overrides) -> Workload(
 the model is in eval mode on ``device`` with seeded random weights, and ``samples`` is a list of
 ``(args, kwargs)`` pairs, the model's base samples repeated ``repeat`` times (the same tensors).
 ``size="small"`` is for tests and CPU smoke runs; ``"bench"`` is what the H200 harness uses.
-torchvision and transformers are imported lazily: a missing package raises
+torchvision, transformers and diffusers are imported lazily: a missing package raises
 :class:`ModelUnavailable`, which the harness reports as a skipped model.
 """
 
@@ -24,10 +24,23 @@ Sample = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 class Workload(NamedTuple):
-    """A model and the samples of one pass (``(model, samples)`` unpacks as a tuple)."""
+    """A model and the samples of one pass; or, where ``function`` is set, a pipeline function.
+
+    A pipeline (``llama_generate``) is profiled as ``profile(function, module=model)``: one call of
+    ``function`` is one pass, and ``samples`` is empty.
+    """
 
     model: nn.Module
     samples: list[Sample]
+    function: Callable[[], Any] | None = None
+
+    def run(self) -> None:
+        """One pass, as ``profile()`` runs it."""
+        if self.function is not None:
+            self.function()
+            return
+        for args, kwargs in self.samples:
+            self.model(*args, **kwargs)
 
 
 class ModelUnavailable(RuntimeError):
@@ -50,6 +63,18 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "small": {"depth": 2, "dim": 32, "heads": 2, "tokens": 8, "batch": 2},
     },
     "vit_b_16": {"bench": {"batch": 8, "image": 224}, "small": {"batch": 1, "image": 32}},
+    "llama_generate": {
+        "bench": {"hidden": 2048, "intermediate": 5632, "layers": 8, "heads": 16, "kv_heads": 4, "vocab": 32000,
+                  "prompt": 32, "new_tokens": 64, "dtype": torch.bfloat16},
+        "small": {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 256,
+                  "prompt": 4, "new_tokens": 3, "dtype": torch.float32},
+    },
+    "unet_sd15": {
+        "bench": {"batch": 2, "latent": 64, "text": 77, "channels": (320, 640, 1280, 1280), "layers": 2,
+                  "cross": 768, "heads": 8, "dtype": torch.float16},
+        "small": {"batch": 1, "latent": 8, "text": 4, "channels": (32, 64), "layers": 1, "cross": 32, "heads": 2,
+                  "norm_groups": 8, "dtype": torch.float32},
+    },
     "gpt2": {
         "bench": {"batch": 4, "seq": 128, "config": {}},
         "small": {
@@ -185,16 +210,92 @@ def vit_b_16(device: str, repeat: int = 1, *, size: str = "bench", **overrides: 
 def gpt2(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
     """HF ``GPT2LMHeadModel`` from a ``GPT2Config`` (default GPT-2 small at bench size), no KV cache."""
     p = _params("gpt2", size, overrides)
-    try:
-        import transformers
-    except ImportError as error:
-        raise ModelUnavailable(f"transformers is not installed ({error}); pip install transformers") from error
+    transformers = _transformers()
     config = transformers.GPT2Config(**{"use_cache": False, **p["config"]})
     with _seeded() as generator:
         model = transformers.GPT2LMHeadModel(config)
         inputs = [
             ((), {"input_ids": torch.randint(0, config.vocab_size, (p["batch"], p["seq"]), generator=generator)})
             for _ in range(BASE_SAMPLES)
+        ]
+    return _finish(model, inputs, device, repeat)
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as error:
+        raise ModelUnavailable(f"transformers is not installed ({error}); pip install transformers") from error
+    return transformers
+
+
+def llama_generate(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
+    """``LlamaForCausalLM`` from a ``LlamaConfig`` (8 layers, GQA 16/4 heads, bf16 at bench size), as a pipeline:
+    ``repeat`` greedy ``generate()`` calls of exactly ``new_tokens`` tokens after a ``prompt``-token prompt."""
+    p = _params("llama_generate", size, overrides)
+    transformers = _transformers()
+    config = transformers.LlamaConfig(
+        hidden_size=p["hidden"],
+        intermediate_size=p["intermediate"],
+        num_hidden_layers=p["layers"],
+        num_attention_heads=p["heads"],
+        num_key_value_heads=p["kv_heads"],
+        vocab_size=p["vocab"],
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    with _seeded() as generator:
+        model = transformers.LlamaForCausalLM(config).to(dtype=p["dtype"])
+        ids = torch.randint(3, p["vocab"], (1, p["prompt"]), generator=generator)
+    model = model.eval().to(device)
+    ids = ids.to(device)
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1; got {repeat}")
+    new = p["new_tokens"]
+
+    def generate() -> None:
+        for _ in range(repeat):
+            model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+
+    return Workload(model, [], generate)
+
+
+def unet_sd15(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
+    """diffusers ``UNet2DConditionModel`` with the SD-1.5 configuration (fp16, batch 2, 64x64 latents,
+    77x768 text states at bench size)."""
+    p = _params("unet_sd15", size, overrides)
+    try:
+        from diffusers import UNet2DConditionModel
+    except ImportError as error:
+        raise ModelUnavailable(f"diffusers is not installed ({error}); pip install diffusers") from error
+    levels = len(p["channels"])
+    with _seeded() as generator:
+        model = UNet2DConditionModel(
+            sample_size=p["latent"],
+            in_channels=4,
+            out_channels=4,
+            down_block_types=("CrossAttnDownBlock2D",) * (levels - 1) + ("DownBlock2D",),
+            up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (levels - 1),
+            block_out_channels=p["channels"],
+            layers_per_block=p["layers"],
+            cross_attention_dim=p["cross"],
+            attention_head_dim=p["heads"],
+            norm_num_groups=p.get("norm_groups", 32),
+        ).to(dtype=p["dtype"])
+        inputs = [
+            (
+                (),
+                {
+                    "sample": torch.randn(p["batch"], 4, p["latent"], p["latent"], generator=generator).to(p["dtype"]),
+                    "timestep": torch.tensor(500 - 100 * i),
+                    "encoder_hidden_states": torch.randn(p["batch"], p["text"], p["cross"], generator=generator).to(
+                        p["dtype"]
+                    ),
+                },
+            )
+            for i in range(BASE_SAMPLES)
         ]
     return _finish(model, inputs, device, repeat)
 
@@ -206,6 +307,8 @@ ZOO: dict[str, Builder] = {
     "sdpa_blocks": sdpa_blocks,
     "vit_b_16": vit_b_16,
     "gpt2": gpt2,
+    "llama_generate": llama_generate,
+    "unet_sd15": unet_sd15,
 }
 
 
@@ -218,4 +321,6 @@ def build(name: str, device: str, repeat: int = 1, *, size: str = "bench", **ove
 
 def repeated(workload: Workload, repeat: int) -> Workload:
     """The same model with its base samples (a ``repeat=1`` workload) repeated ``repeat`` times."""
+    if workload.function is not None:
+        raise ValueError("a pipeline workload repeats itself: build it with repeat=N")
     return Workload(workload.model, list(workload.samples) * repeat)

@@ -10,9 +10,9 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   "$PY" -m pip install -q torch==2.13.0
 fi
 "$PY" -m pip install -q -e ".[test]"
-# the native op tracer compiles against this environment's torch headers, which an isolated
-# build cannot see: build it in place (optional, like the decoder: the Python tracer stays)
+# the native tracer compiles against this environment's torch headers, which an isolated
+# build cannot see: build it in place (optional, like the decoder: the pure-Python backend stays)
 "$PY" -m pip install -q "setuptools>=68"  # setup.py runs outside pip here (Python 3.12 venvs lack it)
-AITUNE_DISPATCH_NATIVE=off "$PY" setup.py -q build_ext --inplace >/tmp/aitune_dispatch_op_tracer.log 2>&1 \
-  || echo "setup: native op tracer not built (see /tmp/aitune_dispatch_op_tracer.log); using the Python tracer"
-"$PY" -c "import torch, aitune_dispatch; from aitune_dispatch.tracing import native_ops; print(f'setup: aitune_dispatch {aitune_dispatch.__version__}, torch {torch.__version__}, op tracer {\"native\" if native_ops.available() else \"python\"}')"
+AITUNE_DISPATCH_NATIVE=off "$PY" setup.py -q build_ext --inplace >/tmp/aitune_dispatch_tracer.log 2>&1 \
+  || echo "setup: native tracer not built (see /tmp/aitune_dispatch_tracer.log); using the pure-Python backend"
+"$PY" -c "import torch, aitune_dispatch; from aitune_dispatch.tracing import native; print(f'setup: aitune_dispatch {aitune_dispatch.__version__}, torch {torch.__version__}, tracer {\"native\" if native.available() else \"python\"}')"

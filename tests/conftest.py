@@ -48,3 +48,33 @@ def cpu_profiler():
     from aitune_dispatch import ModuleFunctionKernelProfiler
 
     return ModuleFunctionKernelProfiler(device="cpu")
+
+
+# -- both tracing backends through every test ------------------------------------------------------
+# Every test runs once per tracing backend (native C++ and pure Python), as the profiler's default;
+# tests marked ``single_backend`` choose backends themselves. The native run skips where the
+# extension is not built, except under CI, where scripts/setup.sh must have built it.
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "single_backend: the test picks its tracing backends itself")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("single_backend") is None:
+        metafunc.fixturenames.append("tracing_backend")
+        metafunc.parametrize("tracing_backend", ["native", "python"], indirect=True)
+
+
+@pytest.fixture
+def tracing_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The profiler's default tracing backend for this test."""
+    import os
+
+    from aitune_dispatch.tracing import backends, native
+
+    backend = request.param
+    if backend == "native" and not native.available():
+        if os.environ.get("CI"):
+            native.load()  # fails with the build fix: CI tests both backends
+        pytest.skip("native tracer not built (python setup.py build_ext --inplace)")
+    monkeypatch.setattr(backends, "default_backend", lambda: backend)
+    return backend

@@ -20,13 +20,15 @@ from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.tracing import native_ops
+from aitune_dispatch.tracing import backends, native
 from benchmarks import zoo
 
-if not native_ops.available():
+if not native.available():
     if os.environ.get("CI"):
-        native_ops.load()  # fails with the build fix: CI must test the default tracer
-    pytest.skip("native op tracer not built (python setup.py build_ext --inplace)", allow_module_level=True)
+        native.load()  # fails with the build fix: CI must test the default tracer
+    pytest.skip("native tracer not built (python setup.py build_ext --inplace)", allow_module_level=True)
+
+pytestmark = pytest.mark.single_backend  # each test names the backends it compares
 
 ROW_KEY = ["module_name", "function_name", "op", "kernel"]
 # under a dispatch mode aten::reshape takes its tensor-subclass branch and dispatches aten::view
@@ -94,6 +96,7 @@ def test_native_and_python_tracers_record_the_same_ops(name, model, samples):
 
 
 def test_native_is_the_default_where_built():
+    assert backends.default_backend() == "native"
     assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "native"
 
 
@@ -120,7 +123,7 @@ class _Boom(RuntimeError):
 
 @pytest.mark.parametrize("error", [_Boom, KeyboardInterrupt])
 def test_nothing_stays_installed_when_the_pass_raises(error):
-    native = native_ops.load()
+    native_module = native.load()
 
     class Failing(nn.Module):
         def forward(self, x):
@@ -129,12 +132,13 @@ def test_nothing_stays_installed_when_the_pass_raises(error):
 
     with pytest.raises(error):
         _profile(Failing(), [((torch.randn(3),), {})], "native", warmup=0)  # raises in the recorded pass
-    assert not native.running()
+    assert not native_module.running()
+    assert not torch._C._len_torch_function_stack()
     # the thread's next ops are not recorded: a new pass starts from an empty table
     torch.relu(torch.randn(3))
     result = _profile(nn.ReLU(), [((torch.randn(3),), {})], "native")
     assert result.ops.column("op").to_pylist() == ["aten::relu"]  # the warmup pass is not recorded
-    assert not native.running()
+    assert not native_module.running()
 
 
 def test_ops_of_other_threads_are_not_recorded():
@@ -161,14 +165,15 @@ def test_ops_of_other_threads_are_not_recorded():
 
 
 def test_a_second_tracer_cannot_start_while_one_records():
-    native = native_ops.load()
-    native.start(-1)
+    first = native.NativeTracer([], None, -1)
+    first.__enter__()
     try:
         with pytest.raises(RuntimeError, match="already"):
-            _profile(nn.ReLU(), [((torch.randn(3),), {})], "native")
+            native.NativeTracer([], None, -1).__enter__()
     finally:
-        native.stop()
-    assert not native.running()
+        first.__exit__(None, None, None)
+    assert not native.load().running()
+    assert not torch._C._len_torch_function_stack()
 
 
 def test_unknown_tracer_is_refused():
@@ -177,15 +182,22 @@ def test_unknown_tracer_is_refused():
 
 
 def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
-    from aitune_dispatch import _op_tracer
+    from aitune_dispatch import _tracer
 
-    monkeypatch.setattr(_op_tracer, "torch_version", "0.0.0-other")
-    with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
-        native_ops.load()
-    assert not native_ops.available()
-    monkeypatch.setattr(native_ops, "_fallback_warned", False)
-    with pytest.warns(RuntimeWarning, match="built for torch 0.0.0-other.*Python dispatch mode"):
-        assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per process
-        assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
+    monkeypatch.setattr(_tracer, "torch_version", "0.0.0-other")
+    backends.default_backend.cache_clear()
+    try:
+        with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
+            native.load()
+        assert not native.available()
+        with pytest.warns(RuntimeWarning, match="built for torch 0.0.0-other.*pure-Python backend"):
+            assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per process
+            assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "python"
+        with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
+            ModuleFunctionKernelProfiler(device="cpu", op_tracer="native")
+    finally:
+        monkeypatch.undo()
+        backends.default_backend.cache_clear()
+    assert backends.default_backend() == "native"

@@ -27,10 +27,10 @@ def _profile(model, samples, tracer):
 
 @pytest.mark.parametrize("name", ZOO)
 def test_native_tracer_matches_the_dispatch_mode_on_cuda(name):
-    from aitune_dispatch.tracing import native_ops
+    from aitune_dispatch.tracing import native as native_ops
     from benchmarks import zoo
 
-    assert native_ops.available(), "benchmarks/gpu_run.sh builds the native op tracer"
+    assert native_ops.available(), "benchmarks/gpu_run.sh builds the native tracer"
     try:
         work = zoo.build(name, "cuda", 2, size="small")
     except zoo.ModelUnavailable as error:

@@ -7,11 +7,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch.tracing import TraceSession
+from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer, native
 
 
 class ScopeLog:
-    """An activity source double that checks push/pop balance like CUPTI's per-thread stack."""
+    """An activity source double that checks push/pop balance like CUPTI's per-thread stack.
+
+    The native backend pushes in C++; with ``LOG_PUSHES`` it logs them, and the log is replayed here.
+    """
+
+    correlation_kind = native.LOG_PUSHES
 
     def __init__(self) -> None:
         self.stack: list[int] = []
@@ -30,6 +35,21 @@ class ScopeLog:
     def scope_exited(self) -> None:
         self.stack.pop()
 
+    def replay(self, pushes: list[int]) -> None:
+        """Replay the native backend's log: op ids are pushed too, scopes above SCOPE_BASE."""
+        ops: list[int] = []
+        for pushed in pushes:
+            if pushed == -1:
+                if ops and ops[-1] == len(self.stack):
+                    ops.pop()
+                else:
+                    self.scope_exited()
+            elif pushed >= native.SCOPE_BASE:
+                self.scope_entered(pushed - native.SCOPE_BASE)
+            else:
+                ops.append(len(self.stack))
+        assert not ops
+
 
 class Net(nn.Module):
     def __init__(self, fail: bool = False) -> None:
@@ -45,17 +65,20 @@ class Net(nn.Module):
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_scopes_balance_and_name_their_context(fail):
+def test_scopes_balance_and_name_their_context(fail, tracing_backend):
     log = ScopeLog()
     net = Net(fail)
-    session = TraceSession(net, None, log)
+    modules = ModuleTracker(net)
+    session = TraceSession(modules, make_tracer(tracing_backend, modules.module_ids(), None, log, False))
     with pytest.raises(ValueError) if fail else torch.no_grad():
         with session:
             net(torch.randn(2, 4))
+    if tracing_backend == "native":
+        log.replay(session.tracer.push_log())
     assert log.stack == []
-    contexts = session.tables()["contexts"].to_pylist()
+    contexts = session.tables().contexts.to_pylist()
     modules = session.modules.names
-    calls = session.tables()["calls"].column("function_name").to_pylist()
+    calls = session.tables().calls.column("function_name").to_pylist()
     labels = [
         (modules[c["module_id"]] if c["module_id"] >= 0 else None, calls[c["call_id"]] if c["call_id"] >= 0 else None)
         for c in contexts

@@ -1,4 +1,4 @@
-"""What every activity source provides: op brackets during the pass, Arrow tables after it."""
+"""What every activity source provides: correlation callbacks during the pass, Arrow tables after it."""
 
 from __future__ import annotations
 
@@ -37,13 +37,19 @@ class ActivitySource(Protocol):
         """Begin collecting; raise with the reason and the fix if collection is impossible."""
 
     def op_started(self, op_id: int, op: str) -> None:
-        """An op is about to run on this thread (see :class:`tracing.OpObserver`)."""
+        """An op is about to run on this thread (see ``tracing.CorrelationTarget``)."""
 
     def op_finished(self, op_id: int) -> None:
         """The op has returned or raised."""
 
+    def scope_entered(self, context_id: int) -> None:
+        """A module forward or functional call began on this thread."""
+
+    def scope_exited(self) -> None:
+        """The innermost scope of this thread ended."""
+
     def stop(self) -> None:
         """Stop collecting and restore every global state touched by ``start``; idempotent."""
 
-    def activity(self) -> Activity:
-        """The collected records, after ``stop``."""
+    def activity(self, ops: pa.Table) -> Activity:
+        """The collected records, after ``stop``; ``ops`` is the traced pass's op table (schema ``OPS``)."""

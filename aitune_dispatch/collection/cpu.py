@@ -1,13 +1,10 @@
-"""CPU activity source: each aten op, timed in the dispatch handler, is one "kernel" row.
+"""CPU activity source: each aten op, timed by the tracer, is one "kernel" row.
 
 Opt-in through ``device="cpu"``; it is what CI exercises end to end. The kernel name is the op's
 name prefixed with ``cpu::`` so it can never be mistaken for a CUDA kernel.
 """
 
 from __future__ import annotations
-
-import time
-from array import array
 
 import numpy as np
 import pyarrow as pa
@@ -17,57 +14,42 @@ from .. import schema
 from .base import Activity
 
 CPU_KERNEL_PREFIX = "cpu::"
-_clock_ns = time.perf_counter_ns
 
 
 class CpuOpTimer:
-    """Times every op in the dispatch handler; ops of one thread never overlap there."""
+    """The CPU activity source: the tracer times every op it records, and each op becomes one row.
+
+    It correlates nothing (``correlation_kind = -1``): the op rows themselves are the activity.
+    """
 
     name = "cpu"
     correlation_kind = -1
-
-    def __init__(self) -> None:
-        self._op_ids = array("q")
-        self._starts = array("q")
-        self._ends = array("q")
-        self._names: list[str] = []
 
     def start(self) -> None:
         """Nothing to enable: the clock is always there."""
 
     def op_started(self, op_id: int, op: str) -> None:
-        """Note the op's start time."""
-        self._op_ids.append(op_id)
-        self._names.append(op)
-        self._ends.append(0)
-        self._starts.append(_clock_ns())
+        """Not called: ``correlation_kind`` is negative."""
 
     def op_finished(self, op_id: int) -> None:
-        """Note the op's end time."""
-        end = _clock_ns()
-        # ops are not nested in the handler, so the newest open op with this id is the last row
-        pos = len(self._op_ids) - 1
-        while pos >= 0 and self._op_ids[pos] != op_id:
-            pos -= 1
-        if pos >= 0:
-            self._ends[pos] = end
+        """Not called: ``correlation_kind`` is negative."""
+
+    def scope_entered(self, context_id: int) -> None:
+        """Not called: ``correlation_kind`` is negative."""
+
+    def scope_exited(self) -> None:
+        """Not called: ``correlation_kind`` is negative."""
 
     def stop(self) -> None:
         """Nothing to disable."""
 
-    def activity(self) -> Activity:
-        """One kernel row per op, correlated to the op by its own id."""
-        n = len(self._op_ids)
-        return _op_activity(
-            pa.array(np.frombuffer(self._op_ids, np.int64) if n else np.empty(0, np.int64)),
-            pa.array(self._names, pa.string()),
-            pa.array(np.frombuffer(self._starts, np.int64) if n else np.empty(0, np.int64)),
-            pa.array(np.frombuffer(self._ends, np.int64) if n else np.empty(0, np.int64)),
-        )
+    def activity(self, ops: pa.Table) -> Activity:
+        """One kernel row per recorded op, correlated to the op by its own id."""
+        return activity_from_ops(ops)
 
 
 def activity_from_ops(ops: pa.Table) -> Activity:
-    """The CPU activity of a pass whose ops were timed by the tracer itself (the native op tracer)."""
+    """The CPU activity of a pass: every op the tracer recorded and timed."""
     return _op_activity(ops["op_id"], ops["op"], ops["start_ns"], ops["end_ns"])
 
 

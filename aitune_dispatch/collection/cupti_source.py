@@ -285,8 +285,8 @@ class CuptiSource:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         return int(dropped.value)
 
-    def activity(self) -> Activity:
-        """Decoded kernel and correlation tables of the pass (without the canary)."""
+    def activity(self, ops: pa.Table | None = None) -> Activity:
+        """Decoded kernel and correlation tables of the pass (without the canary); ``ops`` is unused."""
         records = self._sink.take()
         clock = host_clock(self._clock_start, self._clock_end)
         kernels, correlation = clock.convert(records.kernels_table()), records.correlation_table()

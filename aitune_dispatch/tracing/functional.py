@@ -110,6 +110,20 @@ def _is_registered(target: Any, registry: dict[Callable[..., Any], str]) -> bool
         return False
 
 
+_rearm_copies = GateFreeCopies()
+
+
+@functools.cache
+def rearmed_copy(func: Callable[..., Any]) -> types.FunctionType | None:
+    """The gate-free copy a Python functional runs as (mode re-armed), or None to run ``func`` as it is.
+
+    Only Python functionals that can reach another functional need the mode again inside them.
+    """
+    if type(func) is types.FunctionType and may_call_functional(func):
+        return _rearm_copies.copy(func)
+    return None
+
+
 def functional_names() -> frozenset[str]:
     """The names this profiler recognises as functional calls."""
     return frozenset(functional_registry().values())
@@ -129,8 +143,6 @@ class FunctionalMode(TorchFunctionMode):
         self._functional_ids: set[int] = set()
         self._registry = functional_registry()
         self._name_ids: dict[Callable[..., Any], int] = {}
-        self._copies = GateFreeCopies()
-        self._rearm: dict[Callable[..., Any], bool] = {}
 
     def _name_id(self, func: Callable[..., Any], name: str) -> int:
         found = self._name_ids.get(func)
@@ -187,15 +199,13 @@ class FunctionalMode(TorchFunctionMode):
         self, func: Callable[..., Any], name_id: int, stacks: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         call_id = self._recorder.begin_call(name_id, stacks)
-        rearm = self._rearm.get(func)
-        if rearm is None:
-            rearm = self._rearm[func] = type(func) is types.FunctionType and may_call_functional(func)
+        copy = rearmed_copy(func)
         try:
-            if rearm:
+            if copy is not None:
                 stacks.reentered.append(func)
                 try:
                     with self:
-                        return self._copies.copy(func)(*args, **kwargs)
+                        return copy(*args, **kwargs)
                 finally:
                     stacks.reentered.pop()
             return func(*args, **kwargs)

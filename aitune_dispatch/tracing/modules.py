@@ -11,6 +11,7 @@ instance for the duration of the pass. Everything is undone by :meth:`ModuleTrac
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -20,19 +21,23 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from .. import schema
 from .gates import GateFreeCopies, reads_gate
-from .recorder import TraceRecorder
 
 _MISSING = object()
 
 
-def _is_compiling() -> bool:
-    return bool(torch.compiler.is_compiling())
+_is_compiling = torch.compiler.is_compiling
+
+
+def _ignore(module: nn.Module) -> None:
+    """What the hooks report to while no pass is traced."""
 
 
 # The hooks are the same two functions in every profile() call: Dynamo guards on the global hooks,
 # so new closures per call would recompile a torch.compile'd model each time until it hits the
-# recompile limit and runs eagerly for good. Their state is this one-entry list instead.
-_active: list[tuple[dict[int, int], TraceRecorder]] = []
+# recompile limit and runs eagerly for good. What they report to is swapped in these two names.
+_entered: Callable[[nn.Module], object] = _ignore
+_exited: Callable[[nn.Module], object] = _ignore
+_installed: list[object] = []  # the ModuleTracker whose hooks are installed
 
 
 # Dynamo also guards on the hooks' keys in the global hook dicts, which are handle ids that grow
@@ -54,26 +59,15 @@ def _stable_key(handle: Any, key: int) -> Any:
     return handle
 
 
-def _tracked(module: nn.Module) -> tuple[TraceRecorder, int] | None:
-    """The recorder and id of ``module`` if a profiled hierarchy holds it and no compile traces it."""
-    # checked first: while Dynamo traces a compiled region the hooks are no-ops (no graph breaks)
-    if _is_compiling() or not _active:
-        return None
-    ids, recorder = _active[0]
-    module_id = ids.get(id(module))
-    return None if module_id is None else (recorder, module_id)
-
-
+# checked first: while Dynamo traces a compiled region the hooks are no-ops (no graph breaks)
 def _pre_hook(module: nn.Module, args: Any) -> None:
-    tracked = _tracked(module)
-    if tracked is not None:
-        tracked[0].enter_module(tracked[1])
+    if not _is_compiling():
+        _entered(module)
 
 
 def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
-    tracked = _tracked(module)
-    if tracked is not None:
-        tracked[0].exit_module(tracked[1])
+    if not _is_compiling():
+        _exited(module)
 
 
 class ModuleTracker:
@@ -84,27 +78,41 @@ class ModuleTracker:
         self.names: list[str] = []
         self.parents: list[int] = []
         ids_by_name: dict[str, int] = {}
-        self._ids: dict[int, int] = {}
+        ids: dict[int, int] = {}
         for name, module in root.named_modules():
-            ids_by_name[name] = self._ids[id(module)] = len(self.modules)
+            ids_by_name[name] = ids[id(module)] = len(self.modules)
             self.modules.append(module)
             self.names.append(name)
             parent = ids_by_name[name.rpartition(".")[0]] if name else schema.NO_MODULE
             self.parents.append(parent)
         # wrappers that stand for a module of the hierarchy (torch.compile's OptimizedModule)
+        self._aliases: list[tuple[nn.Module, int]] = []
         for alias in aliases:
             original = getattr(alias, "_orig_mod", None)
-            if id(original) in self._ids:
-                self._ids[id(alias)] = self._ids[id(original)]
+            if id(original) in ids:
+                self._aliases.append((alias, ids[id(original)]))
         self._handles: list[Any] = []
         self._forwards: list[tuple[nn.Module, Any]] = []
 
-    def install(self, recorder: TraceRecorder, copies: GateFreeCopies) -> None:
-        """Install the global hooks and bind gate-free forwards where a fast path reads the gate."""
-        if _active:
+    def module_ids(self) -> list[tuple[nn.Module, int]]:
+        """``(module, module_id)`` for every module of the hierarchy and every wrapper standing for one."""
+        pairs = [(module, module_id) for module_id, module in enumerate(self.modules)]
+        return pairs + [(alias, module_id) for alias, module_id in self._aliases]
+
+    def install(
+        self,
+        entered: Callable[[nn.Module], object],
+        exited: Callable[[nn.Module], object],
+        copies: GateFreeCopies,
+    ) -> None:
+        """Install the global hooks (reporting forwards to ``entered`` / ``exited``) and bind
+        gate-free forwards where a fast path reads the gate."""
+        global _entered, _exited
+        if _installed:
             raise RuntimeError("another ModuleTracker is installed; profile one thing at a time")
         try:
-            _active.append((self._ids, recorder))
+            _installed.append(self)
+            _entered, _exited = entered, exited
             self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
             self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
             for module in self.modules:
@@ -118,9 +126,12 @@ class ModuleTracker:
 
     def remove(self) -> None:
         """Remove every hook and bound forward; safe to call twice."""
+        global _entered, _exited
         while self._handles:
             self._handles.pop().remove()
-        _active[:] = [entry for entry in _active if entry[0] is not self._ids]
+        if self in _installed:
+            _installed.remove(self)
+            _entered = _exited = _ignore
         while self._forwards:
             module, previous = self._forwards.pop()
             if previous is _MISSING:

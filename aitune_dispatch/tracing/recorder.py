@@ -92,9 +92,11 @@ class TraceRecorder:
         self.ctx_call = array("q")
         self.scope_entered: Callable[[int], object] | None = None
         self.scope_exited: Callable[[], object] | None = None
-        # told (module id, call id, thread index) whenever a thread's innermost context changes;
-        # the native op tracer stamps its op rows with it
-        self.context_changed: Callable[[int, int, int], object] | None = None
+
+    @property
+    def thread_count(self) -> int:
+        """How many threads have recorded something."""
+        return self._thread_count
 
     def stacks(self) -> ThreadStacks:
         """The calling thread's stacks, created on first use."""
@@ -138,7 +140,6 @@ class TraceRecorder:
         self.call_thread.append(stacks.index)
         stacks.calls.append(call_id)
         self._enter_scope(stacks)
-        self._context_now(stacks)
         return call_id
 
     def end_call(self, call_id: int, stacks: ThreadStacks) -> None:
@@ -151,9 +152,6 @@ class TraceRecorder:
             pos = stacks.calls.index(call_id)
             self._exit_scopes(len(stacks.calls) - pos)
             del stacks.calls[pos:]
-        else:
-            return
-        self._context_now(stacks)
 
     # -- scopes: the (module, call) context that launches outside any op are attributed to ----------
     def _enter_scope(self, stacks: ThreadStacks) -> None:
@@ -161,10 +159,6 @@ class TraceRecorder:
             self.ctx_module.append(stacks.modules[-1])
             self.ctx_call.append(stacks.calls[-1])
             self.scope_entered(len(self.ctx_module) - 1)
-
-    def _context_now(self, stacks: ThreadStacks) -> None:
-        if self.context_changed is not None:
-            self.context_changed(stacks.modules[-1], stacks.calls[-1], stacks.index)
 
     def _exit_scopes(self, count: int) -> None:
         if self.scope_exited is not None:
@@ -182,7 +176,6 @@ class TraceRecorder:
         self.mcall_end.append(0)
         self.mcall_thread.append(stacks.index)
         self._enter_scope(stacks)
-        self._context_now(stacks)
 
     def exit_module(self, module_id: int) -> None:
         """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
@@ -196,7 +189,6 @@ class TraceRecorder:
                 self._exit_scopes(len(mods) - pos)
                 del mods[pos:]
                 del stacks.module_rows[pos:]
-                self._context_now(stacks)
                 return
 
     # -- output ------------------------------------------------------------------------------------

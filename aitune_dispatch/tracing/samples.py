@@ -77,6 +77,11 @@ def sample_key(value: Any) -> Any:
     return (type(value), value)
 
 
+def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The key of one call's ``(args, kwargs)``: equal for two calls exactly when they are the same sample."""
+    return (sample_key(args), sample_key(kwargs))
+
+
 class SampleCollector:
     """Counts calls and keeps one sample per distinct input for the selected functions."""
 
@@ -97,7 +102,7 @@ class SampleCollector:
         per_function = self._samples.get(function_name)
         if per_function is None:
             per_function = self._samples[function_name] = {}
-        key = (sample_key(args), sample_key(kwargs))
+        key = sample_pair_key(args, kwargs)
         entry = per_function.get(key)
         if entry is None:
             per_function[key] = [1, (tuple(args), dict(kwargs))]

@@ -1,4 +1,4 @@
-"""One traced pass: installs hooks and both modes on entry and removes all of them on exit."""
+"""One traced pass: installs the module hooks, the gate-free forwards and a tracer, and removes them all."""
 
 from __future__ import annotations
 
@@ -6,58 +6,33 @@ import contextlib
 from types import TracebackType
 
 import pyarrow as pa
-from torch import nn
 
-from .dispatch import OpMode, OpObserver
-from .functional import FunctionalMode
+from .contract import Tracer, TraceTables
 from .gates import GateFreeCopies
 from .modules import ModuleTracker
-from .native_ops import NativeOpTracer
-from .recorder import TraceRecorder
-from .samples import FunctionData, SampleCollector
+from .samples import FunctionData
 
 
 class TraceSession:
-    """Context manager around the recorded pass; not reentrant, one instance per pass."""
+    """Context manager around the recorded pass; not reentrant, one instance per pass.
 
-    def __init__(
-        self,
-        root: nn.Module,
-        function_names: frozenset[str] | None,
-        observer: OpObserver,
-        all_functions: bool = False,
-        aliases: tuple[nn.Module, ...] = (),
-        op_tracer: str = "python",
-    ) -> None:
-        self.recorder = TraceRecorder()
-        self.modules = ModuleTracker(root, aliases)
-        self.samples = SampleCollector(function_names)
-        self._observer = observer
-        # sources that can tag launches made outside any op (CUDA) follow the scope stack too
-        self.recorder.scope_entered = getattr(observer, "scope_entered", None)
-        self.recorder.scope_exited = getattr(observer, "scope_exited", None)
-        self._all_functions = all_functions
-        # "native": the C++ RecordFunction tracer records ops (and pushes their ids) instead of OpMode
-        self._native = NativeOpTracer(self.recorder, observer.correlation_kind) if op_tracer == "native" else None
+    ``tracer`` is the backend's tracer for this pass (``backends.make_tracer``); the session
+    installs what it is handed and removes everything on exit, also on exceptions.
+    """
+
+    def __init__(self, modules: ModuleTracker, tracer: Tracer) -> None:
+        self.modules = modules
+        self.tracer = tracer
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> TraceSession:
         if self._stack is not None:
             raise RuntimeError("a TraceSession is single-use and not reentrant")
-        stack = contextlib.ExitStack()
-        try:
-            copies = GateFreeCopies()
-            self.modules.install(self.recorder, copies)
+        with contextlib.ExitStack() as stack:
+            self.modules.install(self.tracer.module_entered, self.tracer.module_exited, GateFreeCopies())
             stack.callback(self.modules.remove)
-            stack.enter_context(FunctionalMode(self.recorder, self.samples, self._all_functions))
-            if self._native is not None:
-                stack.enter_context(self._native)
-            else:
-                stack.enter_context(OpMode(self.recorder, self._observer))
-        except BaseException:
-            stack.close()
-            raise
-        self._stack = stack
+            stack.enter_context(self.tracer)
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(
@@ -69,16 +44,14 @@ class TraceSession:
         assert self._stack is not None
         self._stack.close()
 
-    def tables(self) -> dict[str, pa.Table]:
-        """The trace as Arrow tables: ``ops``, ``calls``, ``modules``, ``module_calls``, ``contexts``."""
-        return {
-            "ops": self._native.ops_table() if self._native is not None else self.recorder.ops_table(),
-            "calls": self.recorder.calls_table(),
-            "modules": self.modules.table(),
-            "module_calls": self.recorder.module_calls_table(),
-            "contexts": self.recorder.contexts_table(),
-        }
+    def tables(self) -> TraceTables:
+        """The trace as Arrow tables."""
+        return self.tracer.tables()
+
+    def modules_table(self) -> pa.Table:
+        """The profiled hierarchy (schema ``MODULES``)."""
+        return self.modules.table()
 
     def function_data(self) -> FunctionData:
         """The collected samples, in the reference's ``function_data`` shape."""
-        return self.samples.function_data()
+        return self.tracer.function_data()

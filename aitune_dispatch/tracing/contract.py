@@ -1,0 +1,79 @@
+"""The tracing ↔ collection contract, and what a tracing backend hands back after a pass.
+
+Tracing gives every aten op an op id and every module forward / functional call a scope context;
+an activity source that can tag activity with them (CUPTI external correlation ids) says so with a
+non-negative ``correlation_kind`` and takes the ids through the four callbacks below. The native
+backend pushes the same ids itself, in C++, under that kind; the pure-Python backend calls the
+callbacks. A source with ``correlation_kind < 0`` (the CPU source) is told nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+
+import pyarrow as pa
+from torch import nn
+
+from .samples import FunctionData
+
+
+class CorrelationTarget(Protocol):
+    """Where op ids and scope contexts go while the pass runs, on the thread that runs it."""
+
+    # CUPTI external-correlation kind that op and scope ids are pushed with; -1: nothing is pushed
+    correlation_kind: int
+
+    def op_started(self, op_id: int, op: str) -> None:
+        """An op is about to run."""
+
+    def op_finished(self, op_id: int) -> None:
+        """The op returned or raised."""
+
+    def scope_entered(self, context_id: int) -> None:
+        """A module forward or functional call began; ``context_id`` indexes the contexts table."""
+
+    def scope_exited(self) -> None:
+        """The innermost scope ended."""
+
+
+@dataclass(frozen=True)
+class TraceTables:
+    """One traced pass as Arrow tables (schemas ``OPS``, ``CALLS``, ``MODULE_CALLS``, ``CONTEXTS``)."""
+
+    ops: pa.Table
+    calls: pa.Table
+    module_calls: pa.Table
+    contexts: pa.Table
+    threads: int  # threads that ran a traced event
+    scopes_pushed: int  # scope contexts pushed as correlation ids
+
+
+class Tracer(Protocol):
+    """A tracing backend: the function mode, the op recorder and the per-thread stacks of one pass.
+
+    Entering installs the modes and the op recorder on the calling thread; exiting removes them,
+    also on exceptions. The module hooks report forwards through :meth:`module_entered` and
+    :meth:`module_exited`, which ignore modules outside the profiled hierarchy.
+    """
+
+    name: str
+
+    def __enter__(self) -> Tracer: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    def module_entered(self, module: nn.Module) -> None:
+        """A forward of ``module`` begins on this thread."""
+
+    def module_exited(self, module: nn.Module) -> None:
+        """A forward of ``module`` ended (returned or raised) on this thread."""
+
+    def tables(self) -> TraceTables:
+        """The pass as Arrow tables, once it has ended."""
+
+    def function_data(self) -> FunctionData:
+        """The collected samples, in the reference's ``function_data`` shape."""

@@ -1,0 +1,186 @@
+"""The native tracing backend: function mode, module stacks, op tracer and sample keys in C++.
+
+``aitune_dispatch._tracer`` (``native_shims/tracer/``) keeps the per-thread module and
+functional-call stacks, appends every row to C++ columns, pushes op and scope ids as CUPTI external
+correlation ids, records aten ops with a thread-local ``at::RecordFunction`` callback (the ops a
+``TorchDispatchMode`` would see), keys samples, and answers torch's ``__torch_function__`` lookup
+on :class:`NativeFunctionMode` with a C function: a torch call that is not an intercepted
+functional costs one dictionary lookup and no Python frame of ours. Same rows, same semantics and
+the same schemas as the pure-Python backend (``tracing/pure.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import ModuleType, TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .. import schema
+from .contract import TraceTables
+from .functional import api_name, functional_registry, rearmed_copy
+from .samples import FunctionData, sample_pair_key
+
+BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
+
+
+def load() -> ModuleType:
+    """The compiled backend; ImportError (with the fix) where it was not built for this torch."""
+    try:
+        from .. import _tracer
+    except ImportError as error:
+        raise ImportError(f"the native tracer is not built for this Python/torch ({error}); {BUILD_FIX}") from error
+    built_for = getattr(_tracer, "torch_version", None)
+    if built_for != torch.__version__:
+        raise ImportError(
+            f"the native tracer was built for torch {built_for}, this is {torch.__version__}; {BUILD_FIX}"
+        )
+    return _tracer
+
+
+def available() -> bool:
+    """True where the compiled backend imports."""
+    try:
+        load()
+    except ImportError:
+        return False
+    return True
+
+
+def _mode_base() -> type:
+    try:
+        return load().FunctionModeBase
+    except ImportError:
+        return object
+
+
+class NativeFunctionMode(_mode_base(), TorchFunctionMode):  # type: ignore[misc]
+    """A TorchFunctionMode whose handler, as torch dispatch looks it up, is the C++ one.
+
+    The method below is what torch.compile's tracer sees (it reads attributes from the class
+    statically): compiled regions run as compiled, as with the pure-Python mode.
+    """
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+_SINGLETON_TYPES = (torch.dtype, torch.layout, torch.memory_format)
+# a correlation kind that logs pushes and pops instead of sending them to CUPTI (tests without a GPU)
+LOG_PUSHES = -2
+SCOPE_BASE = 1 << 62  # scope contexts are pushed as SCOPE_BASE + context id (collection/cupti_source.py)
+
+
+def _int64(data: bytes) -> pa.Array:
+    return pa.array(np.frombuffer(data, dtype=np.int64))
+
+
+def _names(ids: bytes, names: list[str]) -> pa.Array:
+    indices = pa.array(np.frombuffer(ids, dtype=np.int32), pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
+
+
+class NativeTracer:
+    """Context manager around one recorded pass on the calling thread; single-use."""
+
+    name = "native"
+
+    def __init__(
+        self,
+        modules: Iterable[tuple[nn.Module, int]],
+        function_names: frozenset[str] | None,
+        correlation_kind: int,
+        all_functions: bool = False,
+    ) -> None:
+        self._native = load()
+        self._modules = list(modules)
+        self._function_names = function_names
+        self._kind = correlation_kind
+        self._all = all_functions
+        self._mode: NativeFunctionMode | None = None
+        self._taken: dict[str, Any] | None = None
+        self.module_entered = self._native.enter_module
+        self.module_exited = self._native.exit_module
+
+    def __enter__(self) -> NativeTracer:
+        native = self._native
+        if self._taken is not None or self._mode is not None:
+            raise RuntimeError("a NativeTracer records one pass; create a new one")
+        if native.running():
+            raise RuntimeError("the native tracer is already recording another pass; profile one thing at a time")
+        registry = {func: name for func, name in functional_registry().items()}
+        mode_config = (
+            registry,
+            self._function_names,
+            self._all,
+            rearmed_copy,
+            api_name,
+            torch._C._push_on_torch_function_stack,
+            torch._C._pop_torch_function_stack,
+        )
+        native.start(self._kind, self._modules, mode_config, sample_pair_key, _SINGLETON_TYPES)
+        self._mode = NativeFunctionMode()
+        try:
+            self._mode.__enter__()
+        except BaseException:
+            native.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._mode is not None:
+                self._mode.__exit__(exc_type, exc, tb)
+        finally:
+            self._native.stop()
+            self._taken = self._native.take()
+
+    def _columns(self) -> dict[str, Any]:
+        if self._taken is None:
+            raise RuntimeError("the trace is available once the traced pass has ended")
+        return self._taken
+
+    def tables(self) -> TraceTables:
+        """The pass as Arrow tables, after it has ended."""
+        c = self._columns()
+        n_ops = len(c["op_name"]) // 4
+        n_calls = len(c["call_name"]) // 4
+        n_ctx = len(c["ctx_module"]) // 8
+        ops = pa.Table.from_arrays(
+            [pa.array(np.arange(n_ops, dtype=np.int64)), _names(c["op_name"], c["op_names"])]
+            + [_int64(c[k]) for k in ("op_module", "op_call", "op_thread", "op_start", "op_end")],
+            schema=schema.OPS,
+        )
+        calls = pa.Table.from_arrays(
+            [pa.array(np.arange(n_calls, dtype=np.int64)), _names(c["call_name"], c["function_names"])]
+            + [_int64(c[k]) for k in ("call_parent", "call_module", "call_start", "call_end", "call_thread")],
+            schema=schema.CALLS,
+        )
+        module_calls = pa.Table.from_arrays(
+            [_int64(c[k]) for k in ("mcall_module", "mcall_start", "mcall_end", "mcall_thread")],
+            schema=schema.MODULE_CALLS,
+        )
+        contexts = pa.Table.from_arrays(
+            [pa.array(np.arange(n_ctx, dtype=np.int64)), _int64(c["ctx_module"]), _int64(c["ctx_call"])],
+            schema=schema.CONTEXTS,
+        )
+        return TraceTables(ops, calls, module_calls, contexts, int(c["threads"]), int(c["scopes_pushed"]))
+
+    def push_log(self) -> list[int]:
+        """With ``correlation_kind=LOG_PUSHES``: every id pushed during the pass, and -1 for each pop."""
+        return np.frombuffer(self._columns()["push_log"], dtype=np.int64).tolist()
+
+    def function_data(self) -> FunctionData:
+        """The collected samples, in the reference's ``function_data`` shape."""
+        c = self._columns()
+        names = c["function_names"]
+        return {names[name_id]: rows for name_id, rows in c["samples"].items()}

@@ -1,0 +1,101 @@
+"""The pure-Python tracing backend: the fallback where the native one (``tracing/native.py``) is not built.
+
+A :class:`~.recorder.TraceRecorder` keeps the per-thread stacks and columns, a
+:class:`~.functional.FunctionalMode` opens functional calls, an :class:`~.dispatch.OpMode`
+(a TorchDispatchMode) records aten ops, and a :class:`~.samples.SampleCollector` keys samples.
+Same rows, semantics and schemas as the native backend; every test runs on both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from types import TracebackType
+
+from torch import nn
+
+from .contract import CorrelationTarget, TraceTables
+from .dispatch import OpMode
+from .functional import FunctionalMode
+from .recorder import TraceRecorder
+from .samples import FunctionData, SampleCollector
+
+
+class _Silent:
+    """Takes op brackets and tells no one (a source that correlates nothing)."""
+
+    def op_started(self, op_id: int, op: str) -> None:
+        """Nothing to do."""
+
+    def op_finished(self, op_id: int) -> None:
+        """Nothing to do."""
+
+
+class PythonTracer:
+    """Context manager around one recorded pass on the calling thread; single-use."""
+
+    name = "python"
+
+    def __init__(
+        self,
+        modules: Iterable[tuple[nn.Module, int]],
+        function_names: frozenset[str] | None,
+        target: CorrelationTarget,
+        all_functions: bool = False,
+    ) -> None:
+        self.recorder = TraceRecorder()
+        self.samples = SampleCollector(function_names)
+        self._ids = {id(module): module_id for module, module_id in modules}
+        correlates = target.correlation_kind != -1  # -1: nothing is correlated (the CPU source)
+        if correlates:  # launches outside any op are tagged with the scope they ran in
+            self.recorder.scope_entered = target.scope_entered
+            self.recorder.scope_exited = target.scope_exited
+        self._modes = (
+            FunctionalMode(self.recorder, self.samples, all_functions),
+            OpMode(self.recorder, target if correlates else _Silent()),
+        )
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> PythonTracer:
+        if self._stack is not None:
+            raise RuntimeError("a PythonTracer records one pass; create a new one")
+        self.recorder.stacks()  # the profiling thread is thread 0
+        with contextlib.ExitStack() as stack:
+            for mode in self._modes:
+                stack.enter_context(mode)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stack is not None:
+            self._stack.close()
+
+    def module_entered(self, module: nn.Module) -> None:
+        """A forward of ``module`` begins on this thread."""
+        module_id = self._ids.get(id(module))
+        if module_id is not None:
+            self.recorder.enter_module(module_id)
+
+    def module_exited(self, module: nn.Module) -> None:
+        """A forward of ``module`` ended on this thread."""
+        module_id = self._ids.get(id(module))
+        if module_id is not None:
+            self.recorder.exit_module(module_id)
+
+    def tables(self) -> TraceTables:
+        """The pass as Arrow tables."""
+        recorder = self.recorder
+        return TraceTables(
+            ops=recorder.ops_table(),
+            calls=recorder.calls_table(),
+            module_calls=recorder.module_calls_table(),
+            contexts=recorder.contexts_table(),
+            threads=recorder.thread_count,
+            scopes_pushed=len(recorder.ctx_module),
+        )
+
+    def function_data(self) -> FunctionData:
+        """The collected samples, in the reference's ``function_data`` shape."""
+        return self.samples.function_data()

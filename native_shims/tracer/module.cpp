@@ -1,0 +1,237 @@
+// aitune_dispatch._tracer: the compiled tracing backend (tracing/native.py drives it).
+//
+// One recorded pass: start() takes the hierarchy's modules, the function-mode configuration and
+// the CUPTI correlation kind, resets every column and registers the RecordFunction op callback;
+// the module hooks call enter_module / exit_module; FunctionModeBase handles torch functions;
+// stop() removes the callback; take() hands every column over as bytes plus the collected samples.
+// libcupti is never linked: push/pop are resolved from the copy already loaded in the process.
+
+#include "trace.h"
+
+#include <dlfcn.h>
+
+namespace aitune {
+
+Trace trace;
+thread_local ThreadState tls;
+
+namespace {
+
+// kind kLogPushes (tests without a GPU): pushes and pops are logged instead of sent to CUPTI
+constexpr int kLogPushes = -2;
+std::vector<int64_t> push_log;  // pushed ids, and -1 for each pop
+int log_push(int, uint64_t id) {
+  push_log.push_back(int64_t(id));
+  return 0;
+}
+int log_pop(int, uint64_t*) {
+  push_log.push_back(-1);
+  return 0;
+}
+
+bool resolve_cupti() {
+  void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) lib = dlopen("libcupti.so", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "libcupti.so.13 is not loaded in this process; start the CUPTI activity source first");
+    return false;
+  }
+  trace.push = reinterpret_cast<PushFn>(dlsym(lib, "cuptiActivityPushExternalCorrelationId"));
+  trace.pop = reinterpret_cast<PopFn>(dlsym(lib, "cuptiActivityPopExternalCorrelationId"));
+  dlclose(lib);  // RTLD_NOLOAD took a reference; the library stays loaded by its owner
+  if (trace.push == nullptr || trace.pop == nullptr) {
+    trace.push = nullptr;
+    trace.pop = nullptr;
+    PyErr_SetString(PyExc_RuntimeError, "libcupti lacks cuptiActivityPush/PopExternalCorrelationId");
+    return false;
+  }
+  return true;
+}
+
+void release_modules() {
+  for (auto& item : trace.module_ids) Py_DECREF(item.first);
+  trace.module_ids.clear();
+}
+
+void reset_columns() {
+  std::lock_guard<std::mutex> guard(trace.op_lock);
+  trace.ops = OpColumns();
+  trace.calls = CallColumns();
+  trace.module_calls = ModuleCallColumns();
+  trace.contexts = ContextColumns();
+  trace.function_names = Names();
+  trace.scopes_pushed = 0;
+  ++trace.generation;
+  trace.threads = 0;
+}
+
+bool add_modules(PyObject* modules) {
+  PyObject* fast = PySequence_Fast(modules, "modules must be a sequence of (module, module_id)");
+  if (fast == nullptr) return false;
+  bool ok = true;
+  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    PyObject *module;
+    long long module_id;
+    ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "OL", &module, &module_id);
+    if (ok && trace.module_ids.emplace(module, module_id).second) Py_INCREF(module);
+  }
+  Py_DECREF(fast);
+  return ok;
+}
+
+// start(kind, modules [(module, id)], mode_config, sample_key, singletons)
+PyObject* py_start(PyObject*, PyObject* args) {
+  int kind;
+  PyObject *modules, *mode_config, *sample_key, *singletons;
+  if (!PyArg_ParseTuple(args, "iOO!OO!", &kind, &modules, &PyTuple_Type, &mode_config, &sample_key,
+                        &PyTuple_Type, &singletons))
+    return nullptr;
+  if (trace.running) {
+    PyErr_SetString(PyExc_RuntimeError, "the native tracer is already recording a pass; stop() it first");
+    return nullptr;
+  }
+  trace.push = nullptr;
+  trace.pop = nullptr;
+  trace.kind = kind;
+  if (kind >= 0 && !resolve_cupti()) return nullptr;
+  push_log.clear();
+  if (kind == kLogPushes) {
+    trace.push = log_push;
+    trace.pop = log_pop;
+  }
+  reset_columns();
+  release_modules();
+  if (!add_modules(modules) || !function_mode_configure(mode_config) || !samples_configure(sample_key, singletons)) {
+    release_modules();
+    function_mode_clear();
+    samples_clear();
+    return nullptr;
+  }
+  thread_state();  // the starting thread is thread 0, as in the Python recorder
+  PyObject* error = nullptr;
+  if (!start_op_tracer(&error)) {
+    release_modules();
+    function_mode_clear();
+    samples_clear();
+    PyErr_SetObject(PyExc_RuntimeError, error);
+    Py_XDECREF(error);
+    return nullptr;
+  }
+  trace.running = true;
+  Py_RETURN_NONE;
+}
+
+// stop(): removes the op callback and the function-mode configuration (idempotent); the rows and
+// samples stay until take()
+PyObject* py_stop(PyObject*, PyObject*) {
+  stop_op_tracer();
+  function_mode_clear();
+  release_modules();
+  trace.running = false;
+  Py_RETURN_NONE;
+}
+
+PyObject* py_running(PyObject*, PyObject*) { return PyBool_FromLong(trace.running); }
+
+PyObject* py_enter_module(PyObject*, PyObject* module) {
+  if (trace.running) {
+    auto found = trace.module_ids.find(module);
+    if (found != trace.module_ids.end()) enter_module(thread_state(), found->second);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* py_exit_module(PyObject*, PyObject* module) {
+  if (trace.running) {
+    auto found = trace.module_ids.find(module);
+    if (found != trace.module_ids.end()) exit_module(thread_state(), found->second);
+  }
+  Py_RETURN_NONE;
+}
+
+template <typename T>
+PyObject* as_bytes(const std::vector<T>& column) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(column.data()), Py_ssize_t(column.size() * sizeof(T)));
+}
+
+PyObject* as_list(const Names& names) {
+  PyObject* list = PyList_New(Py_ssize_t(names.names.size()));
+  for (size_t i = 0; list != nullptr && i < names.names.size(); ++i) {
+    const std::string& name = names.names[i];
+    PyObject* text = PyUnicode_FromStringAndSize(name.data(), Py_ssize_t(name.size()));
+    if (text == nullptr) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, Py_ssize_t(i), text);
+  }
+  return list;
+}
+
+// take() -> dict of columns (bytes), name lists and samples; clears the rows
+PyObject* py_take(PyObject*, PyObject*) {
+  if (trace.running) {
+    PyErr_SetString(PyExc_RuntimeError, "take() needs a stopped tracer; call stop() first");
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> guard(trace.op_lock);
+  const OpColumns& o = trace.ops;
+  const CallColumns& c = trace.calls;
+  const ModuleCallColumns& m = trace.module_calls;
+  const ContextColumns& x = trace.contexts;
+  PyObject* samples = samples_take();
+  if (samples == nullptr) return nullptr;
+  PyObject* result = Py_BuildValue(
+      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N, s:N,s:N, s:N,s:K,s:N}",
+      "op_names", as_list(trace.op_names), "op_name", as_bytes(o.name), "op_module", as_bytes(o.module), "op_call",
+      as_bytes(o.call), "op_thread", as_bytes(o.thread), "op_start", as_bytes(o.start), "op_end", as_bytes(o.end),
+      "function_names", as_list(trace.function_names), "call_name", as_bytes(c.name), "call_parent",
+      as_bytes(c.parent), "call_module", as_bytes(c.module), "call_start", as_bytes(c.start), "call_end",
+      as_bytes(c.end), "call_thread", as_bytes(c.thread), "call_sample", as_bytes(c.sample), "samples", samples,
+      "mcall_module", as_bytes(m.module), "mcall_start", as_bytes(m.start), "mcall_end", as_bytes(m.end),
+      "mcall_thread", as_bytes(m.thread), "ctx_module", as_bytes(x.module), "ctx_call", as_bytes(x.call),
+      "threads", PyLong_FromLongLong(trace.threads.load()), "scopes_pushed",
+      (unsigned long long)trace.scopes_pushed, "push_log", as_bytes(push_log));
+  push_log.clear();
+  trace.ops = OpColumns();
+  trace.calls = CallColumns();
+  trace.module_calls = ModuleCallColumns();
+  trace.contexts = ContextColumns();
+  return result;
+}
+
+PyMethodDef methods[] = {
+    {"start", py_start, METH_VARARGS,
+     "start(kind, modules, mode_config, sample_key, singletons): record a pass on this thread; kind >= 0 pushes "
+     "op and scope ids as CUPTI external correlation ids of that kind (-2: into take()'s push_log, for tests)"},
+    {"stop", py_stop, METH_NOARGS, "stop(): remove the op callback and the configuration (idempotent)"},
+    {"running", py_running, METH_NOARGS, "running() -> bool"},
+    {"enter_module", py_enter_module, METH_O, "enter_module(module): a forward of a profiled module begins"},
+    {"exit_module", py_exit_module, METH_O, "exit_module(module): a forward of a profiled module ended"},
+    {"take", py_take, METH_NOARGS, "take() -> {column: bytes, ...}: the recorded pass; clears the rows"},
+    {"sample_key_bytes", py_sample_key_bytes, METH_O,
+     "sample_key_bytes(value) -> bytes, or None where the Python keyer decides"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tracer", "Native tracing backend of aitune_dispatch.", -1,
+                          methods};
+
+}  // namespace
+}  // namespace aitune
+
+#ifndef AITUNE_TORCH_VERSION
+#define AITUNE_TORCH_VERSION "unknown"
+#endif
+
+PyMODINIT_FUNC PyInit__tracer(void) {
+  PyObject* module = PyModule_Create(&aitune::module_def);
+  if (module == nullptr) return nullptr;
+  // the torch this was compiled against; Python refuses to use it under another torch
+  if (PyModule_AddStringConstant(module, "torch_version", AITUNE_TORCH_VERSION) < 0 ||
+      !aitune::function_mode_ready(module)) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

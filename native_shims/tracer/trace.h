@@ -1,0 +1,133 @@
+// Shared state of aitune_dispatch._tracer: the columns one recorded pass appends to, and the
+// per-thread module / functional-call stacks that every row is stamped with.
+//
+// Writers: the module hooks and the function mode run with the GIL held; the RecordFunction op
+// callback may run without it, so op rows are appended under `op_lock` and everything else under
+// the GIL. Each thread's stacks are touched by that thread only.
+
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace aitune {
+
+constexpr int64_t kNoModule = -1;  // schema.NO_MODULE
+constexpr int64_t kNoCall = -1;    // schema.NO_CALL
+constexpr int64_t kNoSample = -1;  // a call whose inputs were not sampled
+// one CUPTI external-correlation kind carries op ids (below) and scope contexts (at and above)
+constexpr uint64_t kScopeBase = uint64_t(1) << 62;
+
+using PushFn = int (*)(int kind, uint64_t id);
+using PopFn = int (*)(int kind, uint64_t* last_id);
+
+int64_t now_ns();  // CLOCK_MONOTONIC, i.e. time.perf_counter_ns() on Linux
+
+struct OpColumns {
+  std::vector<int32_t> name;
+  std::vector<int64_t> module, call, thread, start, end;
+};
+
+struct CallColumns {
+  std::vector<int32_t> name;
+  std::vector<int64_t> parent, module, start, end, thread, sample;
+};
+
+struct ModuleCallColumns {
+  std::vector<int64_t> module, start, end, thread;
+};
+
+struct ContextColumns {
+  std::vector<int64_t> module, call;
+};
+
+struct ThreadState {
+  uint64_t generation = 0;
+  int64_t thread = -1;
+  // bottom entries are sentinels, as in tracing/recorder.py
+  std::vector<int64_t> modules{kNoModule};
+  std::vector<int64_t> module_rows{-1};
+  std::vector<int64_t> calls{kNoCall};
+  std::vector<uint8_t> call_is_functional{0};  // parallel to calls
+  int functional_depth = 0;                    // open torch.nn.functional calls (not torch-level ones)
+  std::vector<PyObject*> reentered;            // functionals running as re-armed copies (borrowed)
+  int op_depth = 0;                            // recorded ops open on this thread
+  std::vector<int64_t> open_ops;               // one entry per started RecordFunction: op id or -1
+};
+
+// Interned strings -> small ids, so that rows hold integers only.
+struct Names {
+  std::vector<std::string> names;
+  std::unordered_map<std::string, int32_t> ids;
+  int32_t id(const std::string& name) {
+    auto found = ids.find(name);
+    if (found != ids.end()) return found->second;
+    int32_t next = int32_t(names.size());
+    names.push_back(name);
+    ids.emplace(name, next);
+    return next;
+  }
+};
+
+struct Trace {
+  std::mutex op_lock;
+  OpColumns ops;
+  Names op_names;
+  CallColumns calls;
+  ModuleCallColumns module_calls;
+  ContextColumns contexts;
+  Names function_names;
+  std::unordered_map<PyObject*, int64_t> module_ids;  // strong references while configured
+  bool running = false;
+  uint64_t generation = 0;  // thread states of an earlier pass are reset on first use
+  std::atomic<int64_t> threads{0};
+  int kind = -1;  // CUPTI external-correlation kind, or -1: nothing is pushed (CPU)
+  PushFn push = nullptr;
+  PopFn pop = nullptr;
+  uint64_t scopes_pushed = 0;
+  uint64_t ops_pushed = 0;
+};
+
+extern Trace trace;
+extern thread_local ThreadState tls;
+
+inline ThreadState& thread_state() {
+  ThreadState& t = tls;
+  if (t.generation != trace.generation) {
+    t = ThreadState();
+    t.generation = trace.generation;
+    t.thread = trace.threads.fetch_add(1);
+  }
+  return t;
+}
+
+// -- scopes (scopes.cpp): module forwards and functional calls, called with the GIL held ---------
+void enter_module(ThreadState& t, int64_t module_id);
+void exit_module(ThreadState& t, int64_t module_id);
+int64_t begin_call(ThreadState& t, int32_t name_id, int64_t sample, bool functional);
+void end_call(ThreadState& t, int64_t call_id);
+
+// -- op tracer (ops.cpp) -------------------------------------------------------------------------
+bool start_op_tracer(PyObject** error);  // registers the RecordFunction callback
+void stop_op_tracer();
+
+// -- samples (samples.cpp) -----------------------------------------------------------------------
+bool samples_configure(PyObject* python_key, PyObject* singletons);  // Python fallback keyer; (dtype, layout, memory_format) types
+int64_t samples_observe(int32_t name_id, PyObject* args, PyObject* kwargs);  // -2 on error
+PyObject* samples_take();  // {name_id: [(count, (args, kwargs)), ...]} in order of first call
+void samples_clear();
+PyObject* py_sample_key_bytes(PyObject*, PyObject* value);  // exposed for tests
+
+// -- function mode (function_mode.cpp) -----------------------------------------------------------
+bool function_mode_ready(PyObject* module);
+bool function_mode_configure(PyObject* config);  // see function_mode.cpp
+void function_mode_clear();
+
+}  // namespace aitune
