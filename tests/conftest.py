@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -48,3 +49,38 @@ def cpu_profiler():
     from aitune_dispatch import ModuleFunctionKernelProfiler
 
     return ModuleFunctionKernelProfiler(device="cpu")
+
+
+@pytest.fixture(params=["native", "python"])
+def op_tracer(request: pytest.FixtureRequest) -> str:
+    """Each op tracer in turn; "native" skips where it is not built, except under CI (``CI`` set)."""
+    from aitune_dispatch.tracing import native_ops
+
+    if request.param == "native" and not native_ops.available():
+        if os.environ.get("CI"):
+            native_ops.load()  # fails with the build fix: CI must test the default tracer
+        pytest.skip("native op tracer not built (python setup.py build_ext --inplace)")
+    return request.param
+
+
+def bare_kernels(function: Callable[..., Any], samples: list[Any]) -> collections.Counter[str]:
+    """Kernel names of one pass captured by CUPTI alone: no hooks, no modes, no correlation ids."""
+    from aitune_dispatch.collection import make_cuda_source
+
+    source = make_cuda_source()
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        source.start()
+        try:
+            for args, kwargs in samples:
+                function(*args, **kwargs)
+            torch.cuda.synchronize()
+        finally:
+            source.stop()
+    return collections.Counter(source.activity().kernels.column("name").to_pylist())
+
+
+@pytest.fixture(name="bare_kernels")
+def bare_kernels_fixture() -> Callable[..., collections.Counter[str]]:
+    """:func:`bare_kernels`, for GPU tests."""
+    return bare_kernels

@@ -3,14 +3,13 @@
 Global hooks (``register_module_forward_*_hook``) rather than per-module ones, because some fast
 paths (``nn.TransformerEncoderLayer``) are switched off by hooks found on the module itself.
 
-Also keeps modules whose fast path is gated on ``has_torch_function`` on the path they take
-without the profiler (DESIGN.md fact 6), by binding a gate-free copy of their ``forward`` on the
-instance for the duration of the pass. Everything is undone by :meth:`ModuleTracker.remove`.
+No module attribute is set: the hooks live in torch's global hook dicts and are removed by
+:meth:`ModuleTracker.remove`. (Fast paths gated on ``has_torch_function`` are kept by
+``gates.ModeBlindGates``, not here.)
 """
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pyarrow as pa
@@ -19,10 +18,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from .. import schema
-from .gates import GateFreeCopies, reads_gate
 from .recorder import TraceRecorder
-
-_MISSING = object()
 
 
 def _is_compiling() -> bool:
@@ -97,36 +93,24 @@ class ModuleTracker:
             if id(original) in self._ids:
                 self._ids[id(alias)] = self._ids[id(original)]
         self._handles: list[Any] = []
-        self._forwards: list[tuple[nn.Module, Any]] = []
 
-    def install(self, recorder: TraceRecorder, copies: GateFreeCopies) -> None:
-        """Install the global hooks and bind gate-free forwards where a fast path reads the gate."""
+    def install(self, recorder: TraceRecorder) -> None:
+        """Install the two global forward hooks; :meth:`remove` takes them out again."""
         if _active:
             raise RuntimeError("another ModuleTracker is installed; profile one thing at a time")
         try:
             _active.append((self._ids, recorder))
             self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
             self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
-            for module in self.modules:
-                forward = type(module).forward
-                if isinstance(forward, types.FunctionType) and reads_gate(forward):
-                    self._forwards.append((module, module.__dict__.get("forward", _MISSING)))
-                    module.__dict__["forward"] = types.MethodType(copies.copy(forward), module)
         except BaseException:
             self.remove()
             raise
 
     def remove(self) -> None:
-        """Remove every hook and bound forward; safe to call twice."""
+        """Remove both hooks; safe to call twice."""
         while self._handles:
             self._handles.pop().remove()
         _active[:] = [entry for entry in _active if entry[0] is not self._ids]
-        while self._forwards:
-            module, previous = self._forwards.pop()
-            if previous is _MISSING:
-                module.__dict__.pop("forward", None)
-            else:
-                module.__dict__["forward"] = previous
 
     def table(self) -> pa.Table:
         """The hierarchy as an Arrow table of schema :data:`schema.MODULES`."""

@@ -10,7 +10,7 @@ from torch import nn
 
 from .dispatch import OpMode, OpObserver
 from .functional import FunctionalMode
-from .gates import GateFreeCopies
+from .gates import ModeBlindGates
 from .modules import ModuleTracker
 from .native_ops import NativeOpTracer
 from .recorder import TraceRecorder
@@ -46,10 +46,11 @@ class TraceSession:
             raise RuntimeError("a TraceSession is single-use and not reentrant")
         stack = contextlib.ExitStack()
         try:
-            copies = GateFreeCopies()
-            self.modules.install(self.recorder, copies)
+            self.modules.install(self.recorder)
             stack.callback(self.modules.remove)
-            stack.enter_context(FunctionalMode(self.recorder, self.samples, self._all_functions))
+            mode = stack.enter_context(FunctionalMode(self.recorder, self.samples, self._all_functions))
+            # fast paths gated on has_torch_function take the path they take without our mode
+            stack.enter_context(ModeBlindGates(mode))
             if self._native is not None:
                 stack.enter_context(self._native)
             else:
