@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -210,8 +211,6 @@ class ModuleFunctionKernelProfiler:
         known = functional_names()
         unknown = sorted(n for n in self.function_names - known if not n.startswith("torch."))
         if unknown:
-            import warnings
-
             warnings.warn(
                 f"function_names has names that are not torch.nn.functional functions this profiler "
                 f"intercepts, so no samples will be collected for them: {unknown}",
@@ -253,6 +252,9 @@ class ModuleFunctionKernelProfiler:
         finally:
             source.stop()
         clock.lap("flush")
+        trace_messages = session.warnings()
+        for message in trace_messages:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         trace = session.tables()
         # ops timed by the native tracer are the CPU source's "kernels"
         native_cpu = self.device == "cpu" and self.op_tracer == "native"
@@ -278,7 +280,7 @@ class ModuleFunctionKernelProfiler:
             source=activity.source,
             module_objects=tuple(session.modules.modules),
             dropped_records=activity.dropped_records,
-            warnings=activity.warnings,
+            warnings=(*activity.warnings, *trace_messages),
             metadata={
                 "torch": torch.__version__,
                 "device": self.device,

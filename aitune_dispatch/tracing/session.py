@@ -8,6 +8,7 @@ from types import TracebackType
 import pyarrow as pa
 from torch import nn
 
+from .diagnostics import trace_warnings
 from .dispatch import OpMode, OpObserver
 from .functional import FunctionalMode
 from .gates import ModeBlindGates
@@ -79,6 +80,10 @@ class TraceSession:
             "module_calls": self.recorder.module_calls_table(),
             "contexts": self.recorder.contexts_table(),
         }
+
+    def warnings(self) -> list[str]:
+        """What ran but could not be recorded (TorchScript, a module that never ran)."""
+        return trace_warnings(self.recorder, self.modules)
 
     def function_data(self) -> FunctionData:
         """The collected samples, in the reference's ``function_data`` shape."""
