@@ -6,14 +6,47 @@ Pure functions over the recorder and the module tracker after the pass; each ret
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .modules import ModuleTracker
 from .recorder import TraceRecorder
 
+PROFILING_THREAD = 0  # the thread that began the pass gets the first index (TraceRecorder.begin_pass)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
+def thread_warnings(recorder: TraceRecorder) -> list[str]:
+    """Forwards of the hierarchy on threads other than the profiling thread, one message per kind."""
+    per_thread = np.bincount(np.frombuffer(recorder.mcall_thread, dtype=np.int64), minlength=len(recorder.threads))
+    started = [t for t in recorder.threads if t.traced and t.index != PROFILING_THREAD and per_thread[t.index]]
+    foreign = [t for t in recorder.threads if not t.traced and t.skipped_forwards]
+    messages = []
+    if started:
+        count = int(sum(per_thread[t.index] for t in started))
+        messages.append(
+            f"{count} forward(s) of the profiled modules ran on thread(s) {_names([t.name for t in started])}, "
+            "started by the profiled function: profile() records functional calls and aten ops on the "
+            "thread that calls it only, so the functional calls and ops inside those forwards were not "
+            "recorded and none of their kernels is in profiling_df (last_result.module_calls has the "
+            "forwards); call the modules on the thread that calls profile() to attribute their kernels"
+        )
+    if foreign:
+        count = sum(t.skipped_forwards for t in foreign)
+        messages.append(
+            f"{count} forward(s) of the profiled modules ran on thread(s) {_names([t.name for t in foreign])}, "
+            "which were already running when the recorded pass began: they are not the profiled "
+            "function's and are left out of the result; do not run the profiled modules on other threads "
+            "while profiling"
+        )
+    return messages
+
 
 def never_ran_warning(recorder: TraceRecorder, tracker: ModuleTracker) -> list[str]:
-    """A message when no module of the hierarchy ran during the pass."""
+    """A message when no module of the hierarchy ran on the traced threads during the pass."""
     if len(recorder.mcall_module):
         return []
     root = type(tracker.modules[0]).__qualname__
@@ -45,4 +78,4 @@ def scripted_warning(tracker: ModuleTracker) -> list[str]:
 
 def trace_warnings(recorder: TraceRecorder, tracker: ModuleTracker) -> list[str]:
     """Every message for one finished pass, in a stable order."""
-    return [*scripted_warning(tracker), *never_ran_warning(recorder, tracker)]
+    return [*scripted_warning(tracker), *thread_warnings(recorder), *never_ran_warning(recorder, tracker)]

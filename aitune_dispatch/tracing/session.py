@@ -46,6 +46,7 @@ class TraceSession:
         if self._stack is not None:
             raise RuntimeError("a TraceSession is single-use and not reentrant")
         stack = contextlib.ExitStack()
+        self.recorder.begin_pass()  # threads already running are not the profiled function's
         try:
             self.modules.install(self.recorder)
             stack.callback(self.modules.remove)
@@ -82,7 +83,7 @@ class TraceSession:
         }
 
     def warnings(self) -> list[str]:
-        """What ran but could not be recorded (TorchScript, a module that never ran)."""
+        """What ran but could not be recorded (other threads, TorchScript, a module that never ran)."""
         return trace_warnings(self.recorder, self.modules)
 
     def function_data(self) -> FunctionData:
