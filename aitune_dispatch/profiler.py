@@ -16,7 +16,7 @@ from . import collection
 from .joining import join_activity
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
-from .tracing import TraceSession, functional_names, native_ops
+from .tracing import TraceSession, functional_names, functions_to_intercept, native_ops
 
 _DEVICES = ("cuda", "cpu")
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
@@ -161,7 +161,10 @@ class ModuleFunctionKernelProfiler:
         """Like :meth:`profile`, returning the full :class:`ProfileResult` (also kept as ``last_result``)."""
         root = self._resolve_module(function, module)
         if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
-            raise ValueError(f"warmup_iterations must be a non-negative integer; got {warmup_iterations!r}")
+            raise ValueError(
+                "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
+                f"warmup); got {warmup_iterations!r}"
+            )
         samples = normalize_samples(data)
         self._warn_unknown_names()
         self._last_result = None  # the previous run's samples are released before this one runs
@@ -181,6 +184,18 @@ class ModuleFunctionKernelProfiler:
         self._last_result = result
         return result
 
+    @staticmethod
+    def get_functions_to_patch() -> list[tuple[str, Callable[..., Any]]]:
+        """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
+
+        Same as the reference's method of this name, but informational: nothing is patched (calls
+        are seen through a ``TorchFunctionMode``). Every public ``torch.nn.functional`` function that
+        dispatches to a function mode, whatever ``function_names`` says (that only selects samples);
+        the names are the ``function_name`` values of ``profiling_df``. ``functions="all"`` also
+        intercepts torch-level APIs, which this list leaves out.
+        """
+        return functions_to_intercept()
+
     def describe_results(
         self, profiling_df: pd.DataFrame, function_data: FunctionData, top_k: int = 10
     ) -> pd.DataFrame:
@@ -198,7 +213,7 @@ class ModuleFunctionKernelProfiler:
                 original = getattr(function, "_orig_mod", None)
                 return original if isinstance(original, nn.Module) else function
             raise ValueError(
-                "cannot infer the module hierarchy from a plain function: pass module=<the nn.Module "
+                "module must be provided when function is not an nn.Module. Pass module=<the nn.Module "
                 "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
             )
         if not isinstance(module, nn.Module):

@@ -120,6 +120,10 @@ def functional_names() -> frozenset[str]:
     return frozenset(functional_registry().values())
 
 
+def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
+    """``(name, function)`` for every functional call the profiler records, sorted by name."""
+    return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
+
 
 class FunctionalMode(TorchFunctionMode):
     """Records one functional call per intercepted ``torch.nn.functional`` function.
