@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -15,7 +16,15 @@ from . import collection
 from .joining import join_activity
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
-from .tracing import ModuleTracker, TraceSession, functional_names, make_tracer, resolve_backend
+from .tracing import (
+    ModuleTracker,
+    TraceSession,
+    functional_names,
+    functions_to_intercept,
+    make_tracer,
+    resolve_backend,
+    trace_warnings,
+)
 
 _DEVICES = ("cuda", "cpu")
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
@@ -157,7 +166,10 @@ class ModuleFunctionKernelProfiler:
         """Like :meth:`profile`, returning the full :class:`ProfileResult` (also kept as ``last_result``)."""
         root = self._resolve_module(function, module)
         if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
-            raise ValueError(f"warmup_iterations must be a non-negative integer; got {warmup_iterations!r}")
+            raise ValueError(
+                "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
+                f"warmup); got {warmup_iterations!r}"
+            )
         samples = normalize_samples(data)
         self._warn_unknown_names()
         self._last_result = None  # the previous run's samples are released before this one runs
@@ -179,6 +191,18 @@ class ModuleFunctionKernelProfiler:
         self._last_result = result
         return result
 
+    @staticmethod
+    def get_functions_to_patch() -> list[tuple[str, Callable[..., Any]]]:
+        """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
+
+        Same as the reference's method of this name, but informational: nothing is patched (calls
+        are seen through a ``TorchFunctionMode``). Every public ``torch.nn.functional`` function that
+        dispatches to a function mode, whatever ``function_names`` says (that only selects samples);
+        the names are the ``function_name`` values of ``profiling_df``. ``functions="all"`` also
+        intercepts torch-level APIs, which this list leaves out.
+        """
+        return functions_to_intercept()
+
     def describe_results(
         self, profiling_df: pd.DataFrame, function_data: FunctionData, top_k: int = 10
     ) -> pd.DataFrame:
@@ -196,7 +220,7 @@ class ModuleFunctionKernelProfiler:
                 original = getattr(function, "_orig_mod", None)
                 return original if isinstance(original, nn.Module) else function
             raise ValueError(
-                "cannot infer the module hierarchy from a plain function: pass module=<the nn.Module "
+                "module must be provided when function is not an nn.Module. Pass module=<the nn.Module "
                 "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
             )
         if not isinstance(module, nn.Module):
@@ -209,8 +233,6 @@ class ModuleFunctionKernelProfiler:
         known = functional_names()
         unknown = sorted(n for n in self.function_names - known if not n.startswith("torch."))
         if unknown:
-            import warnings
-
             warnings.warn(
                 f"function_names has names that are not torch.nn.functional functions this profiler "
                 f"intercepts, so no samples will be collected for them: {unknown}",
@@ -257,6 +279,9 @@ class ModuleFunctionKernelProfiler:
             source.stop()
         clock.lap("flush")
         trace = session.tables()
+        trace_messages = trace_warnings(trace, modules)
+        for message in trace_messages:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         modules_table = session.modules_table()
         activity = source.activity(trace.ops)
         clock.lap("decode")
@@ -280,14 +305,14 @@ class ModuleFunctionKernelProfiler:
             source=activity.source,
             module_objects=tuple(session.modules.modules),
             dropped_records=activity.dropped_records,
-            warnings=activity.warnings,
+            warnings=(*activity.warnings, *trace_messages),
             metadata={
                 "torch": torch.__version__,
                 "device": self.device,
                 "op_tracer": self.op_tracer,
                 "tracer": self.op_tracer,
                 "decoder": getattr(source, "sink_name", "none"),
-                "threads_traced": str(trace.threads),
+                "threads_traced": str(sum(thread.traced for thread in trace.threads)),
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -67,7 +68,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def tracing_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The profiler's default tracing backend for this test."""
-    import os
 
     from aitune_dispatch.tracing import backends, native
 
@@ -78,3 +78,32 @@ def tracing_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         pytest.skip("native tracer not built (python setup.py build_ext --inplace)")
     monkeypatch.setattr(backends, "default_backend", lambda: backend)
     return backend
+
+
+@pytest.fixture
+def op_tracer(tracing_backend: str) -> str:
+    """The tracing backend of this test, for tests that pass it explicitly as ``op_tracer=``."""
+    return tracing_backend
+
+
+def bare_kernels(function: Callable[..., Any], samples: list[Any]) -> collections.Counter[str]:
+    """Kernel names of one pass captured by CUPTI alone: no hooks, no modes, no correlation ids."""
+    from aitune_dispatch.collection import make_cuda_source
+
+    source = make_cuda_source()
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        source.start()
+        try:
+            for args, kwargs in samples:
+                function(*args, **kwargs)
+            torch.cuda.synchronize()
+        finally:
+            source.stop()
+    return collections.Counter(source.activity().kernels.column("name").to_pylist())
+
+
+@pytest.fixture(name="bare_kernels")
+def bare_kernels_fixture() -> Callable[..., collections.Counter[str]]:
+    """:func:`bare_kernels`, for GPU tests."""
+    return bare_kernels

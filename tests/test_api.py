@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import aitune_dispatch
 import aitune_dispatch.torch as ait
+import aitune_dispatch.tracing
 from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
 
@@ -49,13 +51,30 @@ def test_default_device_requires_cuda(monkeypatch):
 
 
 def test_plain_function_needs_module(cpu_profiler):
-    with pytest.raises(ValueError, match="module="):
+    # the reference's wording first (code written against it matches on it), then the fix
+    with pytest.raises(ValueError, match=r"^module must be provided when function is not an nn\.Module\. ") as info:
         cpu_profiler.profile(lambda: None)
+    assert "module=<the nn.Module to observe>" in str(info.value)
 
 
-def test_negative_warmup_is_rejected(cpu_profiler):
-    with pytest.raises(ValueError, match="warmup_iterations"):
-        cpu_profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})], warmup_iterations=-1)
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_negative_warmup_is_rejected(cpu_profiler, bad):
+    with pytest.raises(ValueError, match=r"^warmup_iterations must be greater than or equal to 0\. ") as info:
+        cpu_profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})], warmup_iterations=bad)
+    assert f"got {bad!r}" in str(info.value)
+
+
+def test_functions_to_patch_are_the_intercepted_functionals():
+    pairs = ModuleFunctionKernelProfiler(function_names=set(), device="cpu").get_functions_to_patch()
+    assert pairs == ModuleFunctionKernelProfiler.get_functions_to_patch()  # also callable on the class
+    names = [name for name, _ in pairs]
+    assert names == sorted(set(names))  # one pair per name, sorted
+    by_name = dict(pairs)
+    # whatever function_names says (an empty set here), the functionals the profiler records
+    assert by_name["linear"] is F.linear and by_name["relu"] is F.relu
+    assert by_name["scaled_dot_product_attention"] is F.scaled_dot_product_attention
+    assert all(getattr(F, name) is function for name, function in pairs)
+    assert set(names) == aitune_dispatch.tracing.functional_names()
 
 
 @pytest.mark.parametrize("bad", [[torch.randn(2, 128)], [((torch.randn(2, 128),), "kw")]])

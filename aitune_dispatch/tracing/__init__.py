@@ -1,9 +1,10 @@
 """Tracing: everything that runs inside the user's forward (module stack, functional calls, ops)."""
 
 from .backends import BACKENDS, make_tracer, resolve_backend
-from .contract import CorrelationTarget, Tracer, TraceTables
+from .contract import CorrelationTarget, ThreadInfo, Tracer, TraceTables
+from .diagnostics import trace_warnings
 from .dispatch import OpObserver
-from .functional import functional_names
+from .functional import functional_names, functions_to_intercept
 from .modules import ModuleTracker
 from .samples import FunctionData, Sample
 from .session import TraceSession
@@ -15,10 +16,13 @@ __all__ = [
     "ModuleTracker",
     "OpObserver",
     "Sample",
+    "ThreadInfo",
     "TraceSession",
     "TraceTables",
     "Tracer",
     "functional_names",
+    "functions_to_intercept",
     "make_tracer",
     "resolve_backend",
+    "trace_warnings",
 ]

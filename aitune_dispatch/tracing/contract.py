@@ -39,6 +39,21 @@ class CorrelationTarget(Protocol):
 
 
 @dataclass(frozen=True)
+class ThreadInfo:
+    """A thread that reported a traced event; ``index`` is the ``thread`` column of the tables.
+
+    ``traced`` is False for threads that were already running when the pass began (other than the
+    profiling thread, index 0): they are not the profiled function's, and their module forwards
+    are counted in ``skipped_forwards`` instead of recorded.
+    """
+
+    index: int
+    name: str
+    traced: bool
+    skipped_forwards: int
+
+
+@dataclass(frozen=True)
 class TraceTables:
     """One traced pass as Arrow tables (schemas ``OPS``, ``CALLS``, ``MODULE_CALLS``, ``CONTEXTS``)."""
 
@@ -46,7 +61,7 @@ class TraceTables:
     calls: pa.Table
     module_calls: pa.Table
     contexts: pa.Table
-    threads: int  # threads that ran a traced event
+    threads: tuple[ThreadInfo, ...]  # by index; the profiling thread is index 0
     scopes_pushed: int  # scope contexts pushed as correlation ids
 
 
@@ -59,6 +74,7 @@ class Tracer(Protocol):
     """
 
     name: str
+    function_mode: object  # the TorchFunctionMode it pushes (the fast-path gates must not see it)
 
     def __enter__(self) -> Tracer: ...
 

@@ -6,6 +6,9 @@ an op is attributed to the innermost one. When a functional calls back through i
 name (boolean-dispatch wrappers such as ``max_pool2d``, or a tensor subclass asking for its
 override: the copy's gates stay honest for subclasses), the nested request runs the original
 function as-is.
+
+Every call is recorded; only calls made inside the profiled hierarchy (a module of it on the
+thread's module stack) are counted and sampled, as the spec's samples are module-scoped.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from .. import schema
 from .gates import GateFreeCopies
 from .recorder import TraceRecorder
 from .samples import SampleCollector
 
 _is_compiling = torch.compiler.is_compiling
+_NO_MODULE = schema.NO_MODULE
 
 
 @functools.lru_cache(maxsize=1)
@@ -129,6 +134,11 @@ def functional_names() -> frozenset[str]:
     return frozenset(functional_registry().values())
 
 
+def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
+    """``(name, function)`` for every functional call the profiler records, sorted by name."""
+    return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
+
+
 class FunctionalMode(TorchFunctionMode):
     """Records one functional call per intercepted ``torch.nn.functional`` function.
 
@@ -170,7 +180,7 @@ class FunctionalMode(TorchFunctionMode):
         if stacks.reentered and stacks.reentered[-1] is func:
             # the gate-free copy of ``func`` called back through its public name: same call
             return func(*args, **kwargs)
-        if self._samples.wants(name):
+        if stacks.modules[-1] != _NO_MODULE and self._samples.wants(name):
             self._samples.observe(name, args, kwargs)
         name_id = self._name_id(func, name)
         self._functional_ids.add(name_id)
@@ -182,7 +192,7 @@ class FunctionalMode(TorchFunctionMode):
         name = api_name(func)
         if name is None or (stacks.calls[-1] != -1 and self._encloses_functional(stacks)):
             return func(*args, **kwargs)
-        if self._samples.wants_explicitly(name):
+        if stacks.modules[-1] != _NO_MODULE and self._samples.wants_explicitly(name):
             self._samples.observe(name, args, kwargs)
         # run as-is: what a torch-level API does inside is its own (no re-armed nested calls)
         call_id = self._recorder.begin_call(self._name_id(func, name), stacks)

@@ -1,26 +1,34 @@
-"""Copies of Python functions whose ``has_torch_function`` gates ignore torch-function *modes*.
+"""``has_torch_function`` gates that do not see our torch-function mode.
 
 Two problems share this tool (DESIGN.md facts 5 and 6):
 
 * inside ``__torch_function__`` our mode is popped, so the functional calls nested in a
-  Python-level functional are invisible; running a gate-free copy of the functional with the mode
-  re-armed makes them visible without recursing into the handler again;
+  Python-level functional are invisible; running a gate-free copy of the functional
+  (:class:`GateFreeCopies`) with the mode re-armed makes them visible without recursing into the
+  handler again. The copies' gates stay honest for tensor subclasses and other objects that define
+  ``__torch_function__``: only the contribution of modes is removed.
 * an active mode makes ``has_torch_function`` true, which switches modules such as
-  ``nn.MultiheadAttention`` off their fast path; a copy of their ``forward`` whose gate ignores
-  modes keeps them on the path they take without the profiler.
-
-The gates stay honest for tensor subclasses and other objects that define ``__torch_function__``:
-only the contribution of modes is removed.
+  ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` off their fast path. Their forwards
+  read the gate as ``torch.overrides.has_torch_function`` at call time, so for the recorded pass
+  :class:`ModeBlindGates` puts gates there that answer as they would without our mode (other
+  modes, subclasses and the torch-function state still count). Wherever that forward code runs
+  (through the class, a user's instance wrapper, a bound method captured earlier, ``super()`` from
+  a subclass) it takes the path it takes without the profiler; no module attribute is touched.
+  Functionals bind the gates by name at import, so they still dispatch to our mode.
 """
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable, Iterable
+from types import TracebackType
 from typing import Any
 
 import torch
 
+_C = torch._C
+_is_compiling = torch.compiler.is_compiling
 _disabled_impl = torch._C._disabled_torch_function_impl
 _Tensor = torch.Tensor
 _GATE_NAMES = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
@@ -81,12 +89,6 @@ class _TorchView(types.ModuleType):
 _TORCH_VIEW = _TorchView()
 
 
-def reads_gate(function: Callable[..., Any]) -> bool:
-    """True when ``function``'s own code consults a ``has_torch_function`` gate."""
-    code = getattr(function, "__code__", None)
-    return code is not None and any(name in code.co_names for name in _GATE_NAMES)
-
-
 class GateFreeCopies:
     """Builds and caches gate-free copies of functions, sharing one patched globals per module."""
 
@@ -124,3 +126,88 @@ class GateFreeCopies:
             found.__wrapped_original__ = function  # type: ignore[attr-defined]
             self._copies[function] = found
         return found
+
+
+# -- gates that do not see one mode ------------------------------------------------------------------
+def _remove_from_stack(mode: object) -> list[Any] | None:
+    """Take ``mode`` off this thread's torch-function stack; the popped entries (top first), or None.
+
+    Modes above it are pushed back in their order, so the stack reads as if ``mode`` were never
+    entered; :func:`_restore_stack` undoes it.
+    """
+    depth = _C._len_torch_function_stack()
+    lowest = next((i for i in range(depth) if _C._get_function_stack_at(i) is mode), None)
+    if lowest is None:
+        return None
+    popped = [_C._pop_torch_function_stack() for _ in range(depth - lowest)]
+    for entry in reversed(popped):
+        if entry is not mode:
+            _C._push_on_torch_function_stack(entry)
+    return popped
+
+
+def _restore_stack(popped: list[Any], mode: object) -> None:
+    for entry in popped:
+        if entry is not mode:
+            _C._pop_torch_function_stack()
+    for entry in reversed(popped):
+        _C._push_on_torch_function_stack(entry)
+
+
+def _blind_gate(previous: Callable[..., bool], mode: object) -> Callable[..., bool]:
+    """``previous`` (a gate), answering as it would with ``mode`` off this thread's stack."""
+
+    @functools.wraps(previous)
+    def gate(*args: Any) -> bool:
+        # no mode on this thread (other threads, or inside our handler, where it is popped) or a
+        # compiled region being traced (Dynamo knows the original gate): nothing to hide
+        if not _C._len_torch_function_stack() or _is_compiling():
+            return previous(*args)
+        popped = _remove_from_stack(mode)
+        if popped is None:
+            return previous(*args)
+        try:
+            return previous(*args)
+        finally:
+            _restore_stack(popped, mode)
+
+    return gate
+
+
+class ModeBlindGates:
+    """Context manager: ``torch.overrides``' gates do not see ``mode`` while it is entered.
+
+    Whatever ``torch.overrides`` held (torch's gates, or a replacement of the user's) is what the
+    new gates ask, and what is put back on exit, also when the pass raises; a gate that someone
+    else replaced during the pass is left as they set it. Single-use, not reentrant.
+    """
+
+    def __init__(self, mode: object) -> None:
+        self._mode = mode
+        self._installed: list[tuple[str, Any, Any]] = []
+
+    def __enter__(self) -> ModeBlindGates:
+        try:
+            for name in _GATE_NAMES:
+                previous = getattr(torch.overrides, name)
+                gate = _blind_gate(previous, self._mode)
+                setattr(torch.overrides, name, gate)
+                self._installed.append((name, previous, gate))
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        while self._installed:
+            name, previous, gate = self._installed.pop()
+            if vars(torch.overrides).get(name) is gate:
+                setattr(torch.overrides, name, previous)

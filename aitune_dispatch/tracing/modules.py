@@ -3,14 +3,13 @@
 Global hooks (``register_module_forward_*_hook``) rather than per-module ones, because some fast
 paths (``nn.TransformerEncoderLayer``) are switched off by hooks found on the module itself.
 
-Also keeps modules whose fast path is gated on ``has_torch_function`` on the path they take
-without the profiler (DESIGN.md fact 6), by binding a gate-free copy of their ``forward`` on the
-instance for the duration of the pass. Everything is undone by :meth:`ModuleTracker.remove`.
+No module attribute is set: the hooks live in torch's global hook dicts and are removed by
+:meth:`ModuleTracker.remove`. (Fast paths gated on ``has_torch_function`` are kept by
+``gates.ModeBlindGates``, not here.)
 """
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +19,6 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from .. import schema
-from .gates import GateFreeCopies, reads_gate
-
-_MISSING = object()
-
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -92,21 +87,14 @@ class ModuleTracker:
             if id(original) in ids:
                 self._aliases.append((alias, ids[id(original)]))
         self._handles: list[Any] = []
-        self._forwards: list[tuple[nn.Module, Any]] = []
 
     def module_ids(self) -> list[tuple[nn.Module, int]]:
         """``(module, module_id)`` for every module of the hierarchy and every wrapper standing for one."""
         pairs = [(module, module_id) for module_id, module in enumerate(self.modules)]
         return pairs + [(alias, module_id) for alias, module_id in self._aliases]
 
-    def install(
-        self,
-        entered: Callable[[nn.Module], object],
-        exited: Callable[[nn.Module], object],
-        copies: GateFreeCopies,
-    ) -> None:
-        """Install the global hooks (reporting forwards to ``entered`` / ``exited``) and bind
-        gate-free forwards where a fast path reads the gate."""
+    def install(self, entered: Callable[[nn.Module], object], exited: Callable[[nn.Module], object]) -> None:
+        """Install the two global forward hooks, reporting forwards to ``entered`` / ``exited``."""
         global _entered, _exited
         if _installed:
             raise RuntimeError("another ModuleTracker is installed; profile one thing at a time")
@@ -115,29 +103,18 @@ class ModuleTracker:
             _entered, _exited = entered, exited
             self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
             self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
-            for module in self.modules:
-                forward = type(module).forward
-                if isinstance(forward, types.FunctionType) and reads_gate(forward):
-                    self._forwards.append((module, module.__dict__.get("forward", _MISSING)))
-                    module.__dict__["forward"] = types.MethodType(copies.copy(forward), module)
         except BaseException:
             self.remove()
             raise
 
     def remove(self) -> None:
-        """Remove every hook and bound forward; safe to call twice."""
+        """Remove both hooks; safe to call twice."""
         global _entered, _exited
         while self._handles:
             self._handles.pop().remove()
         if self in _installed:
             _installed.remove(self)
             _entered = _exited = _ignore
-        while self._forwards:
-            module, previous = self._forwards.pop()
-            if previous is _MISSING:
-                module.__dict__.pop("forward", None)
-            else:
-                module.__dict__["forward"] = previous
 
     def table(self) -> pa.Table:
         """The hierarchy as an Arrow table of schema :data:`schema.MODULES`."""

@@ -22,8 +22,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .. import schema
-from .contract import TraceTables
+from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy
+from .recorder import other_threads_running
 from .samples import FunctionData, sample_pair_key
 
 BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
@@ -105,6 +106,7 @@ class NativeTracer:
         self._kind = correlation_kind
         self._all = all_functions
         self._mode: NativeFunctionMode | None = None
+        self.function_mode: object = None
         self._taken: dict[str, Any] | None = None
         self.module_entered = self._native.enter_module
         self.module_exited = self._native.exit_module
@@ -125,8 +127,10 @@ class NativeTracer:
             torch._C._push_on_torch_function_stack,
             torch._C._pop_torch_function_stack,
         )
-        native.start(self._kind, self._modules, mode_config, sample_pair_key, _SINGLETON_TYPES)
-        self._mode = NativeFunctionMode()
+        # threads running now, except this one, are not the profiled function's
+        running_before = list(other_threads_running())
+        native.start(self._kind, self._modules, mode_config, sample_pair_key, _SINGLETON_TYPES, running_before)
+        self._mode = self.function_mode = NativeFunctionMode()
         try:
             self._mode.__enter__()
         except BaseException:
@@ -173,7 +177,8 @@ class NativeTracer:
             [pa.array(np.arange(n_ctx, dtype=np.int64)), _int64(c["ctx_module"]), _int64(c["ctx_call"])],
             schema=schema.CONTEXTS,
         )
-        return TraceTables(ops, calls, module_calls, contexts, int(c["threads"]), int(c["scopes_pushed"]))
+        threads = tuple(ThreadInfo(*row) for row in c["threads"])
+        return TraceTables(ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]))
 
     def push_log(self) -> list[int]:
         """With ``correlation_kind=LOG_PUSHES``: every id pushed during the pass, and -1 for each pop."""

@@ -14,7 +14,7 @@ from types import TracebackType
 
 from torch import nn
 
-from .contract import CorrelationTarget, TraceTables
+from .contract import CorrelationTarget, ThreadInfo, TraceTables
 from .dispatch import OpMode
 from .functional import FunctionalMode
 from .recorder import TraceRecorder
@@ -54,12 +54,13 @@ class PythonTracer:
             FunctionalMode(self.recorder, self.samples, all_functions),
             OpMode(self.recorder, target if correlates else _Silent()),
         )
+        self.function_mode = self._modes[0]
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> PythonTracer:
         if self._stack is not None:
             raise RuntimeError("a PythonTracer records one pass; create a new one")
-        self.recorder.stacks()  # the profiling thread is thread 0
+        self.recorder.begin_pass()  # the profiling thread is thread 0; threads running now are not traced
         with contextlib.ExitStack() as stack:
             for mode in self._modes:
                 stack.enter_context(mode)
@@ -92,7 +93,7 @@ class PythonTracer:
             calls=recorder.calls_table(),
             module_calls=recorder.module_calls_table(),
             contexts=recorder.contexts_table(),
-            threads=recorder.thread_count,
+            threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in recorder.threads),
             scopes_pushed=len(recorder.ctx_module),
         )
 

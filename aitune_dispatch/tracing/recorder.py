@@ -2,12 +2,15 @@
 
 The recorder is the only state shared by the module hooks and the two modes. Each thread has its
 own module stack and functional-call stack, so a module run by another thread never encloses the
-ops of the profiling thread. Buffers are ``array('q')`` columns, turned into Arrow tables once at
-the end without per-row Python work.
+ops of the profiling thread. Threads that were already running when the pass began (other than
+the profiling thread) were not started by the profiled function: their module forwards are
+counted, not recorded. Buffers are ``array('q')`` columns, turned into Arrow tables once at the
+end without per-row Python work.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from array import array
@@ -22,11 +25,23 @@ from .. import schema
 _clock_ns = time.perf_counter_ns
 
 
+def other_threads_running() -> dict[int, threading.Thread | None]:
+    """Every thread running now except the caller, by ident (None: a thread without a Thread object)."""
+    running: dict[int, threading.Thread | None] = dict.fromkeys(sys._current_frames())
+    running.update((thread.ident, thread) for thread in threading.enumerate() if thread.ident is not None)
+    running.pop(threading.get_ident(), None)
+    return running
+
+
 @dataclass
 class ThreadStacks:
     """The module and functional-call stacks of one thread; the bottom entries are sentinels."""
 
     index: int
+    name: str = ""
+    # False on threads that were running before the pass: their module forwards are not recorded
+    traced: bool = True
+    skipped_forwards: int = 0  # forwards of profiled modules on an untraced thread
     modules: list[int] = field(default_factory=lambda: [schema.NO_MODULE])
     calls: list[int] = field(default_factory=lambda: [schema.NO_CALL])
     module_rows: list[int] = field(default_factory=lambda: [-1])  # parallel to ``modules``
@@ -63,8 +78,9 @@ class TraceRecorder:
 
     def __init__(self) -> None:
         self._local = threading.local()
-        self._thread_count = 0
         self._thread_lock = threading.Lock()
+        self.threads: list[ThreadStacks] = []  # by index, in order of first use
+        self._running_before: dict[int, threading.Thread | None] = {}
         self.op_names = _Interner()
         self.function_names = _Interner()
         self.op_name = array("q")
@@ -93,18 +109,28 @@ class TraceRecorder:
         self.scope_entered: Callable[[int], object] | None = None
         self.scope_exited: Callable[[], object] | None = None
 
-    @property
-    def thread_count(self) -> int:
-        """How many threads have recorded something."""
-        return self._thread_count
+    def begin_pass(self) -> None:
+        """Call on the profiling thread as the pass begins: the threads running now, except this one,
+        are not the profiled function's (their module forwards are counted in ``skipped_forwards``).
+        """
+        self._running_before = other_threads_running()
+        self.stacks()
+
+    def _was_running_before(self, thread: threading.Thread) -> bool:
+        if thread.ident not in self._running_before:
+            return False
+        before = self._running_before[thread.ident]
+        # the same Thread object (an ident can be reused); None: a thread that had no Thread object
+        return before is thread or before is None
 
     def stacks(self) -> ThreadStacks:
         """The calling thread's stacks, created on first use."""
         found = getattr(self._local, "stacks", None)
         if found is None:
+            thread = threading.current_thread()
             with self._thread_lock:
-                found = ThreadStacks(self._thread_count)
-                self._thread_count += 1
+                found = ThreadStacks(len(self.threads), thread.name, not self._was_running_before(thread))
+                self.threads.append(found)
             self._local.stacks = found
         return found
 
@@ -167,8 +193,11 @@ class TraceRecorder:
 
     # -- module calls -----------------------------------------------------------------------------
     def enter_module(self, module_id: int) -> None:
-        """Push a module of the profiled hierarchy on this thread's stack."""
+        """Push a module of the profiled hierarchy on this thread's stack (on a traced thread)."""
         stacks = self.stacks()
+        if not stacks.traced:
+            stacks.skipped_forwards += 1
+            return
         stacks.modules.append(module_id)
         stacks.module_rows.append(len(self.mcall_module))
         self.mcall_module.append(module_id)
@@ -181,6 +210,8 @@ class TraceRecorder:
         """Pop ``module_id`` (and anything an exception left above it) from this thread's stack."""
         stacks = self.stacks()
         mods = stacks.modules
+        if not stacks.traced:
+            return
         for pos in range(len(mods) - 1, 0, -1):
             if mods[pos] == module_id:
                 now = _clock_ns()

@@ -1,4 +1,4 @@
-"""One traced pass: installs the module hooks, the gate-free forwards and a tracer, and removes them all."""
+"""One traced pass: installs the module hooks, a tracer and the mode-blind gates, and removes them all."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import TracebackType
 import pyarrow as pa
 
 from .contract import Tracer, TraceTables
-from .gates import GateFreeCopies
+from .gates import ModeBlindGates
 from .modules import ModuleTracker
 from .samples import FunctionData
 
@@ -29,9 +29,11 @@ class TraceSession:
         if self._stack is not None:
             raise RuntimeError("a TraceSession is single-use and not reentrant")
         with contextlib.ExitStack() as stack:
-            self.modules.install(self.tracer.module_entered, self.tracer.module_exited, GateFreeCopies())
+            self.modules.install(self.tracer.module_entered, self.tracer.module_exited)
             stack.callback(self.modules.remove)
             stack.enter_context(self.tracer)
+            # fast paths gated on has_torch_function take the path they take without our mode
+            stack.enter_context(ModeBlindGates(self.tracer.function_mode))
             self._stack = stack.pop_all()
         return self
 

@@ -48,6 +48,27 @@ bool resolve_cupti() {
   return true;
 }
 
+// The calling thread's state, its name noted on first use (GIL held).
+ThreadState& named_thread_state() {
+  ThreadState& t = thread_state();
+  if (!t.named) {
+    t.named = true;
+    PyObject* threading = PyImport_ImportModule("threading");
+    PyObject* current = threading ? PyObject_CallMethod(threading, "current_thread", nullptr) : nullptr;
+    PyObject* name = current ? PyObject_GetAttrString(current, "name") : nullptr;
+    const char* text = name ? PyUnicode_AsUTF8(name) : nullptr;
+    if (text != nullptr) {
+      std::lock_guard<std::mutex> guard(trace.op_lock);
+      trace.thread_infos[size_t(t.thread)].name = text;
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(current);
+    Py_XDECREF(threading);
+    PyErr_Clear();  // a missing name is no reason to fail a forward
+  }
+  return t;
+}
+
 void release_modules() {
   for (auto& item : trace.module_ids) Py_DECREF(item.first);
   trace.module_ids.clear();
@@ -61,6 +82,7 @@ void reset_columns() {
   trace.contexts = ContextColumns();
   trace.function_names = Names();
   trace.scopes_pushed = 0;
+  trace.thread_infos.clear();
   ++trace.generation;
   trace.threads = 0;
 }
@@ -79,12 +101,28 @@ bool add_modules(PyObject* modules) {
   return ok;
 }
 
-// start(kind, modules [(module, id)], mode_config, sample_key, singletons)
+bool set_running_before(PyObject* idents) {
+  trace.running_before.clear();
+  PyObject* fast = PySequence_Fast(idents, "running_before must be a sequence of thread idents");
+  if (fast == nullptr) return false;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    unsigned long ident = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (ident == (unsigned long)-1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return false;
+    }
+    trace.running_before.insert(ident);
+  }
+  Py_DECREF(fast);
+  return true;
+}
+
+// start(kind, modules [(module, id)], mode_config, sample_key, singletons, running_before [ident])
 PyObject* py_start(PyObject*, PyObject* args) {
   int kind;
-  PyObject *modules, *mode_config, *sample_key, *singletons;
-  if (!PyArg_ParseTuple(args, "iOO!OO!", &kind, &modules, &PyTuple_Type, &mode_config, &sample_key,
-                        &PyTuple_Type, &singletons))
+  PyObject *modules, *mode_config, *sample_key, *singletons, *running_before;
+  if (!PyArg_ParseTuple(args, "iOO!OO!O", &kind, &modules, &PyTuple_Type, &mode_config, &sample_key,
+                        &PyTuple_Type, &singletons, &running_before))
     return nullptr;
   if (trace.running) {
     PyErr_SetString(PyExc_RuntimeError, "the native tracer is already recording a pass; stop() it first");
@@ -101,13 +139,13 @@ PyObject* py_start(PyObject*, PyObject* args) {
   }
   reset_columns();
   release_modules();
-  if (!add_modules(modules) || !function_mode_configure(mode_config) || !samples_configure(sample_key, singletons)) {
+  if (!set_running_before(running_before) || !add_modules(modules) || !function_mode_configure(mode_config) || !samples_configure(sample_key, singletons)) {
     release_modules();
     function_mode_clear();
     samples_clear();
     return nullptr;
   }
-  thread_state();  // the starting thread is thread 0, as in the Python recorder
+  named_thread_state();  // the starting thread is thread 0, as in the Python recorder
   PyObject* error = nullptr;
   if (!start_op_tracer(&error)) {
     release_modules();
@@ -136,7 +174,7 @@ PyObject* py_running(PyObject*, PyObject*) { return PyBool_FromLong(trace.runnin
 PyObject* py_enter_module(PyObject*, PyObject* module) {
   if (trace.running) {
     auto found = trace.module_ids.find(module);
-    if (found != trace.module_ids.end()) enter_module(thread_state(), found->second);
+    if (found != trace.module_ids.end()) enter_module(named_thread_state(), found->second);
   }
   Py_RETURN_NONE;
 }
@@ -144,7 +182,7 @@ PyObject* py_enter_module(PyObject*, PyObject* module) {
 PyObject* py_exit_module(PyObject*, PyObject* module) {
   if (trace.running) {
     auto found = trace.module_ids.find(module);
-    if (found != trace.module_ids.end()) exit_module(thread_state(), found->second);
+    if (found != trace.module_ids.end()) exit_module(named_thread_state(), found->second);
   }
   Py_RETURN_NONE;
 }
@@ -152,6 +190,21 @@ PyObject* py_exit_module(PyObject*, PyObject* module) {
 template <typename T>
 PyObject* as_bytes(const std::vector<T>& column) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(column.data()), Py_ssize_t(column.size() * sizeof(T)));
+}
+
+PyObject* thread_list() {
+  PyObject* list = PyList_New(Py_ssize_t(trace.thread_infos.size()));
+  for (size_t i = 0; list != nullptr && i < trace.thread_infos.size(); ++i) {
+    const ThreadInfo& info = trace.thread_infos[i];
+    PyObject* row = Py_BuildValue("(ns#OL)", Py_ssize_t(i), info.name.data(), Py_ssize_t(info.name.size()),
+                                  info.traced ? Py_True : Py_False, (long long)info.skipped_forwards);
+    if (row == nullptr) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, Py_ssize_t(i), row);
+  }
+  return list;
 }
 
 PyObject* as_list(const Names& names) {
@@ -190,7 +243,7 @@ PyObject* py_take(PyObject*, PyObject*) {
       as_bytes(c.end), "call_thread", as_bytes(c.thread), "call_sample", as_bytes(c.sample), "samples", samples,
       "mcall_module", as_bytes(m.module), "mcall_start", as_bytes(m.start), "mcall_end", as_bytes(m.end),
       "mcall_thread", as_bytes(m.thread), "ctx_module", as_bytes(x.module), "ctx_call", as_bytes(x.call),
-      "threads", PyLong_FromLongLong(trace.threads.load()), "scopes_pushed",
+      "threads", thread_list(), "scopes_pushed",
       (unsigned long long)trace.scopes_pushed, "push_log", as_bytes(push_log));
   push_log.clear();
   trace.ops = OpColumns();

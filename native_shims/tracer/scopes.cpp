@@ -33,6 +33,10 @@ void exit_scopes(size_t count) {
 }  // namespace
 
 void enter_module(ThreadState& t, int64_t module_id) {
+  if (!t.traced) {  // a thread that is not the profiled function's: counted, not recorded
+    ++trace.thread_infos[size_t(t.thread)].skipped_forwards;
+    return;
+  }
   ModuleCallColumns& c = trace.module_calls;
   t.modules.push_back(module_id);
   t.module_rows.push_back(int64_t(c.module.size()));
@@ -44,6 +48,7 @@ void enter_module(ThreadState& t, int64_t module_id) {
 }
 
 void exit_module(ThreadState& t, int64_t module_id) {
+  if (!t.traced) return;
   // pops module_id and anything an exception left above it
   for (size_t pos = t.modules.size() - 1; pos > 0; --pos) {
     if (t.modules[pos] != module_id) continue;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace aitune {
@@ -48,9 +49,18 @@ struct ContextColumns {
   std::vector<int64_t> module, call;
 };
 
+// A thread that reported a traced event (tracing/contract.py ThreadInfo).
+struct ThreadInfo {
+  std::string name;
+  bool traced = true;  // false: running before the pass began, so not the profiled function's
+  int64_t skipped_forwards = 0;
+};
+
 struct ThreadState {
   uint64_t generation = 0;
   int64_t thread = -1;
+  bool traced = true;
+  bool named = false;
   // bottom entries are sentinels, as in tracing/recorder.py
   std::vector<int64_t> modules{kNoModule};
   std::vector<int64_t> module_rows{-1};
@@ -88,6 +98,8 @@ struct Trace {
   bool running = false;
   uint64_t generation = 0;  // thread states of an earlier pass are reset on first use
   std::atomic<int64_t> threads{0};
+  std::vector<ThreadInfo> thread_infos;               // by index; guarded by op_lock
+  std::unordered_set<unsigned long> running_before;  // thread idents running when the pass began
   int kind = -1;  // CUPTI external-correlation kind, or -1: nothing is pushed (CPU)
   PushFn push = nullptr;
   PopFn pop = nullptr;
@@ -103,7 +115,11 @@ inline ThreadState& thread_state() {
   if (t.generation != trace.generation) {
     t = ThreadState();
     t.generation = trace.generation;
+    std::lock_guard<std::mutex> guard(trace.op_lock);
     t.thread = trace.threads.fetch_add(1);
+    t.traced = trace.running_before.count(PyThread_get_thread_ident()) == 0;
+    trace.thread_infos.emplace_back();
+    trace.thread_infos.back().traced = t.traced;
   }
   return t;
 }

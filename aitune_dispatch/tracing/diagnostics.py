@@ -1,0 +1,84 @@
+"""What a finished trace says the user must be told: work that ran but could not be recorded.
+
+Pure functions over the finished trace (either backend's :class:`~.contract.TraceTables`) and the
+module tracker; each returns messages (the profiler warns them and keeps them in
+``ProfileResult.warnings``), never raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .contract import TraceTables
+from .modules import ModuleTracker
+
+PROFILING_THREAD = 0  # the thread that began the pass gets the first index
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
+def thread_warnings(trace: TraceTables) -> list[str]:
+    """Forwards of the hierarchy on threads other than the profiling thread, one message per kind."""
+    threads = trace.threads
+    forward_threads = np.asarray(trace.module_calls.column("thread").to_numpy(), dtype=np.int64)
+    per_thread = np.bincount(forward_threads, minlength=len(threads))
+    started = [t for t in threads if t.traced and t.index != PROFILING_THREAD and per_thread[t.index]]
+    foreign = [t for t in threads if not t.traced and t.skipped_forwards]
+    messages = []
+    if started:
+        count = int(sum(per_thread[t.index] for t in started))
+        messages.append(
+            f"{count} forward(s) of the profiled modules ran on thread(s) {_names([t.name for t in started])}, "
+            "started by the profiled function: profile() records functional calls and aten ops on the "
+            "thread that calls it only, so the functional calls and ops inside those forwards were not "
+            "recorded and none of their kernels is in profiling_df (last_result.module_calls has the "
+            "forwards); call the modules on the thread that calls profile() to attribute their kernels"
+        )
+    if foreign:
+        count = sum(t.skipped_forwards for t in foreign)
+        messages.append(
+            f"{count} forward(s) of the profiled modules ran on thread(s) {_names([t.name for t in foreign])}, "
+            "which were already running when the recorded pass began: they are not the profiled "
+            "function's and are left out of the result; do not run the profiled modules on other threads "
+            "while profiling"
+        )
+    return messages
+
+
+def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
+    """A message when no module of the hierarchy ran on the traced threads during the pass."""
+    if trace.module_calls.num_rows:
+        return []
+    root = type(tracker.modules[0]).__qualname__
+    return [
+        f"module {root} (module=) never ran during the recorded pass: no forward of it or of its "
+        "submodules was seen, so profiling_df is empty; pass module= the nn.Module that the profiled "
+        "function calls (a module called as module.forward(...) bypasses forward hooks: call module(...))"
+    ]
+
+
+def scripted_warning(tracker: ModuleTracker) -> list[str]:
+    """A message naming the outermost TorchScript modules of the hierarchy, which run as opaque modules."""
+    scripted = [isinstance(module, torch.jit.ScriptModule) for module in tracker.modules]
+    outermost = [
+        f"{tracker.names[i] or '<root>'} ({getattr(tracker.modules[i], 'original_name', '?')})"
+        for i, is_scripted in enumerate(scripted)
+        if is_scripted and (tracker.parents[i] < 0 or not scripted[tracker.parents[i]])
+    ]
+    if not outermost:
+        return []
+    return [
+        f"TorchScript module(s) {', '.join(outermost)} run as opaque modules: TorchScript runs no Python, so "
+        "the functional calls and submodules inside are not seen; their ops and kernels are attributed "
+        "to the scripted module, without a functional call, and are not in profiling_df (see "
+        "last_result.unattributed()); profile the eager module (before torch.jit.script / "
+        "torch.jit.trace) to see its functional calls"
+    ]
+
+
+def trace_warnings(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
+    """Every message for one finished pass, in a stable order."""
+    return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran_warning(trace, tracker)]

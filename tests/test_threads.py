@@ -1,0 +1,127 @@
+"""Threads: the profiled function's own worker threads are reported, other threads stay out.
+
+``profile()`` records functional calls and aten ops on the thread that calls it (modes and the
+native tracer's callback are thread-local). Module forwards on a thread the profiled function
+started are recorded, and a warning names the thread and says what was not recorded; forwards on
+threads that were already running when the pass began never enter the result. Both op tracers.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler
+
+
+def _model() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()  # 3 forwards per call: root and 2 children
+
+
+def _profiler(op_tracer: str) -> ModuleFunctionKernelProfiler:
+    return ModuleFunctionKernelProfiler(device="cpu", op_tracer=op_tracer)
+
+
+def test_a_worker_thread_of_the_profiled_function_is_named_in_a_warning(op_tracer):
+    model = _model()
+
+    def pipeline(x: torch.Tensor) -> None:
+        model(x)  # on the profiling thread: attributed
+        worker = threading.Thread(target=model, args=(x,), name="worker-7")
+        worker.start()
+        worker.join()
+
+    profiler = _profiler(op_tracer)
+    with pytest.warns(RuntimeWarning, match=r"3 forward\(s\) of the profiled modules ran on thread\(s\) 'worker-7'"):
+        profiling_df, _ = profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=0)
+    result = profiler.last_result
+    assert any("'worker-7'" in message and "not recorded" in message for message in result.warnings)
+    # the worker's forwards are in the trace (3), on their own thread; its ops are not
+    threads = result.module_calls.column("thread").to_pylist()
+    assert sorted(threads) == [0, 0, 0, 1, 1, 1]
+    assert set(result.ops.column("thread").to_pylist()) == {0}
+    assert sorted(profiling_df["function_name"]) == ["linear", "linear", "relu"]  # t + addmm, relu
+
+
+def test_only_worker_forwards_is_not_a_silent_empty_table(op_tracer):
+    model = _model()
+
+    def pipeline(x: torch.Tensor) -> None:
+        worker = threading.Thread(target=model, args=(x,), name="only-worker")
+        worker.start()
+        worker.join()
+
+    profiler = _profiler(op_tracer)
+    with pytest.warns(RuntimeWarning, match="'only-worker'") as record:
+        profiling_df, _ = profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=0)
+    assert profiling_df.empty and len(profiler.last_result.module_calls) == 3
+    assert not any("never ran" in str(w.message) for w in record)  # it ran, on the worker
+
+
+class _Background:
+    """A thread started before profile(); runs ``model`` once each time it is told to."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.go, self.done, self.stop = threading.Event(), threading.Event(), False
+        self.model = model
+        self.thread = threading.Thread(target=self._loop, name="background")
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.go.wait()
+            self.go.clear()
+            if self.stop:
+                return
+            self.model(torch.randn(2, 4))
+            self.done.set()
+
+    def run_once(self) -> None:
+        self.done.clear()
+        self.go.set()
+        assert self.done.wait(10)
+
+    def close(self) -> None:
+        self.stop = True
+        self.go.set()
+        self.thread.join()
+
+
+def test_forwards_of_threads_running_before_the_pass_stay_out(op_tracer):
+    model = _model()
+    background = _Background(model)
+
+    def pipeline(x: torch.Tensor) -> None:
+        model(x)
+        background.run_once()  # the same modules, on another thread, during the recorded pass
+
+    try:
+        profiler = _profiler(op_tracer)
+        with pytest.warns(RuntimeWarning, match=r"3 forward\(s\).*'background', which were already running"):
+            profiling_df, _ = profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model)
+    finally:
+        background.close()
+    result = profiler.last_result
+    # one pass of the profiling thread: root and 2 children, nothing from the background thread
+    assert result.module_calls.column("thread").to_pylist() == [0, 0, 0]
+    assert set(result.ops.column("thread").to_pylist()) == {0}
+    assert len(profiling_df) == 3  # t, addmm, relu
+
+
+def test_a_thread_pool_started_before_the_pass_is_not_silent(op_tracer):
+    model = _model()
+    with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
+        pool.submit(lambda: None).result()  # its thread runs before profile()
+        profiler = _profiler(op_tracer)
+        with pytest.warns(RuntimeWarning) as record:
+            profiling_df, _ = profiler.profile(
+                lambda x: pool.submit(model, x).result(), [((torch.randn(2, 4),), {})], module=model
+            )
+    messages = [str(w.message) for w in record]
+    assert any("'pool_0', which were already running" in m for m in messages), messages
+    assert any("never ran" in m for m in messages), messages
+    assert profiling_df.empty and len(profiler.last_result.module_calls) == 0
