@@ -58,6 +58,7 @@ def test_trace_has_the_fields_htas_parser_reads(trace_dir):
     assert len(flows) == 82 and all(pair["s"]["ts"] <= pair["f"]["ts"] for pair in flows.values())  # never back
 
 
+@pytest.mark.filterwarnings("ignore")  # HTA's own pandas deprecation warnings
 def test_hta_reads_the_trace_and_breaks_kernels_down(trace_dir):
     try:
         from hta.trace_analysis import TraceAnalysis

@@ -692,6 +692,52 @@ class HtmlRenderer(Renderer):
         )
 
 
+NOTEBOOK_CSS = (
+    ".aitune-nb table{border-collapse:collapse;font-size:12.5px}.aitune-nb td,.aitune-nb th{padding:3px 8px;"
+    "border-bottom:1px solid #e3e7ed;text-align:left}.aitune-nb td.num,.aitune-nb th.num{text-align:right}"
+    ".aitune-nb .note{color:#5f6b7a}"
+)
+NOTEBOOK_ROWS = 8
+
+
+def notebook_html(result: ProfileResult) -> str:
+    """A notebook cell's view of ``result``: headline, the top functions, coverage and what to do.
+
+    Parameters
+    ----------
+    result:
+        The result to show.
+
+    Returns
+    -------
+    str
+        An HTML fragment (no script, inline style) that Jupyter shows for ``ProfileResult``.
+    """
+    page = Page.of(result, "")
+    head = views.headline(result)
+    coverage = NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}"
+    device = f" on {head.device}" if head.device else ""
+    title = (
+        f'<b>ProfileResult</b> <span class="note">{esc(result.source)}{esc(device)} \u00b7 '
+        f"{head.activity_rows:,} activity rows \u00b7 {head.kernels:,} distinct kernels \u00b7 "
+        f"{esc(human_time(result.total_us))} kernel time \u00b7 coverage {coverage}</span>"
+    )
+    headers = [("function", False), ("calls", True), (f"time ({page.unit.symbol})", True), ("share", True)]
+    rows = [
+        [_code(r.function_name), _number(r.calls, 0), page.time(float(r.time_spent_us)), page.share(r.time_spent_us)]
+        for r in page.summary.head(NOTEBOOK_ROWS).itertuples()
+    ]
+    table = _table(headers, rows, "summary") if rows else "<p>No functional call launched a kernel.</p>"
+    missing = views.unattributed_table(result, top=3)
+    notes = "".join(
+        f"<li>{_maybe_code(r.op)} in {_maybe_code(r.module)}: {esc(human_time(r.total_us))} "
+        f'({page.share(r.total_us)}) <span class="note">{esc(r.hint)}</span></li>'
+        for r in missing.itertuples()
+    )
+    unattributed = f"<p>Not attributed:</p><ul>{notes}</ul>" if notes else ""
+    return f'<div class="aitune-nb"><style>{NOTEBOOK_CSS}</style><p>{title}</p>{table}{unattributed}</div>'
+
+
 def write_report(result: ProfileResult, path: str | Path, *, title: str = "aitune_dispatch profile") -> Path:
     """Write the self-contained HTML report of ``result``.
 
