@@ -165,7 +165,7 @@ def test_unattributed_table_says_why_and_what_to_do():
     table = views.unattributed_table(layered_result())
     assert [(r.reason, r.op, r.module, r.kernels, r.total_us) for r in table.itertuples()] == [
         ("fast_path", "aten::_transformer_encoder_layer_fwd", "enc", 1, pytest.approx(8.0)),
-        ("raw_op", "aten::add", "layers.1", 1, pytest.approx(2.0)),
+        ("raw_op", "aten::add", "layers.*", 1, pytest.approx(2.0)),  # layers.1, grouped with its twin
         ("outside_modules", None, None, 1, pytest.approx(1.0)),
     ]
     assert "fast path" in table["why"][0] and "set_fastpath_enabled(False)" in table["hint"][0]
@@ -196,7 +196,7 @@ def test_report_explains_low_coverage():
     rows = cells(page, "coverage")
     assert [r[:3] for r in rows] == [
         ["aten::_transformer_encoder_layer_fwd", "enc", "1"],
-        ["aten::add", "layers.1", "1"],
+        ["aten::add", "layers.*", "1"],
         ["—", "—", "1"],
     ]
     assert "a fused fast-path op" in rows[0][5] and "set_fastpath_enabled(False)" in rows[0][5]
@@ -245,3 +245,29 @@ def test_h200_demo_result_renders_kernel_and_module_tables():
 def test_sections_can_be_chosen():
     only = HtmlRenderer(sections=(SECTIONS[0], SECTIONS[3])).render(aitune_dispatch.load(SAVED))
     assert 'id="kernels"' in only and 'id="module-table"' not in only and 'id="bar-chart"' not in only
+
+
+def test_a_fast_path_encoder_is_explained():
+    torch = pytest.importorskip("torch")
+    from aitune_dispatch import ModuleFunctionKernelProfiler
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+    result = ModuleFunctionKernelProfiler(device="cpu").profile_result(
+        model, [((torch.randn(2, 8, 32),), {})], warmup_iterations=0
+    )
+    # in eval mode without grad each layer runs one fused op, which no functional call encloses
+    assert result.coverage == 0.0
+    (row,) = views.unattributed_table(result).itertuples()  # the twelve layers are one row
+    assert (row.reason, row.op, row.module, row.kernels) == (
+        "fast_path",
+        "aten::_transformer_encoder_layer_fwd",
+        "layers.*",
+        12,
+    )
+    assert row.share == pytest.approx(1.0)
+    modules = views.module_table(result).set_index("pattern")
+    assert modules.loc["layers.*", "instances"] == 12 and modules.loc["layers.*", "share"] == pytest.approx(1.0)
+    page = HtmlRenderer().render(result)
+    assert "a fused fast-path op" in page and "<code>layers.*</code> <span class=\"note\">×12" in page  # expandable

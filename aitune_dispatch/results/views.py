@@ -67,7 +67,7 @@ MODULE_COLUMNS = [
 UNATTRIBUTED_COLUMNS = [
     "reason",  # one of REASONS
     "op",  # the op that launched the kernels; None when no op claimed them
-    "module",  # the launching module's label; None outside the hierarchy
+    "module",  # the launching module's group label (module_groups); None outside the hierarchy
     "kernels",  # activity rows
     "total_us",  # summed duration, microseconds
     "share",  # total_us / all kernel time (0..1)
@@ -353,7 +353,8 @@ def unattributed_table(result: ProfileResult, top: int | None = None) -> pd.Data
     Returns
     -------
     pandas.DataFrame
-        Columns ``UNATTRIBUTED_COLUMNS``. ``reason`` is ``fast_path`` (a fused fast-path op such
+        Columns ``UNATTRIBUTED_COLUMNS``, one row per (reason, op, module group): the twelve
+        layers of an encoder are one row ``layers.*``. ``reason`` is ``fast_path`` (a fused fast-path op such
         as ``aten::_transformer_encoder_layer_fwd``), ``raw_op`` (an op outside any functional
         call), ``no_op`` (a launch outside any aten op) or ``outside_modules``; ``why`` says it in
         words and ``hint`` what to do. Empty when everything was attributed.
@@ -364,9 +365,7 @@ def unattributed_table(result: ProfileResult, top: int | None = None) -> pd.Data
     frame = rows.select(["op", "module_id", "call_id", "kernel_us"]).to_pandas()
     frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
     frame["reason"] = [_reason(o, m, c) for o, m, c in zip(frame["op"], frame["module_id"], frame["call_id"])]
-    modules = _modules_frame(result)
-    names = zip(modules["module_name"], modules["module_type"])
-    labels = pd.Series([module_label(n, t) for n, t in names], index=modules.index, dtype=object)
+    labels = _pattern_labels(_modules_frame(result)) if result.modules.num_rows else pd.Series(dtype=object)
     frame["module"] = frame["module_id"].map(labels).astype(object)
     frame["module"] = frame["module"].where(frame["module"].notna(), None)
     grouped = frame.groupby(["reason", "op", "module"], dropna=False, sort=False)["kernel_us"].agg(["size", "sum"])
