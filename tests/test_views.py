@@ -270,4 +270,16 @@ def test_a_fast_path_encoder_is_explained():
     modules = views.module_table(result).set_index("pattern")
     assert modules.loc["layers.*", "instances"] == 12 and modules.loc["layers.*", "share"] == pytest.approx(1.0)
     page = HtmlRenderer().render(result)
-    assert "a fused fast-path op" in page and "<code>layers.*</code> <span class=\"note\">×12" in page  # expandable
+    assert "a fused fast-path op" in page and '<code>layers.*</code> <span class="note">×12' in page  # expandable
+
+
+def test_run_metadata_in_words():
+    from aitune_dispatch.reports.html import metadata_rows
+
+    rows = dict(metadata_rows(aitune_dispatch.load(SAVED)))
+    # seconds_pass "0.018894" s = 18.894 ms; seconds_start "0.019680" s = 19.68 ms
+    assert rows["the recorded pass"] == "18.89 ms" and rows["starting the activity collector"] == "19.68 ms"
+    assert (
+        rows["device"] == "CUDA GPU" and rows["PyTorch"] == "2.11.0+cu130" and rows["activity source"] == "cupti/native"
+    )
+    assert "seconds_pass" not in rows  # no raw keys where words exist
