@@ -1,25 +1,26 @@
-"""The ``aitune-dispatch`` command line: small subcommand functions over the public API.
+"""aitune-dispatch: which CUDA kernels each torch.nn.functional call launches, and for how long.
 
   aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top-k K] [--functions functional|all]
                        [--out DIR [--with-tensors]] [--quiet]
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
-  aitune-dispatch report RESULT [--top-k K] [--html FILE] [--perfetto FILE] [--out DIR]
-  aitune-dispatch compare A B [--top N] [--csv FILE]
+  aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
+  aitune-dispatch compare A B [--top N] [--csv FILE.csv]
 
-``profile`` imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
-or a ``path/to/file.py``) and calls FACTORY (an attribute, dotted for nested ones) with
-``device="cuda"|"cpu"`` when it has a ``device`` parameter, else with no arguments. FACTORY returns
-``(model, samples)`` with an ``nn.Module``, or ``(function, samples, module)`` to profile a plain
-function (a pipeline) while observing ``module``; ``samples`` is a list of ``(args, kwargs)``
-pairs, or None to call the function once without arguments.
+profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
+or a path/to/file.py) and calls FACTORY (an attribute, dotted for nested ones) with
+device="cuda"|"cpu" when it has a device parameter, else with no arguments. FACTORY returns
+(model, samples) with an nn.Module, or (function, samples, module) to profile a plain function
+(a pipeline) while observing module; samples is a list of (args, kwargs) pairs, or None to call
+the function once without arguments.
 
-``--out DIR`` writes ``DIR/result/`` (the saved result, see ``ProfileResult.save``),
-``DIR/report.html`` and ``DIR/trace.json`` (Perfetto). Progress goes to stderr: the CLI runs the
-warm-up passes itself (under ``torch.no_grad()``) and then records with ``warmup_iterations=0``,
-so each pass and recorded sample can be reported; on long runs a step line appears at most once a
-second. ``--quiet`` silences progress. Bad input exits with status 1 and one line on stderr
-(set ``AITUNE_DISPATCH_TRACEBACK=1`` for the traceback); usage errors exit with status 2.
-``report`` and ``compare`` need no torch.
+--out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
+DIR/trace.json (Perfetto, Kineto's conventions). Output names are checked before any work is
+done. Progress goes to stderr: the CLI runs the warm-up passes itself (under torch.no_grad())
+and then records with warmup_iterations=0, so each pass and recorded sample can be reported; on
+long runs a step line appears at most once a second. --quiet silences progress. Warnings are one
+line each on stderr. Bad input exits with status 1 and one line on stderr (set
+AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with status 2. report and
+compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
 """
 
 from __future__ import annotations
@@ -29,18 +30,25 @@ import importlib
 import importlib.util
 import inspect
 import os
+import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from . import __version__
+from .reports import text
+from .reports.base import human_time
+from .reports.html import HtmlRenderer
+from .reports.perfetto import PerfettoRenderer
 from .results import ProfileResult, compare, load_result
 
 PROG = "aitune-dispatch"
+CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
 
 
 class CliError(Exception):
@@ -255,22 +263,18 @@ def _record(workload: Workload, device: str, args: argparse.Namespace, progress:
 
 
 # -- outputs ----------------------------------------------------------------------------------------
-def _coverage_line(result: ProfileResult) -> str:
-    coverage = "n/a" if result.activity.num_rows == 0 else f"{result.coverage:.1%}"
-    return (
-        f"{result.attributed().num_rows} attributed rows of {result.activity.num_rows}; "
-        f"coverage {coverage} of {result.total_us:.1f} us"
-    )
+def _width() -> int:
+    return max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40)
 
 
 def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
-    summary = result.describe(top_k)
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(title)
-        print(summary.to_string())
-        print(_coverage_line(result))
+    print(title)
+    print(text.summary_text(result, top_k, _width()))
+    hints = text.unattributed_text(result, width=_width())
+    if hints:
+        print(hints)
     for warning in result.warnings:
-        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        print(f"{PROG}: warning: {_flat(warning)}", file=sys.stderr)
 
 
 def _load(path: str) -> ProfileResult:
@@ -288,18 +292,10 @@ def _save(result: ProfileResult, path: Path, with_tensors: bool) -> None:
     print(f"saved the result to {path}")
 
 
-def _report_writer(name: str) -> Callable[[ProfileResult, Path], Path] | None:
-    try:
-        return getattr(importlib.import_module("aitune_dispatch.reports"), name)
-    except (ImportError, AttributeError) as error:
-        print(f"{PROG}: note: skipped {name} (aitune_dispatch.reports unavailable: {error})", file=sys.stderr)
-        return None
-
-
 def _write(result: ProfileResult, writer_name: str, path: Path) -> None:
-    writer = _report_writer(writer_name)
-    if writer is None:
-        return
+    writer: Callable[[ProfileResult, Path], Path] = getattr(
+        importlib.import_module("aitune_dispatch.reports"), writer_name
+    )
     try:
         written = writer(result, path)
     except Exception as error:  # one line, whatever the renderer raised
@@ -318,7 +314,9 @@ def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace
     progress = Progress(args.quiet)
     _warm_up(workload, args.warmup, progress)
     result = _record(workload, device, args, progress)
-    _print_summary(result, args.top_k, f"{label} on {device} ({result.source} activity source)")
+    _print_summary(
+        result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
+    )
     if args.out is not None:
         _write_outputs(result, args.out, args.with_tensors)
     return 0
@@ -345,7 +343,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Load a saved result, print its summary and write the requested reports."""
     result = _load(args.result)
-    _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source)")
+    _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source; shares of all kernel time)")
     html = args.html or (args.out / "report.html" if args.out else None)
     perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
     if html is not None:
@@ -355,96 +353,196 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_level(table: pd.DataFrame, level: str, top: int) -> None:
-    rows = table[table["level"] == level].drop(columns=["level"] + (["kernel"] if level == "function" else []))
-    rows = rows.assign(function_name=rows["function_name"].fillna("(no functional call)"))
-    print(f"\nper {level}, largest change first ({min(top, len(rows))} of {len(rows)}):")
-    print(rows.head(top).to_string(index=False))
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print the per-function and per-kernel time difference between two saved results."""
     before, after = _load(args.before), _load(args.after)
+    mismatch = text.mismatch_warning(before, after)
+    if mismatch:
+        print(f"{PROG}: warning: {mismatch}", file=sys.stderr)
     table = compare(before, after)
     delta = after.total_us - before.total_us
-    print(f"before {args.before}: {before.total_us:.1f} us; after {args.after}: {after.total_us:.1f} us")
-    print(f"delta {delta:+.1f} us")
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        for level in ("function", "kernel"):
-            _print_level(table, level, args.top)
+    change = f" ({100 * delta / before.total_us:+.1f}%)" if before.total_us > 0 else ""
+    print(f"before {args.before}: {human_time(before.total_us)} kernel time ({before.source})")
+    print(f"after  {args.after}: {human_time(after.total_us)} kernel time ({after.source})")
+    print(f"delta {'+' if delta >= 0 else '-'}{human_time(abs(delta))}{change}")
+    for level in ("function", "kernel"):
+        print()
+        print(text.comparison_text(table, level, args.top, _width()))
     if args.csv is not None:
-        table.to_csv(args.csv, index=False)
+        table.round(CSV_DIGITS).to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     return 0
 
 
 # -- parser -----------------------------------------------------------------------------------------
-def _non_negative(text: str) -> int:
+def _non_negative(value: str) -> int:
     try:
-        value = int(text)
+        number = int(value)
     except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}")
+    return number
 
 
-def _names(text: str) -> frozenset[str]:
-    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+def _names(value: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in value.split(",") if name.strip())
     if not names:
         raise argparse.ArgumentTypeError("expected comma-separated function names such as linear,relu")
     return names
 
 
+def _output(endings: tuple[str, ...], what: str) -> Callable[[str], Path]:
+    """An argparse type: a file path whose name ends in one of ``endings`` (checked before any work)."""
+
+    def check(value: str) -> Path:
+        path = Path(value)
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{value} is a folder; pass a file name such as {path / ('out' + endings[0])}"
+            )
+        if not path.name.lower().endswith(endings):
+            raise argparse.ArgumentTypeError(f"{what} must end in {' or '.join(endings)}; got {value!r}")
+        return path
+
+    return check
+
+
+def _out_dir(value: str) -> Path:
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a file; --out takes a folder (created if missing)")
+    return path
+
+
+_HTML = _output(HtmlRenderer.accepted(), "the HTML report")
+_TRACE = _output(PerfettoRenderer.accepted(), "the trace")
+_CSV = _output((".csv",), "the CSV file")
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default: cuda if present")
-    parser.add_argument("--warmup", type=_non_negative, default=3, help="warm-up passes (default 3)")
-    parser.add_argument("--top-k", type=_non_negative, default=10, help="summary rows (default 10)")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where to run (default: auto, i.e. cuda when available, else cpu)",
+    )
+    parser.add_argument("--warmup", type=_non_negative, default=3, metavar="N", help="warm-up passes (default: 3)")
+    parser.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
     parser.add_argument(
         "--functions",
         choices=["functional", "all"],
         default="functional",
-        help="all: also attribute ops outside F calls to torch-level calls (torch.addmm, ...)",
+        help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
+        "(default: functional)",
     )
-    parser.add_argument("--out", type=Path, help="write DIR/result/, DIR/report.html and DIR/trace.json")
+    parser.add_argument(
+        "--out", type=_out_dir, metavar="DIR", help="write DIR/result/, DIR/report.html and DIR/trace.json"
+    )
     parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+
+
+def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summary: str, details: str) -> Any:
+    return commands.add_parser(
+        name,
+        parents=[common],
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}. {details}",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", parents=[common], help="profile the built-in demo model")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = _subcommand(
+        commands,
+        "demo",
+        common,
+        "profile the built-in demo model",
+        "A conv stem and two attention blocks; prints the summary table (and writes --out DIR).",
+    )
     _add_run_options(demo)
     demo.set_defaults(run=cmd_demo)
-    profile = commands.add_parser("profile", parents=[common], help="profile the model a factory returns")
+    profile = _subcommand(
+        commands,
+        "profile",
+        common,
+        "profile the model a factory returns",
+        "MODULE:FACTORY returns (model, samples) or (function, samples, module); see aitune-dispatch --help.",
+    )
     profile.add_argument("target", metavar="MODULE:FACTORY", help="e.g. my_models:build or models.py:build")
-    profile.add_argument("--function-names", type=_names, help="collect samples of these functions only")
+    profile.add_argument(
+        "--function-names", type=_names, metavar="NAMES", help="collect samples of these functions only (linear,relu)"
+    )
     _add_run_options(profile)
     profile.set_defaults(run=cmd_profile)
-    report = commands.add_parser("report", parents=[common], help="summarise a saved result, write reports")
+    report = _subcommand(
+        commands,
+        "report",
+        common,
+        "summarise a saved result and write reports",
+        "Prints the summary of RESULT; writes the HTML report and the trace where asked. Needs no torch.",
+    )
     report.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
-    report.add_argument("--top-k", type=_non_negative, default=10, help="summary rows (default 10)")
-    report.add_argument("--html", type=Path, help="write the HTML report to this file")
-    report.add_argument("--perfetto", type=Path, help="write the Perfetto trace to this file")
-    report.add_argument("--out", type=Path, help="write DIR/report.html and DIR/trace.json")
+    report.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
+    report.add_argument("--html", type=_HTML, metavar="FILE.html", help="write the HTML report to this file")
+    report.add_argument(
+        "--perfetto", type=_TRACE, metavar="FILE.json", help="write the trace to this file (.json.gz: gzip)"
+    )
+    report.add_argument("--out", type=_out_dir, metavar="DIR", help="write DIR/report.html and DIR/trace.json")
     report.set_defaults(run=cmd_report)
-    comparison = commands.add_parser("compare", parents=[common], help="time difference between two results")
+    comparison = _subcommand(
+        commands,
+        "compare",
+        common,
+        "time difference between two results",
+        "Kernel time per function and per kernel before (A) and after (B), largest change first. Needs no torch.",
+    )
     comparison.add_argument("before", metavar="A", help="the saved result before the change")
     comparison.add_argument("after", metavar="B", help="the saved result after the change")
-    comparison.add_argument("--top", type=_non_negative, default=20, help="rows per level (default 20)")
-    comparison.add_argument("--csv", type=Path, help="write the full comparison to this CSV file")
+    comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
+    comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
     return parser
 
 
+def _flat(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    print(f"{PROG}: warning: {_flat(message)}", file=sys.stderr)
+
+
+@contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings as ``aitune-dispatch: warning: <message>``, one line, no source line."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """Entry point of the console script.
+
+    Parameters
+    ----------
+    argv:
+        The arguments after the program name; None reads ``sys.argv``.
+
+    Returns
+    -------
+    int
+        The exit status: 0, 1 for bad input (one line on stderr), 130 when interrupted.
+    """
     args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        with _one_line_warnings():
+            return int(args.run(args))
     except CliError as error:
         if os.environ.get("AITUNE_DISPATCH_TRACEBACK"):
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
@@ -27,6 +28,7 @@ from .tracing import (
 )
 
 _DEVICES = ("cuda", "cpu")
+_log = logging.getLogger(__name__)  # a child of the "aitune_dispatch" logger: phases and backend choices
 _process_lock = threading.Lock()  # activity sources are process-global: one profile at a time
 
 
@@ -82,6 +84,20 @@ def run_pass(function: Callable[..., Any], samples: list[tuple[tuple[Any, ...], 
         function(*args, **kwargs)
 
 
+def _gpu_metadata() -> dict[str, str]:
+    """The current GPU's name, compute capability, memory and SM count (the trace's deviceProperties)."""
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except (RuntimeError, AssertionError):  # no usable device: leave the facts out
+        return {}
+    return {
+        "gpu_name": str(props.name),
+        "gpu_compute_capability": f"{props.major}.{props.minor}",
+        "gpu_memory_bytes": str(int(props.total_memory)),
+        "gpu_sm_count": str(int(props.multi_processor_count)),
+    }
+
+
 class _PhaseClock:
     """Seconds spent in each phase of a recorded run, kept in the result's metadata."""
 
@@ -93,6 +109,7 @@ class _PhaseClock:
         now = time.perf_counter()
         self.laps[phase] = now - self._last
         self._last = now
+        _log.debug("phase %s: %.6f s", phase, self.laps[phase])
 
     def metadata(self) -> dict[str, str]:
         return {f"seconds_{phase}": f"{seconds:.6f}" for phase, seconds in self.laps.items()}
@@ -101,16 +118,39 @@ class _PhaseClock:
 class ModuleFunctionKernelProfiler:
     """Attributes every kernel of one recorded pass to a module, a functional call and an aten op.
 
-    Drop-in for AITune's class of the same name. ``device=None`` (the default) means CUDA;
-    ``device="cpu"`` times aten ops on the CPU instead, for machines without a GPU. ``decoder``
-    (CUDA only) picks the CUPTI record decoder: ``"native"``, ``"python"``, or None for native
-    with a warned fallback. ``functions="all"`` (opt-in) also attributes ops that no functional
-    call encloses to the innermost torch-level API call (``torch.addmm``, ``torch.Tensor.add``…);
-    such calls collect samples only when named in ``function_names``. ``op_tracer`` picks the
-    tracing backend: ``"native"`` (function mode, module stacks, op recording and sample keys in
-    C++), ``"python"`` (TorchFunctionMode + TorchDispatchMode in pure Python), or None for native
-    where it was built; both record the same rows.
-    Not reentrant: ``profile()`` cannot be called from inside a profiled function.
+    Drop-in for AITune's class of the same name. Not reentrant: ``profile()`` cannot be called from
+    inside a profiled function, and one runs at a time per process.
+
+    Parameters
+    ----------
+    function_names:
+        The ``torch.nn.functional`` names (``{"linear", "relu"}``) whose distinct input samples are
+        collected into ``function_data``; None collects every intercepted function's. Kernels are
+        attributed to every functional call either way. A name the profiler does not intercept
+        gives one warning.
+    device:
+        None (the default) or ``"cuda"``: CUPTI kernels; ``"cpu"``: aten ops timed on the host, for
+        machines without a GPU (each op becomes one row whose kernel is ``cpu::<op>``).
+    decoder:
+        CUDA only: the CUPTI record decoder, ``"native"``, ``"python"``, or None for native with a
+        warned fallback.
+    functions:
+        ``"functional"`` (the spec): only ``torch.nn.functional`` calls; ``"all"`` (opt-in) also
+        attributes ops that no functional call encloses to the innermost torch-level API call
+        (``torch.addmm``, ``torch.Tensor.add``…), which collect samples only when named in
+        ``function_names``.
+    op_tracer:
+        The tracing backend: ``"native"`` (function mode, module and call stacks, op recording and
+        sample keys in C++; no Python frame of ours per torch call), ``"python"`` (a pure-Python
+        TorchFunctionMode and TorchDispatchMode), or None for native where it was built; both
+        record the same rows.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument of the wrong type or value; the message names the accepted ones.
+    ImportError
+        ``op_tracer="native"`` where the native tracer is not built (the message says how to build it).
     """
 
     def __init__(
@@ -151,7 +191,38 @@ class ModuleFunctionKernelProfiler:
         module: nn.Module | None = None,
         warmup_iterations: int = 3,
     ) -> tuple[pd.DataFrame, FunctionData]:
-        """Warm up, record one pass, and return ``(profiling_df, function_data)`` as the spec does."""
+        """Warm up, record one pass, and return ``(profiling_df, function_data)`` as the spec does.
+
+        Parameters
+        ----------
+        function:
+            An ``nn.Module`` (its hierarchy is profiled) or any callable (a pipeline function; then
+            pass ``module``).
+        data:
+            The samples of one pass: an iterable of ``(args, kwargs)`` pairs such as
+            ``[((x,), {}), ((y,), {"mask": m})]``, each called as ``function(*args, **kwargs)``;
+            None calls ``function()`` once.
+        module:
+            The ``nn.Module`` whose hierarchy is observed when ``function`` is not that module.
+        warmup_iterations:
+            Uninstrumented passes (under ``torch.no_grad()``) before the recorded one.
+
+        Returns
+        -------
+        tuple[pandas.DataFrame, dict]
+            ``profiling_df``: one row per attributed kernel, columns ``module_name, module,
+            function_name, op, kernel, kernel_us`` (µs); ``function_data``: ``function_name ->
+            [(count, (args, kwargs)), ...]``, one entry per distinct sample. The full result,
+            unattributed kernels included, is ``last_result``.
+
+        Raises
+        ------
+        RuntimeError
+            CUDA unavailable with the default device, profile() already running, or another CUPTI
+            client (torch.profiler) took the activity callbacks; the message says what to do.
+        ValueError, TypeError
+            Malformed ``data``, ``module`` or ``warmup_iterations``; the message names the item.
+        """
         result = self.profile_result(function, data, module=module, warmup_iterations=warmup_iterations)
         return result.profiling_df(), result.function_data
 
@@ -163,7 +234,18 @@ class ModuleFunctionKernelProfiler:
         module: nn.Module | None = None,
         warmup_iterations: int = 3,
     ) -> ProfileResult:
-        """Like :meth:`profile`, returning the full :class:`ProfileResult` (also kept as ``last_result``)."""
+        """Like :meth:`profile`, returning the full :class:`ProfileResult` (also kept as ``last_result``).
+
+        Parameters
+        ----------
+        function, data, module, warmup_iterations:
+            As for :meth:`profile`.
+
+        Returns
+        -------
+        ProfileResult
+            Every recorded kernel, attributed or not, with the trace and the samples.
+        """
         root = self._resolve_module(function, module)
         if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
             raise ValueError(
@@ -206,7 +288,22 @@ class ModuleFunctionKernelProfiler:
     def describe_results(
         self, profiling_df: pd.DataFrame, function_data: FunctionData, top_k: int = 10
     ) -> pd.DataFrame:
-        """One row per functional call, most expensive first; shares are over all functions."""
+        """The spec's summary: one row per functional call, most expensive first.
+
+        Parameters
+        ----------
+        profiling_df, function_data:
+            What :meth:`profile` returned.
+        top_k:
+            The most rows returned.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``function_name, calls, num_distinct_samples, num_modules, time_spent_us,
+            time_spent_pct, tensor_size_MB``; ``time_spent_pct`` is over all functions (attributed
+            time), not only the top_k.
+        """
         return describe_results(profiling_df, function_data, top_k)
 
     # -- internals ------------------------------------------------------------------------------------
@@ -242,13 +339,16 @@ class ModuleFunctionKernelProfiler:
 
     def _make_source(self) -> collection.ActivitySource:
         if self.device == "cpu":
+            _log.info("activity source: CPU op timer; tracer: %s", self.op_tracer)
             return collection.CpuOpTimer()
         if not torch.cuda.is_available():
             raise RuntimeError(
                 "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
                 "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
             )
-        return collection.make_cuda_source(self.decoder)
+        source = collection.make_cuda_source(self.decoder)
+        _log.info("activity source: %s; tracer: %s", type(source).__name__, self.op_tracer)
+        return source
 
     def _record(
         self,
@@ -295,6 +395,13 @@ class ModuleFunctionKernelProfiler:
             trace.contexts,
         )
         clock.lap("join")
+        _log.info(
+            "recorded %d activity rows (%s source, %s tracer) in %.3f s",
+            joined.num_rows,
+            activity.source,
+            self.op_tracer,
+            sum(clock.laps.values()),
+        )
         return ProfileResult(
             activity=joined,
             ops=trace.ops,
@@ -313,6 +420,8 @@ class ModuleFunctionKernelProfiler:
                 "tracer": self.op_tracer,
                 "decoder": getattr(source, "sink_name", "none"),
                 "threads_traced": str(sum(thread.traced for thread in trace.threads)),
+                "functions": self.functions,
+                **(_gpu_metadata() if cuda else {}),
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),

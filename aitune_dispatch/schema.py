@@ -121,6 +121,44 @@ COMPARE_COLUMNS = [
 ]
 
 
+# -- what each column means: unit and sentinel, written as Arrow field metadata into saved results --
+# column name -> (unit, sentinel); "" where none applies. Names mean the same in every table.
+COLUMN_UNITS: dict[str, tuple[str, str]] = {
+    "correlation_id": ("", "CUPTI correlation id (the CPU source numbers its ops)"),
+    "kernel": ("", "kernel name; 'cpu::<op>' for the CPU source"),
+    "name": ("", "kernel name as recorded"),
+    "kind": ("", "'kernel', 'memcpy', 'memset' or 'cpu_op'"),
+    "start_ns": ("ns", "host clock (time.perf_counter_ns); 0 where not timed"),
+    "end_ns": ("ns", "host clock (time.perf_counter_ns); 0 where not timed"),
+    "kernel_us": ("us", ""),
+    "device": ("", "-1: CPU"),
+    "stream": ("", "-1: CPU"),
+    "op_id": ("", "null: no aten op claimed the kernel"),
+    "op": ("", "null: no aten op claimed the kernel"),
+    "module_id": ("", "-1: outside the profiled hierarchy"),
+    "parent_module_id": ("", "-1: the root module"),
+    "module_name": ("", "'' for the root module; null outside the hierarchy"),
+    "module_type": ("", "the nn.Module class name"),
+    "call_id": ("", "-1: no functional call encloses it"),
+    "parent_call_id": ("", "-1: not nested in another functional call"),
+    "function_name": ("", "null: no functional call encloses it"),
+    "thread": ("", "recorder thread index, from 0"),
+    "context_id": ("", ""),
+    "sample_index": ("", "distinct sample number within the function, from 0"),
+    "count": ("calls", ""),
+    "sample_json": ("", "JSON; tensors as {'__tensor__': metadata}"),
+    "torch_save": ("bytes", "torch.save of the sample tensors"),
+}
+
+
+def field_metadata(name: str) -> dict[bytes, bytes]:
+    """Arrow field metadata for column ``name``: ``unit`` and ``sentinel`` (empty dict if unknown)."""
+    unit, sentinel = COLUMN_UNITS.get(name, ("", ""))
+    if name not in COLUMN_UNITS:
+        return {}
+    return {b"unit": unit.encode(), b"sentinel": sentinel.encode()}
+
+
 def empty(schema: pa.Schema) -> pa.Table:
     """An empty table of ``schema``, so that empty results keep their columns."""
     return schema.empty_table()

@@ -1,12 +1,14 @@
-"""Where the recorded pass's time goes: CUPTI alone, tracing alone, sample keys, both together.
+"""Where the recorded pass's time goes, mechanism by mechanism.
 
     python -m benchmarks.pass_breakdown --out OUT [--models ...] [--repeat 16]
 
 For each zoo model (bench size, the sample list repeated ``--repeat`` times) the pass runs, in one
-process: bare; under our CUPTI activity source only (no tracing); under our tracing only (module
-hooks, native function mode and op tracer; no CUPTI), with and without sample collection; and under
-both, as ``profile()`` runs it. Each is the median of three passes after one warm one; the table
-gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json`` under ``--out``.
+process, under each configuration: bare; an empty ``TorchFunctionMode``; two no-op global module
+hooks; our module hooks alone (native backend, no modes); our CUPTI activity source alone (no
+tracing, so no correlation ids); our tracing alone (hooks, native function mode, op recorder, no
+CUPTI), with and without sample keys; CUPTI and tracing without the correlation-id pushes; and
+everything, as ``profile()`` runs it. Each is the median of three passes after one warm one; the
+table gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ import torch
 
 from . import zoo
 
-CONFIGS = ("bare", "cupti only", "tracing only", "tracing, no samples", "tracing + cupti (profile)")
+CONFIGS = (
+    "bare",
+    "empty function mode",
+    "no-op global hooks",
+    "our module hooks",
+    "cupti only",
+    "tracing only",
+    "tracing, no samples",
+    "tracing + cupti, no pushes",
+    "tracing + cupti (profile)",
+)
 
 
 def _timed_pass(run: Callable[[], None], around: Callable[[Callable[[], None]], None]) -> float:
@@ -58,21 +70,68 @@ def _tracing(model: Any, names: frozenset[str] | None, source: Any) -> Callable[
     return around
 
 
+def _empty_mode(run: Callable[[], None]) -> None:
+    from torch.overrides import TorchFunctionMode
+
+    class Empty(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    with Empty():
+        run()
+
+
+def _noop_hooks(run: Callable[[], None]) -> None:
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    handles = [
+        register_module_forward_pre_hook(lambda module, args: None),
+        register_module_forward_hook(lambda module, args, output: None, always_call=True),
+    ]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _module_hooks(model: Any) -> Callable[[Callable[[], None]], None]:
+    from aitune_dispatch.tracing import ModuleTracker, native
+
+    def around(run: Callable[[], None]) -> None:
+        modules = ModuleTracker(model)
+        tracer = native.NativeTracer(modules.module_ids(), None, -1)
+        native_module = native.load()
+        # the native stacks and columns without its modes: start, report forwards, stop
+        native_module.start(-1, modules.module_ids(), ({}, None, False, None, None, None, None), None,
+                            (torch.dtype, torch.layout, torch.memory_format), [])
+        modules.install(tracer.module_entered, tracer.module_exited)
+        try:
+            run()
+        finally:
+            modules.remove()
+            native_module.stop()
+            native_module.take()
+
+    return around
+
+
 def measure(name: str, repeat: int) -> dict[str, float]:
     """Median pass seconds of every configuration for one zoo model."""
     from aitune_dispatch.collection import CpuOpTimer
 
     work = zoo.build(name, "cuda", repeat)
-
-    def run() -> None:
-        for args, kwargs in work.samples:
-            work.model(*args, **kwargs)
+    run = work.run
 
     arounds: dict[str, Callable[[Callable[[], None]], None]] = {
         "bare": lambda r: r(),
+        "empty function mode": _empty_mode,
+        "no-op global hooks": _noop_hooks,
+        "our module hooks": _module_hooks(work.model),
         "cupti only": lambda r: _with_cupti(lambda source: r()),
         "tracing only": _tracing(work.model, None, CpuOpTimer()),
         "tracing, no samples": _tracing(work.model, frozenset(), CpuOpTimer()),
+        "tracing + cupti, no pushes": lambda r: _with_cupti(lambda source: _tracing(work.model, None, CpuOpTimer())(r)),
         "tracing + cupti (profile)": lambda r: _with_cupti(lambda source: _tracing(work.model, None, source)(r)),
     }
     out: dict[str, float] = {}
@@ -101,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure every model and write breakdown.md / breakdown.json."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.pass_breakdown", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--models", nargs="*", default=["sdpa_blocks", "vit_b_16", "gpt2", "resnet50"])
+    p.add_argument("--models", nargs="*", default=["sdpa_blocks", "vit_b_16", "gpt2", "resnet50", "llama_generate"])
     p.add_argument("--repeat", type=int, default=16)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():

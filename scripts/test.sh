@@ -4,12 +4,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
-# CI (root, fresh machine) also installs Debian's chromium for the HTML report's browser tests;
-# elsewhere those tests skip when /usr/bin/chromium is missing.
+# CI (root, fresh machine) also installs Debian's chromium for the HTML report's browser tests and
+# HolisticTraceAnalysis (HTA, with psutil, which it imports without declaring) for the trace test;
+# under CI those tests fail when either is missing, elsewhere they skip.
 if [ "${CI:-}" = "true" ] && [ "$(id -u)" = 0 ] && ! [ -x /usr/bin/chromium ] && command -v apt-get >/dev/null; then
   echo "test: installing chromium for the browser tests"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-    || echo "test: chromium could not be installed; browser tests will skip"
+    || echo "test: chromium could not be installed; the browser tests will fail"
+fi
+if [ "${CI:-}" = "true" ] && ! "$PY" -c "import hta.trace_analysis" >/dev/null 2>&1; then
+  echo "test: installing HolisticTraceAnalysis for the trace test"
+  "$PY" -m pip install -q HolisticTraceAnalysis psutil || echo "test: HTA could not be installed; the trace test will fail"
 fi
 "$PY" -m ruff check aitune_dispatch tests benchmarks
 exec "$PY" -m pytest -q "$@"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import csv as csv_module
 import io
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +19,26 @@ import torch
 from aitune_dispatch import cli
 from aitune_dispatch.cli import main
 from aitune_dispatch.results import ProfileResult, compare, load
-from aitune_dispatch.schema import SUMMARY_COLUMNS
+
+SUMMARY_HEADER = ["function", "calls", "samples", "modules", "time", "share", "tensors (MB)"]
+
+
+def header(line: str) -> list[str]:
+    """A table title line's column titles, with ``time (<unit>)`` read as ``time``."""
+    return [re.sub(r"^time \((µs|ms|s)\)$", "time", t) for t in re.split(r"\s{2,}", line.strip())]
+
+
+def table_rows(lines: list[str]) -> dict[str, list[str]]:
+    """The rows under the first ``-----`` rule, by first cell, until the coverage line."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("-----")) + 1
+    rows = {}
+    for line in lines[start:]:
+        if line.startswith("coverage"):
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells
+    return rows
+
 
 MODELS = textwrap.dedent(
     """
@@ -132,11 +154,13 @@ def test_demo_prints_the_summary_table(demo):
     code, stdout, _, _, _ = demo
     assert code == 0
     lines = stdout.splitlines()
-    assert lines[0] == "aitune_dispatch demo on cpu (cpu activity source)"
-    assert lines[1].split() == SUMMARY_COLUMNS
-    functions = {line.split()[1] for line in lines[2:10]}
-    assert {"linear", "conv2d", "layer_norm", "scaled_dot_product_attention", "gelu", "softmax"} <= functions
-    assert any(line.endswith(" us") and "coverage" in line for line in lines)
+    assert lines[0] == "aitune_dispatch demo on cpu (cpu activity source; shares of all kernel time)"
+    assert header(lines[1]) == SUMMARY_HEADER
+    rows = table_rows(lines)
+    assert {"linear", "conv2d", "layer_norm", "scaled_dot_product_attention", "gelu", "softmax"} <= set(rows)
+    assert all(re.fullmatch(r"\d+\.\d%", row[5]) for row in rows.values())  # shares, one decimal
+    assert any(re.match(r"coverage \d+\.\d%: .* (µs|ms|s) of .* kernel time attributed", line) for line in lines)
+    assert not any(re.search(r"\d\.\d{4,}", line) for line in lines)  # no unformatted floats
 
 
 def test_demo_shows_progress_on_stderr(demo):
@@ -163,25 +187,17 @@ def test_demo_out_saves_the_result_and_writes_the_reports(demo):
     assert f"saved the result to {out / 'result'}" in stdout and f"wrote {out / 'report.html'}" in stdout
 
 
-def test_missing_report_renderers_give_a_note(models, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "aitune_dispatch.reports", None)  # importing it raises ImportError
-    code, _, stderr = _run(["profile", "cli_models:build_wide", "--device", "cpu", "--out", str(tmp_path / "o"), "-q"])
-    assert code == 0 and load(tmp_path / "o" / "result").activity.num_rows > 0
-    notes = stderr.splitlines()
-    assert len(notes) == 2 and all(line.startswith("aitune-dispatch: note: skipped write_") for line in notes)
-
-
 # -- profile -----------------------------------------------------------------------------------------
 def test_profile_a_factory_from_a_file(models):
     argv = ["profile", f"{models}:build", "--device", "cpu", "--warmup", "2", "--function-names", "linear"]
     code, stdout, stderr = _run(argv)
     assert code == 0, stderr
     lines = stdout.splitlines()
-    assert lines[0] == f"{models}:build on cpu (cpu activity source)"
-    rows = {line.split()[1]: line.split() for line in lines[2:4]}
+    assert lines[0] == f"{models}:build on cpu (cpu activity source; shares of all kernel time)"
+    rows = table_rows(lines)
     assert set(rows) == {"linear", "relu"}
-    assert rows["linear"][2:4] == ["2.0", "2.0"]  # 2 calls, 2 distinct samples (batch 2, 3); float: NaN below
-    assert rows["relu"][2:4] == ["NaN", "NaN"]  # --function-names: no samples kept for relu
+    assert rows["linear"][1:3] == ["2", "2"]  # 2 calls, 2 distinct samples (batch 2, 3)
+    assert rows["relu"][1:3] == ["-", "-"]  # --function-names: no samples kept for relu
     assert "aitune-dispatch: warmup pass 2/2" in stderr and "recorded sample 2/2" in stderr
 
 
@@ -213,7 +229,7 @@ def test_quiet_silences_progress(models):
     loud, quiet = _run(argv), _run([*argv, "--quiet"])
     assert loud[0] == quiet[0] == 0
     assert "warmup pass 1/1" in loud[2] and quiet[2] == ""
-    assert quiet[1].splitlines()[1].split() == SUMMARY_COLUMNS  # the table is still printed
+    assert header(quiet[1].splitlines()[1]) == SUMMARY_HEADER  # the table is still printed
 
 
 def test_progress_steps_are_throttled(capsys):
@@ -302,8 +318,10 @@ def test_report_prints_the_summary_and_writes_reports(two_saved, fake_reports, t
     assert code == 0
     lines = stdout.splitlines()
     expected = load(saved).describe(1)
-    assert lines[0] == f"{saved} (cpu activity source)" and lines[1].split() == SUMMARY_COLUMNS
-    assert lines[2].split()[1] == expected["function_name"][0] and len(lines) == 6  # 1 row, coverage, 2 wrote
+    assert lines[0] == f"{saved} (cpu activity source; shares of all kernel time)"
+    assert header(lines[1]) == SUMMARY_HEADER
+    assert list(table_rows(lines)) == [expected["function_name"][0]]  # --top-k 1
+    assert lines[-2:] == [f"wrote {tmp_path / 'r' / 'report.html'}", f"wrote {tmp_path / 'r' / 'trace.json'}"]
     assert [(kind, path.name) for kind, _, path in fake_reports] == [
         ("html", "report.html"),
         ("perfetto", "trace.json"),
@@ -325,7 +343,9 @@ def test_compare_prints_both_levels_and_writes_csv(two_saved, tmp_path):
     code, stdout, _ = _run(["compare", str(a), str(b), "--top", "3", "--csv", str(csv)])
     assert code == 0
     table = compare(load(a), load(b))
-    assert csv.read_text() == table.to_csv(index=False)
+    assert csv.read_text() == table.round(cli.CSV_DIGITS).to_csv(index=False)
+    for row in csv_module.DictReader(io.StringIO(csv.read_text())):  # no float noise: ns resolution at most
+        assert all(len(row[c].partition(".")[2]) <= 3 for c in ("before_us", "after_us", "delta_us")), row
     assert "per function, largest change first" in stdout and "per kernel, largest change first" in stdout
     top_function = table[table["level"] == "function"]["function_name"].iloc[0]
     assert top_function in stdout and "gelu" in set(table["function_name"])
@@ -357,3 +377,95 @@ def test_help_lists_every_subcommand():
         main(["--help"])
     assert info.value.code == 0
     assert all(name in out.getvalue() for name in ("demo", "profile", "report", "compare"))
+
+
+# -- readable output, help, early checks -----------------------------------------------------------------
+H200 = Path(__file__).parent / "data" / "h200_demo_result"
+
+
+def test_tables_fit_the_terminal_width(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(H200.parent)  # a short path in the title line
+    code, stdout, _ = _run(["report", H200.name, "-q"])
+    assert code == 0
+    lines = stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert re.search(r"^scaled_dot_product_a\w*… ", stdout, re.M)  # the function column is cut to make room
+    # 232.7 µs of kernel time in all, in human units rather than "232.7 us" / "3503149.3 us"
+    flat = " ".join(stdout.split())
+    assert "coverage 92.3%: 214.7 µs of 232.7 µs kernel time attributed (72 of 82 activity rows)" in flat
+    assert 'hint: profile with functions="all"' in stdout  # what to do about the unattributed adds
+
+
+def test_compare_shows_percent_change_and_warns_on_mixed_sources(two_saved, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    cpu_dir, _ = two_saved
+    monkeypatch.chdir(cpu_dir.parent)  # short paths in the before / after lines
+    code, stdout, stderr = _run(["compare", os.path.relpath(H200), cpu_dir.name, "--top", "3"])
+    assert code == 0
+    assert stderr.splitlines() == [
+        "aitune-dispatch: warning: comparing cupti/native on cuda with cpu: kernel names and times differ by "
+        "nature (CUDA kernels vs cpu:: ops), so the difference is not a like-for-like change"
+    ]
+    assert all(len(line) <= 100 for line in stdout.splitlines())  # kernel names shortened and cut
+    table = compare(load(H200), load(cpu_dir))
+    top = table[table["level"] == "function"].iloc[0]
+    change = f"{100 * (top.after_us - top.before_us) / top.before_us:+.1f}%" if top.before_us > 0 else "new"
+    row = next(line for line in stdout.splitlines() if line.startswith(str(top.function_name) + " "))
+    assert row.split()[-1] == change
+    code, _, stderr = _run(["compare", str(cpu_dir), str(cpu_dir)])
+    assert code == 0 and stderr == ""  # same source and device: no warning
+
+
+def test_version_and_help(capsys):
+    from aitune_dispatch import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"aitune-dispatch {__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    demo_help = " ".join(capsys.readouterr().out.split())
+    assert "Profile the built-in demo model." in demo_help  # a description, not only a usage line
+    assert "--warmup N" in demo_help and "--top-k K" in demo_help and "--out DIR" in demo_help  # metavars
+    assert "default: auto, i.e. cuda when available, else cpu" in demo_help
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top_help = capsys.readouterr().out
+    assert "``" not in top_help  # no raw RST markup
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "--html FILE.html" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["report", "R", "--html", "x.pdf"], "argument --html: the HTML report must end in .html or .htm; got 'x.pdf'"),
+        (["report", "R", "--perfetto", "t.txt"], "the trace must end in .json or .json.gz"),
+        (["compare", "A", "B", "--csv", "d.tsv"], "the CSV file must end in .csv"),
+        (["demo", "--html", "x.html"], "unrecognized arguments"),
+    ],
+)
+def test_output_names_are_checked_before_any_work(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing loaded, nothing written
+
+
+def test_out_must_be_a_folder(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit):
+        main(["demo", "--device", "cpu", "--out", str(tmp_path / "file")])
+    assert "is a file; --out takes a folder" in capsys.readouterr().err
+
+
+def test_unknown_function_names_warn_in_one_line(models):
+    argv = ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "0", "-q", "--function-names", "lnear"]
+    code, _, stderr = _run(argv)
+    assert code == 0
+    (line,) = stderr.splitlines()
+    assert line.startswith("aitune-dispatch: warning: function_names has names that are not torch.nn.functional")
+    assert line.endswith("['lnear']") and "UserWarning" not in line and "warnings.warn" not in line

@@ -203,7 +203,34 @@ def test_directory_layout(result, tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == persist.FORMAT and manifest["schema_version"] == schema.SCHEMA_VERSION
     assert manifest["tables"]["activity"]["rows"] == result.activity.num_rows
-    assert pq.read_table(path / "activity.parquet").equals(result.activity)  # plain Parquet, no wrapping
+    stored = pq.read_table(path / "activity.parquet")  # plain Parquet, no wrapping
+    assert stored.cast(result.activity.schema).equals(result.activity)
+    assert pa.types.is_dictionary(stored.schema.field("kernel").type)  # strings stored once per value
+
+
+def test_every_saved_column_states_its_unit_and_sentinel(result, tmp_path):
+    path = result.save(tmp_path / "run")
+    for name in [*TABLES, "function_data"]:
+        for field in pq.read_schema(path / f"{name}.parquet"):
+            assert field.metadata and b"unit" in field.metadata and b"sentinel" in field.metadata, (name, field)
+            assert not pa.types.is_string(field.type), (name, field)  # every string column dictionary-typed
+    activity = pq.read_schema(path / "activity.parquet")
+    assert (
+        activity.field("start_ns").metadata[b"unit"] == b"ns" and activity.field("kernel_us").metadata[b"unit"] == b"us"
+    )
+    assert activity.field("module_id").metadata[b"sentinel"] == b"-1: outside the profiled hierarchy"
+    assert activity.field("stream").metadata[b"sentinel"] == b"-1: CPU"
+    single = pq.read_schema(result.save(tmp_path / "run.parquet"))
+    assert single.field("activity.call_id").metadata[b"sentinel"] == b"-1: no functional call encloses it"
+
+
+def test_the_documented_recipe_reads_one_table_with_integers(result, tmp_path):
+    f = result.save(tmp_path / "run.parquet")
+    (recipe,) = [line.strip() for line in persist.__doc__.splitlines() if line.strip().startswith("pd.read_parquet(f")]
+    frame = eval(recipe, {"pd": pd, "f": f})  # the one-liner from the module docstring, as written
+    assert len(frame) == result.activity.num_rows and list(frame.columns)[0] == "activity.correlation_id"
+    assert str(frame["activity.module_id"].dtype) == "Int64" and str(frame["activity.start_ns"].dtype) == "Int64"
+    assert frame["activity.module_id"].tolist() == result.activity["module_id"].to_pylist()
 
 
 def test_single_file_layout(result, tmp_path):

@@ -7,6 +7,8 @@ pairs, track separation); a hand-made result checks exact numbers, with the arit
 from __future__ import annotations
 
 import collections
+import gzip
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -28,12 +30,12 @@ from aitune_dispatch.reports import (
     write_perfetto,
     write_report,
 )
-from aitune_dispatch.reports.html import module_tree, report_data, value_text
-from aitune_dispatch.reports.perfetto import CPU_ACTIVITY_PID, CPU_PID, GPU_PID_BASE, gpu_clock_offset
+from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
+from aitune_dispatch.reports.perfetto import CPU_PID, GPU_PID_BASE, device_properties, gpu_clock_offset
 from aitune_dispatch.results import ProfileResult
 from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES
 
-HOST_CATS = {"module", "functional", "op"}
+HOST_CATS = {"module", "functional", "cpu_op"}
 EVIL = "fc<script>alert(1)</script>"
 
 
@@ -146,9 +148,9 @@ def test_every_op_lies_in_its_call_and_every_call_in_its_module(demo_trace, demo
     for piece in slices(demo_trace):
         by_cat[piece["cat"]].append(piece)
     calls = {piece["args"]["call_id"]: piece for piece in by_cat["functional"]}
-    assert len(by_cat["op"]) == demo_result.ops.num_rows == 126
+    assert len(by_cat["cpu_op"]) == demo_result.ops.num_rows == 126
     assert len(calls) == demo_result.calls.num_rows
-    for op in by_cat["op"]:
+    for op in by_cat["cpu_op"]:
         call_id, module_id = op["args"]["call_id"], op["args"]["module_id"]
         if call_id >= 0:
             assert contains(calls[call_id], op), op
@@ -190,28 +192,21 @@ def test_timestamps_start_at_zero_and_are_ordered_per_track(demo_trace):
     assert all(isinstance(e["ts"], float) for e in events)
 
 
-def test_flows_pair_up_from_each_op_to_its_kernels(demo_trace, demo_result):
-    flows = collections.defaultdict(dict)
-    for event in demo_trace["traceEvents"]:
-        if event["ph"] in ("s", "f"):
-            assert event["ph"] not in flows[event["id"]], f"duplicate {event['ph']} for id {event['id']}"
-            flows[event["id"]][event["ph"]] = event
-    assert len(flows) == demo_result.activity.num_rows == 126  # the CPU source: one "kernel" per op
-    for pair in flows.values():
-        start, finish = pair["s"], pair["f"]
-        assert finish["bp"] == "e" and start["name"] == finish["name"] and start["cat"] == finish["cat"]
-        op = slices_at(demo_trace, start["pid"], start["tid"], start["ts"])[-1]  # the innermost slice
-        (kernel,) = slices_at(demo_trace, finish["pid"], finish["tid"], finish["ts"])
-        assert op["cat"] == "op" and kernel["cat"] == "cpu_op"
-        assert kernel["args"]["op_id"] == op["args"]["op_id"]
-        assert kernel["name"] == "cpu::" + op["name"]
+def test_cpu_source_writes_each_op_once(demo_trace, demo_result):
+    ops = [p for p in slices(demo_trace) if p["cat"] == "cpu_op"]
+    # the CPU source has one activity row per op (126): each becomes the op's one slice, no copy, no arrow
+    assert len(ops) == demo_result.ops.num_rows == demo_result.activity.num_rows == 126
+    assert {p["args"]["External id"] for p in ops} == set(demo_result.ops["op_id"].to_pylist())
+    assert all(p["args"]["kernel"] == "cpu::" + p["name"] for p in ops)
+    keys = [(p["pid"], p["tid"], p["ts"], p["dur"], p["name"]) for p in slices(demo_trace)]
+    assert len(keys) == len(set(keys))
+    assert not [e for e in demo_trace["traceEvents"] if e["ph"] in ("s", "f")]
 
 
 def test_host_and_activity_tracks_are_separate(demo_trace):
-    names = process_names(demo_trace)
-    assert names == {CPU_PID: "CPU", CPU_ACTIVITY_PID: "CPU ops (activity source)"}
+    assert process_names(demo_trace) == {CPU_PID: "CPU"}  # the CPU source's ops live on their threads
     for piece in slices(demo_trace):
-        assert (piece["pid"] == CPU_PID) == (piece["cat"] in HOST_CATS), piece
+        assert piece["cat"] in HOST_CATS, piece
     assert demo_trace["otherData"]["gpu_clock_offset_ns"] == 0  # CPU ops are timed on the host clock
 
 
@@ -222,6 +217,21 @@ def test_trace_is_json_and_written_to_a_file(demo_result, tmp_path):
     assert len(loaded["traceEvents"]) == len(perfetto_events(demo_result)["traceEvents"])
 
 
+def test_json_gz_is_gzip(demo_result, tmp_path):
+    path = write_perfetto(demo_result, tmp_path / "trace.json.gz")
+    raw = path.read_bytes()
+    assert raw[:2] == b"\x1f\x8b"  # the gzip magic
+    assert json.loads(gzip.decompress(raw)) == json.loads(write_perfetto(demo_result, tmp_path / "t.json").read_text())
+
+
+def test_output_names_are_checked_against_the_format(demo_result, tmp_path):
+    with pytest.raises(ValueError, match=r"report\.pdf does not end in \.html or \.htm"):
+        write_report(demo_result, tmp_path / "report.pdf")
+    with pytest.raises(ValueError, match=r"does not end in \.json or \.json\.gz"):
+        write_perfetto(demo_result, tmp_path / "trace.html")
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
 # -- Perfetto on a hand-made result: exact values -----------------------------------------------------------
 def expected_synthetic_slices() -> set[tuple[Any, ...]]:
     # origin = the earliest event = root module at host 1,000 ns; ts = (start - 1,000) / 1000 µs
@@ -229,11 +239,11 @@ def expected_synthetic_slices() -> set[tuple[Any, ...]]:
         ("Net (root)", "module", CPU_PID, 1, 0.0, 8.0),  # (1,000 - 1,000) / 1000; (9,000 - 1,000) / 1000
         ("fc", "module", CPU_PID, 1, 1.0, 6.0),  # 2,000 → 1.0; 8,000 - 2,000 = 6,000 ns
         ("linear", "functional", CPU_PID, 1, 2.0, 4.0),  # 3,000 → 2.0; 7,000 - 3,000
-        ("aten::addmm", "op", CPU_PID, 1, 3.0, 2.0),  # 4,000 → 3.0; 6,000 - 4,000
-        ("aten::copy_", "op", CPU_PID, 1, 7.2, 0.6),  # 8,200 → 7.2; 8,800 - 8,200
+        ("aten::addmm", "cpu_op", CPU_PID, 1, 3.0, 2.0),  # 4,000 → 3.0; 6,000 - 4,000
+        ("aten::copy_", "cpu_op", CPU_PID, 1, 7.2, 0.6),  # 8,200 → 7.2; 8,800 - 8,200
         ("gemm", "kernel", GPU_PID_BASE, 7, 4.0, 0.5),  # CUPTI 1,005,000 - 1,000,000 = 5,000 → 4.0
-        ("Memcpy HtoD", "memcpy", GPU_PID_BASE, 13, 7.5, 1.0),  # 1,008,500 - 1,000,000 = 8,500 → 7.5
-        ("Memset", "memset", GPU_PID_BASE, 7, 8.6, 0.1),  # 1,009,600 - 1,000,000 = 9,600 → 8.6
+        ("Memcpy HtoD", "gpu_memcpy", GPU_PID_BASE, 13, 7.5, 1.0),  # 1,008,500 - 1,000,000 = 8,500 → 7.5
+        ("Memset", "gpu_memset", GPU_PID_BASE, 7, 8.6, 0.1),  # 1,009,600 - 1,000,000 = 9,600 → 8.6
     }
 
 
@@ -248,18 +258,60 @@ def flow_rows(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
 def test_synthetic_trace_exact_values_with_explicit_offset():
     trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
     assert as_rows(trace) == expected_synthetic_slices()
-    # flow ts are slice midpoints: addmm (4,000 + 6,000) / 2 = 5,000 → 4.0; gemm 5,250 → 4.25;
-    # copy_ (8,200 + 8,800) / 2 = 8,500 → 7.5; memcpy (8,500 + 9,500) / 2 = 9,000 → 8.0; memset has no op
+    # arrows go from the op's start to the kernel's start: addmm 4,000 → 3.0, gemm 5,000 → 4.0;
+    # copy_ 8,200 → 7.2, memcpy 8,500 → 7.5; the memset has no op, so no arrow
     assert flow_rows(trace) == [
-        ("s", 1, CPU_PID, 1, 4.0),
-        ("f", 1, GPU_PID_BASE, 7, 4.25),
-        ("s", 2, CPU_PID, 1, 7.5),
-        ("f", 2, GPU_PID_BASE, 13, 8.0),
+        ("s", 1, CPU_PID, 1, 3.0),
+        ("f", 1, GPU_PID_BASE, 7, 4.0),
+        ("s", 2, CPU_PID, 1, 7.2),
+        ("f", 2, GPU_PID_BASE, 13, 7.5),
     ]
+    assert {e["cat"] for e in trace["traceEvents"] if e["ph"] in "sf"} == {"ac2g"}
     assert process_names(trace) == {CPU_PID: "CPU", GPU_PID_BASE: "GPU 0"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert threads == {(CPU_PID, 1): "thread 0", (GPU_PID_BASE, 7): "stream 7", (GPU_PID_BASE, 13): "stream 13"}
-    assert trace["otherData"]["time_origin_host_ns"] == 1_000
+    assert trace["otherData"]["time_origin_host_ns"] == 1_000 and trace["otherData"]["flows_skipped"] == 0
+
+
+def test_synthetic_trace_carries_kinetos_args():
+    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
+    by_name = {s["name"]: s["args"] for s in slices(trace)}
+    # gemm: CUPTI correlation 10 → op 0 (aten::addmm); memcpy: correlation 11 → op 1 (aten::copy_)
+    assert {k: by_name["gemm"][k] for k in ("device", "stream", "correlation", "External id")} == {
+        "device": 0,
+        "stream": 7,
+        "correlation": 10,
+        "External id": 0,
+    }
+    assert (by_name["Memcpy HtoD"]["correlation"], by_name["Memcpy HtoD"]["External id"]) == (11, 1)
+    assert "External id" not in by_name["Memset"]  # no op claimed it
+    assert (by_name["aten::addmm"]["External id"], by_name["aten::copy_"]["External id"]) == (0, 1)
+    assert by_name["gemm"]["function"] == "linear" and by_name["gemm"]["module"] == "fc"
+    assert trace["schemaVersion"] == 1 and trace["deviceProperties"] == []  # no GPU facts in the metadata
+
+
+def test_device_properties_come_from_the_metadata():
+    metadata = {"gpu_name": "NVIDIA H200", "gpu_compute_capability": "9.0", "gpu_memory_bytes": "150000000000"}
+    props = device_properties(synthetic_result(metadata=metadata | {"gpu_sm_count": "132"}))
+    assert props == [
+        {
+            "id": 0,
+            "name": "NVIDIA H200",
+            "totalGlobalMem": 150_000_000_000,
+            "numSms": 132,
+            "computeMajor": 9,
+            "computeMinor": 0,
+        }
+    ]
+
+
+def test_a_kernel_before_its_op_gets_no_backward_arrow():
+    # offset 1,000,500: gemm at 1,005,000 - 1,000,500 = 4,500 ns, after addmm starts (4,000); memcpy at
+    # 1,008,500 - 1,000,500 = 8,000 ns, before copy_ starts (8,200): that arrow would go back in time
+    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_500)
+    flows = flow_rows(trace)
+    assert [(ph, pid) for ph, _, pid, _, _ in flows] == [("s", CPU_PID), ("f", GPU_PID_BASE)]
+    assert trace["otherData"]["flows_skipped"] == 1
 
 
 def test_offset_comes_from_metadata_when_not_given():
@@ -324,14 +376,31 @@ def test_report_is_self_contained(demo_result, tmp_path):
     assert page.count("<script") == 2  # the embedded data and the inline script
 
 
+def table_rows(page: str, css: str) -> list[list[str]]:
+    """The text of each body row's cells in ``<table class="css">``."""
+    body = re.search(rf'<table class="{css}">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body is not None, f"no {css} table"
+    rows = re.findall(r"<tr>(.*?)</tr>", body.group(1), re.S)
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+        for r in rows
+    ]
+
+
 def test_report_contains_summary_rows_and_functions(demo_result):
     page = HtmlRenderer().render(demo_result)
     summary = demo_result.describe(top_k=100)
     assert len(summary) == 8
+    unit = Page.of(demo_result, "").unit
+    rows = {r[0]: r for r in table_rows(page, "summary")}
     for row in summary.itertuples():
         assert f"<code>{row.function_name}</code>" in page
-        assert f"{row.time_spent_us:,.1f}" in page  # formatted as in the table
-        assert f"{row.time_spent_pct:,.1f}%" in page
+        # time in the page's one unit, share of all kernel time (not describe()'s share of attributed time)
+        assert (
+            rows[row.function_name][4]
+            == f"{row.time_spent_us / unit.scale:,.{2 if unit.scale == 1 and row.time_spent_us < 10 else 1}f}"
+        )
+        assert rows[row.function_name][5] == f"{100 * row.time_spent_us / demo_result.total_us:,.1f}%"
     for name in demo_result.function_data:
         assert f"<summary><code>{name}</code>" in page
     assert "blocks.0.qkv" in page and "DemoModel (root)" in page
@@ -378,7 +447,7 @@ def test_bar_rows_show_unattributed_time():
     # linear 0.5 of 1.6 µs = 31.25 %; unattributed 1.6 - 0.5 = 1.1 µs = 68.75 %
     assert [(b["name"], round(b["us"], 6), round(b["pct"], 6)) for b in bars] == [
         ("linear", 0.5, 31.25),
-        ("(unattributed)", 1.1, 68.75),
+        (UNATTRIBUTED, 1.1, 68.75),
     ]
 
 
@@ -403,5 +472,7 @@ def test_saved_tensor_metadata_renders():
 def test_renderer_is_picked_by_file_name():
     assert isinstance(renderer_for("out/report.html"), HtmlRenderer)
     assert isinstance(renderer_for("trace.JSON"), PerfettoRenderer)
-    with pytest.raises(ValueError, match=r"\.html, \.json"):
+    assert isinstance(renderer_for("trace.json.gz"), PerfettoRenderer)
+    assert isinstance(renderer_for("r.htm"), HtmlRenderer)
+    with pytest.raises(ValueError, match=r"'\.pdf'; name the output \.html, \.htm, \.json, \.json\.gz"):
         renderer_for("report.pdf")

@@ -16,13 +16,30 @@ RENDERERS: tuple[type[Renderer], ...] = (HtmlRenderer, PerfettoRenderer)
 
 
 def renderer_for(path: str | Path) -> Renderer:
-    """The renderer whose extension ``path`` ends with (``.html`` or ``.json``)."""
-    suffix = Path(path).suffix.lower()
+    """The renderer for an output file's name.
+
+    Parameters
+    ----------
+    path:
+        The output file: ``.html`` / ``.htm`` (HTML report), ``.json`` / ``.json.gz`` (trace).
+
+    Returns
+    -------
+    Renderer
+        A renderer with its default options.
+
+    Raises
+    ------
+    ValueError
+        No renderer writes files with that ending; the message lists the endings that work.
+    """
+    name = Path(path).name.lower()
     for renderer in RENDERERS:
-        if suffix == renderer.extension or (suffix == ".htm" and renderer is HtmlRenderer):
+        if name.endswith(renderer.accepted()):
             return renderer()
-    known = ", ".join(r.extension for r in RENDERERS)
-    raise ValueError(f"no report format writes {suffix or 'files without an extension'!r}; name the output {known}")
+    known = ", ".join(ending for r in RENDERERS for ending in r.accepted())
+    suffix = "".join(Path(path).suffixes) or "files without an extension"
+    raise ValueError(f"no report format writes {suffix!r}; name the output {known}")
 
 
 __all__ = [

@@ -22,12 +22,18 @@ section { padding: 14px 16px; margin-bottom: 16px; overflow-x: auto; }
 .grid2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
 .grid2.wide-right { grid-template-columns: minmax(0, 9fr) minmax(0, 11fr); }
 .fn { white-space: nowrap; }
-.grid2 > section { margin-bottom: 0; }
+.grid2 > section { margin-bottom: 0; min-width: 0; }
 .row { margin-bottom: 16px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 5px 7px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th { color: var(--muted); font-weight: 600; font-size: 12px; background: #fafbfc; }
-td > code { white-space: nowrap; }
+td code { overflow-wrap: break-word; }
+td .note { font-size: 12px; }
+.tree details { border: 0; padding: 0; }
+.tree summary { font-weight: normal; }
+.tree ul { margin: 4px 0 2px; padding-left: 18px; }
+table.kv td:first-child { color: var(--muted); white-space: nowrap; width: 1%; }
+table.kv thead { display: none; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:hover td { background: #f7f9fc; }
 code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
@@ -45,11 +51,26 @@ svg text { font-family: inherit; }
 .icicle rect:hover { stroke: var(--ink); }
 .warn { color: #9a3b00; }
 #render-error { color: #b00020; font-weight: 600; padding: 12px; }
+@media (max-width: 1100px) {
+  main { padding: 16px 14px 32px; }
+  .grid2, .grid2.wide-right { grid-template-columns: minmax(0, 1fr); }
+  .grid2 > section { margin-bottom: 16px; }
+  .cards { grid-template-columns: repeat(3, 1fr); }
+}
+@media (max-width: 640px) { .cards { grid-template-columns: repeat(2, 1fr); } }
 """
 
 JS = r"""
 (function () {
   "use strict";
+  function mark(id, message) {
+    var node = document.getElementById(id) || document.createElement("div");
+    node.id = id;
+    if (message) { node.textContent = message; } else { node.hidden = true; }
+    document.body.appendChild(node);
+    return node;
+  }
+  window.addEventListener("error", function (event) { mark("render-error", "report script error: " + event.message); });
   var NS = "http://www.w3.org/2000/svg";
   var GREY = "#b8bec7";
   var MODULE_SHADES = ["#e7ecf2", "#d8e0ea", "#c9d4e1", "#bac8d8", "#abbccf", "#9cb0c6"];
@@ -66,11 +87,12 @@ JS = r"""
     node.textContent = str;
     return node;
   }
-  function unit(us) { return us >= 1e6 ? [1e6, "s"] : us >= 1e3 ? [1e3, "ms"] : [1, "\u00b5s"]; }
+  var UNIT = data.unit ? [data.unit.scale, data.unit.symbol] : [1, "\u00b5s"];  // the page's one unit
   function fmt(us) {
-    var u = unit(us), v = us / u[0];
-    return v.toLocaleString("en-US", { maximumFractionDigits: v < 10 ? 2 : v < 100 ? 1 : 0 }) + " " + u[1];
+    var v = us / UNIT[0];
+    return v.toLocaleString("en-US", { maximumFractionDigits: v < 10 ? 2 : v < 100 ? 1 : 0 }) + " " + UNIT[1];
   }
+  function share(us) { return (100 * us / (data.total_us || 1)).toFixed(1) + "%"; }
   function niceStep(max, count) {
     var raw = max / count, step = Math.pow(10, Math.floor(Math.log10(raw))), err = raw / step;
     return step * (err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1);
@@ -99,20 +121,24 @@ JS = r"""
   }
 
   function drawBars(host) {
-    var rows = data.bars, width = Math.max(host.clientWidth, 420), labelW = 210, right = 120;
-    var rowH = 26, top = 8, plotW = width - labelW - right, height = top + rows.length * rowH + 48;
+    host.textContent = "";
+    var rows = data.bars, width = Math.max(host.clientWidth, 320);
+    var labelW = Math.min(210, Math.round(width * 0.32)), right = 118;
+    var rowH = 26, top = 8, plotW = Math.max(width - labelW - right, 60), height = top + rows.length * rowH + 48;
     var max = Math.max.apply(null, rows.map(function (r) { return r.us; }).concat([1e-9]));
-    var u = unit(max), step = niceStep(max, 5), axisMax = Math.ceil(max / step) * step;
+    var ticks = Math.max(2, Math.min(6, Math.floor(plotW / 70)));
+    var step = niceStep(max, ticks), axisMax = Math.ceil(max / step) * step;
     var svg = svgEl("svg", { width: width, height: height, role: "img",
                              "aria-label": "kernel time per function" }, host);
     var fillUn = hatch(svg, "hatch-bars");
     var x = function (us) { return labelW + (us / axisMax) * plotW; };
     for (var t = 0; t <= axisMax + step / 2; t += step) {
       svgEl("line", { x1: x(t), x2: x(t), y1: top, y2: top + rows.length * rowH, stroke: "#e3e7ed" }, svg);
-      svgText(svg, x(t), top + rows.length * rowH + 16, (t / u[0]).toLocaleString("en-US"),
+      svgText(svg, x(t), top + rows.length * rowH + 16,
+              (t / UNIT[0]).toLocaleString("en-US", { maximumFractionDigits: 3 }),
               { "text-anchor": "middle", "font-size": 11, fill: "#5f6b7a" });
     }
-    svgText(svg, labelW + plotW / 2, height - 8, "kernel time (" + u[1] + ")",
+    svgText(svg, labelW + plotW / 2, height - 8, "kernel time (" + UNIT[1] + ")",
             { "text-anchor": "middle", "font-size": 12, fill: "#1f2933" });
     rows.forEach(function (row, i) {
       var y = top + i * rowH;
@@ -146,9 +172,9 @@ JS = r"""
     if (kind === "all") { return "#f1f3f6"; }
     return MODULE_SHADES[Math.min(item.depth - 1, MODULE_SHADES.length - 1)];
   }
-  function icicleTip(node, total) {
-    var share = (100 * node.total_us / (total || 1)).toFixed(1) + "% of all kernel time";
-    var lines = [node.name + (node.type ? " (" + node.type + ")" : ""), fmt(node.total_us) + " \u2014 " + share];
+  function icicleTip(node) {
+    var lines = [(node.path || node.name) + (node.type ? " (" + node.type + ")" : ""),
+                 fmt(node.total_us) + " \u2014 " + share(node.total_us) + " of all kernel time"];
     if (node.kind === "module") {
       lines.push("own kernels: " + fmt(node.self_us) + ", outside any functional call: " + fmt(node.no_call_us));
     }
@@ -156,7 +182,7 @@ JS = r"""
   }
   function drawIcicle(host, focus) {
     host.textContent = "";
-    var items = layout(data.tree, 0, 1, 0, [], null), width = Math.max(host.clientWidth, 420), rowH = 30;
+    var items = layout(data.tree, 0, 1, 0, [], null), width = Math.max(host.clientWidth, 320), rowH = 30;
     var depth = Math.max.apply(null, items.map(function (i) { return i.depth; })) + 1;
     var svg = svgEl("svg", { width: width, height: depth * rowH + 2, class: "icicle", role: "img",
                              "aria-label": "module tree of kernel time" }, host);
@@ -168,7 +194,7 @@ JS = r"""
       var g = svgEl("g", {}, svg);
       var rect = svgEl("rect", { x: a, y: item.depth * rowH, width: b - a, height: rowH - 2, rx: 2,
                                  fill: icicleFill(item, fillUn) }, g);
-      tooltip(rect, icicleTip(item.node, data.tree.total_us));
+      tooltip(rect, icicleTip(item.node));
       var label = item.node.name + "  " + fmt(item.node.total_us);
       var shown = fits(label, b - a) ? label : clip(item.node.name, b - a);
       var dark = item.node.kind === "function" && isDark(colorOf(item.node.name));
@@ -176,23 +202,43 @@ JS = r"""
         svgText(g, a + 5, item.depth * rowH + rowH / 2 + 3, shown,
                 { "font-size": 12, fill: dark ? "#ffffff" : "#1f2933", "pointer-events": "none" });
       }
-      rect.addEventListener("click", function () { drawIcicle(host, item === f ? item.parent : item); });
+      rect.addEventListener("click", function () {
+        zoom = item === f ? item.parent : item;
+        drawIcicle(host, zoom);
+      });
     });
   }
+  var zoom = null;
 
-  function mark(id, message) {
-    var node = document.createElement("div");
-    node.id = id;
-    if (message) { node.textContent = message; } else { node.hidden = true; }
-    document.body.appendChild(node);
+  function overflowing() {  // sections whose content is wider than the section: clipped or scrolled
+    var out = [];
+    Array.prototype.forEach.call(document.querySelectorAll("section"), function (section) {
+      if (section.scrollWidth > section.clientWidth + 1) { out.push(section.id || "?"); }
+    });
+    return out.join(" ");
   }
-  window.addEventListener("error", function (event) { mark("render-error", "report script error: " + event.message); });
-  try {
-    drawBars(document.getElementById("bar-chart"));
-    drawIcicle(document.getElementById("icicle"), null);
-    mark("render-ok");
-  } catch (err) {
-    mark("render-error", "report script error: " + (err && err.message ? err.message : String(err)));
+  function drawAll() {  // a chart whose section the page leaves out is skipped
+    var bars = document.getElementById("bar-chart"), icicle = document.getElementById("icicle");
+    if (bars) { drawBars(bars); }
+    if (icicle) { drawIcicle(icicle, zoom); }
   }
+
+  function render() {
+    try {
+      drawAll();
+      mark("render-ok").setAttribute("data-overflow", overflowing());
+    } catch (err) {
+      mark("render-error", "report script error: " + (err && err.message ? err.message : String(err)));
+    }
+  }
+  var pending = null, lastWidth = window.innerWidth;
+  window.addEventListener("resize", function () {  // redraw the charts at the new width
+    if (window.innerWidth === lastWidth) { return; }
+    lastWidth = window.innerWidth;
+    zoom = null;  // the layout is recomputed: start from the whole tree
+    clearTimeout(pending);
+    pending = setTimeout(render, 120);
+  });
+  render();
 })();
 """

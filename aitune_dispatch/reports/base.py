@@ -7,45 +7,201 @@ output's name (as pyinstrument's renderers do).
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..results.views import module_label
+
 if TYPE_CHECKING:
     from ..results import ProfileResult
+
+__all__ = ["Renderer", "TimeUnit", "human_time", "module_label", "module_labels", "op_times", "short_kernel_name"]
 
 OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
 
 
 class Renderer(ABC):
-    """Turns a result into the text of one file format."""
+    """Turns a result into the text of one file format.
+
+    ``extension`` is the file ending a renderer writes; ``extensions`` every ending it accepts
+    (the first is ``extension``). :meth:`check_path` refuses any other before work is done.
+    """
 
     extension: ClassVar[str]
+    extensions: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def accepted(cls) -> tuple[str, ...]:
+        """Every file ending this renderer writes, ``extension`` first."""
+        return cls.extensions or (cls.extension,)
+
+    @classmethod
+    def check_path(cls, path: str | Path) -> Path:
+        """``path`` as a Path, after checking that it names a file of this format.
+
+        Parameters
+        ----------
+        path:
+            The output file.
+
+        Returns
+        -------
+        pathlib.Path
+            The same path.
+
+        Raises
+        ------
+        IsADirectoryError
+            ``path`` is an existing folder.
+        ValueError
+            ``path`` does not end in one of :meth:`accepted`.
+        """
+        target = Path(path)
+        if target.is_dir():
+            example = target / f"report{cls.extension}"
+            raise IsADirectoryError(f"{target} is a folder; pass a file name such as {example}")
+        if not target.name.lower().endswith(cls.accepted()):
+            endings = " or ".join(cls.accepted())
+            raise ValueError(f"{target} does not end in {endings}; name the output e.g. report{cls.extension}")
+        return target
 
     @abstractmethod
     def render(self, result: ProfileResult) -> str:
         """The whole file's text."""
 
     def write(self, result: ProfileResult, path: str | Path) -> Path:
-        """Render ``result`` into ``path`` (parent folders are created) and return the path."""
-        target = Path(path)
-        if target.is_dir():
-            example = target / f"report{self.extension}"
-            raise IsADirectoryError(f"{target} is a folder; pass a file name such as {example}")
-        text = self.render(result)
+        """Render ``result`` into ``path`` (parent folders are created) and return the path.
+
+        Parameters
+        ----------
+        result:
+            The result to render.
+        path:
+            The output file; its ending must be one of :meth:`accepted`.
+
+        Returns
+        -------
+        pathlib.Path
+            The path written.
+        """
+        target = self.check_path(path)
+        data = self.encode(self.render(result), target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target.write_bytes(data)
         return target
 
+    def encode(self, text: str, path: Path) -> bytes:
+        """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress)."""
+        return text.encode("utf-8")
 
-def module_label(name: str | None, module_type: str | None) -> str:
-    """How a module is shown: its qualified name, or ``Type (root)`` for the unnamed root."""
-    if name:
-        return name
-    return f"{module_type or 'module'} (root)"
+
+# -- kernel names ------------------------------------------------------------------------------------
+_PARENS = re.compile(r"\([^()]*\)")
+_LAMBDAS = re.compile(r"(?:::)?\{lambda#?\d*\}|::operator(?:\(\))?|\bconst\b|&")
+_NAMESPACE = re.compile(r"\b[A-Za-z_]\w*::")
+KERNEL_NAME_CHARS = 80
+
+
+def _cut_parameters(text: str) -> str:
+    """``name<T>(int, float*)`` -> ``name<T>``: everything from the first top-level ``(``."""
+    depth = 0
+    for pos, char in enumerate(text):
+        if char in "<[{":
+            depth += 1
+        elif char in ">]}":
+            depth -= 1
+        elif char == "(" and depth == 0 and pos > 0 and text[pos - 1] != " ":
+            return text[:pos]
+    return text
+
+
+def _collapse_templates(text: str, keep_depth: int) -> str:
+    """Template arguments nested deeper than ``keep_depth`` become ``…``."""
+    out, depth = [], 0
+    for char in text:
+        if char == "<":
+            depth += 1
+            if depth == keep_depth + 1:
+                out.append("<\u2026")
+            if depth > keep_depth:
+                continue
+        elif char == ">":
+            depth -= 1
+            if depth >= keep_depth:
+                if depth == keep_depth:
+                    out.append(">")
+                continue
+        elif depth > keep_depth:
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
+    """A demangled C++ kernel name cut to what tells kernels apart, at most ``limit`` characters.
+
+    Parameters
+    ----------
+    name:
+        The kernel name as recorded (``void at::native::elementwise_kernel<128, 2, ...>(int, ...)``).
+    limit:
+        The most characters returned; a longer name first loses its deepest template arguments,
+        then its end (``…``).
+
+    Returns
+    -------
+    str
+        The name without return type, parameter lists, namespaces and lambdas
+        (``elementwise_kernel<128, 2, gpu_kernel_impl_nocast<CUDAFunctor_add<float>>>``). Names that
+        are not C++ (``Memset (Device)``, ``cpu::aten::addmm``) are only cut to ``limit``.
+    """
+    text = " ".join(name.split())
+    if not text.startswith(("cpu::", "Memcpy", "Memset")):
+        text = _cut_parameters(text.replace("(anonymous namespace)::", "").removeprefix("void "))
+        while (shorter := _PARENS.sub("", text)) != text:
+            text = shorter
+        text = _NAMESPACE.sub("", _LAMBDAS.sub("", text))
+        text = " ".join(text.split()).replace(" >", ">").replace(" ,", ",")
+        for depth in (3, 2):
+            if len(text) > limit:
+                text = _collapse_templates(text, depth)
+    return text if len(text) <= limit else text[: max(limit - 1, 1)].rstrip("\u2026 ") + "\u2026"
+
+
+# -- time units ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimeUnit:
+    """One unit for a whole report: ``scale`` microseconds per unit and its symbol."""
+
+    symbol: str
+    scale: float
+
+    def __call__(self, us: float, digits: int = 1) -> str:
+        """``us`` in this unit with thousands separators, no symbol."""
+        return f"{us / self.scale:,.{digits}f}"
+
+
+def time_unit(largest_us: float) -> TimeUnit:
+    """s, ms or µs: the unit in which ``largest_us`` reads with 1-3 digits before the point (or more)."""
+    if largest_us >= 1e6:
+        return TimeUnit("s", 1e6)
+    if largest_us >= 1e3:
+        return TimeUnit("ms", 1e3)
+    return TimeUnit("\u00b5s", 1.0)
+
+
+def human_time(us: float) -> str:
+    """A duration given in microseconds as ``812.4 µs``, ``12.35 ms`` or ``3.50 s``."""
+    if us != us:  # NaN
+        return "n/a"
+    unit = time_unit(abs(us))
+    return f"{us / unit.scale:,.{1 if unit.scale == 1.0 else 2}f} {unit.symbol}"
 
 
 def module_labels(result: ProfileResult) -> dict[int, tuple[str, str]]:

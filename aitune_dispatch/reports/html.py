@@ -1,11 +1,18 @@
 """A self-contained HTML report: one file, inline CSS, JS and SVG, data embedded as JSON.
 
-Sections: headline numbers, a bar chart of kernel time per functional call beside the summary table
-(``describe()``), an icicle of kernel time over the module tree (a module's width includes its
-descendants; unattributed time is hatched grey), coverage with the unattributed kernels, the
-distinct input samples of every function, and run metadata. Tables are rendered here (escaped);
-the two charts are drawn by the inline script from the embedded JSON, which writes
-``<div id="render-ok">`` when done and ``<div id="render-error">`` on failure.
+The page is a sequence of sections, each a small function of a :class:`Page` (the result plus
+what every section shares: the summary, one time unit, the function colours); ``SECTIONS`` lists
+them in order, and ``HtmlRenderer(sections=...)`` takes another sequence, so a section is added
+without touching the others. Sections: headline numbers; kernel time per functional call (bar
+chart beside the summary table, both in one unit and both as shares of **all** kernel time);
+the top kernels with their op, functional call and module; a module table with repeated layers
+grouped by name pattern (``blocks.*.qkv``) and an icicle of the module tree; coverage (the
+largest unattributed ops, why, and what to do); the distinct input samples; the run in words.
+
+Tables are rendered here (escaped); the two charts are drawn by the inline script from the
+embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
+(its ``data-overflow`` lists sections wider than the window, normally none) and
+``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack.
 No torch import: sample tensors are read by duck typing (``shape``, ``dtype``, ``stride``).
 """
 
@@ -14,7 +21,8 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,19 +31,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
-from ..joining import attributed_mask
+from ..results import views
 from ._html_assets import CSS, JS
-from .base import Renderer, module_labels
+from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
 BAR_ROWS = 14
+KERNEL_ROWS = 15  # shown at once; up to MORE_KERNEL_ROWS more behind "show more"
+MORE_KERNEL_ROWS = 200
+MODULE_ROWS = 300
 MAX_SAMPLES_SHOWN = 50
 MAX_VALUE_CHARS = 160
 UNATTRIBUTED_ROWS = 12
 ALL_FUNCTIONS = 1 << 30
+BREAK_CHARS = 24  # names longer than this may wrap inside table cells
 NO_VALUE = "\u2014"
+UNATTRIBUTED = "(not attributed)"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
 
@@ -91,6 +104,59 @@ def value_text(value: Any) -> str:
     return _clip(repr(value))
 
 
+# -- what every section shares ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Page:
+    """One report's shared state: the result, its summary, one time unit and the function colours.
+
+    Attributes
+    ----------
+    result:
+        The result being rendered.
+    title:
+        The page title.
+    summary:
+        ``result.describe()`` over every function (not only a top-k).
+    unit:
+        The one time unit of every chart and table on the page.
+    colors:
+        ``function_name -> colour``, shared by the bar chart, the summary table and the icicle.
+    """
+
+    result: ProfileResult
+    title: str
+    summary: pd.DataFrame
+    unit: TimeUnit
+    colors: Mapping[str, str]
+
+    @classmethod
+    def of(cls, result: ProfileResult, title: str) -> Page:
+        """The page state of ``result``: its full summary and a unit fitting its largest function."""
+        summary = result.describe(top_k=ALL_FUNCTIONS)
+        largest = max([result.total_us - result.attributed_us, *summary["time_spent_us"].astype(float)], default=0.0)
+        return cls(result, title, summary, time_unit(largest), function_colors(summary))
+
+    @property
+    def total_us(self) -> float:
+        """All kernel time of the run: the base of every share on the page."""
+        return self.result.total_us
+
+    def share(self, us: float) -> str:
+        """``us`` as a share of all kernel time, ``12.3%``."""
+        return f"{100.0 * us / self.total_us:,.1f}%" if self.total_us > 0 else NO_VALUE
+
+    def time(self, us: float) -> str:
+        """``us`` in the page unit, no symbol."""
+        return self.unit(us, 2 if self.unit.scale == 1.0 and us < 10 else 1)
+
+    def basis(self) -> str:
+        """The sentence that states the unit and the share base, shown under each section title."""
+        return f"times in {self.unit.symbol}; shares of all kernel time ({human_time(self.total_us)})"
+
+
+Section = Callable[[Page], str]
+
+
 # -- data for the charts -----------------------------------------------------------------------------
 def function_colors(summary: pd.DataFrame) -> dict[str, str]:
     """One palette colour per function, in order of kernel time (shared by both charts and the table)."""
@@ -98,7 +164,10 @@ def function_colors(summary: pd.DataFrame) -> dict[str, str]:
 
 
 def bar_rows(summary: pd.DataFrame, total_us: float, attributed_us: float) -> list[dict[str, Any]]:
-    """The bar chart's rows: the top functions by kernel time, then the unattributed time."""
+    """The bar chart's rows: the top functions by kernel time, then the unattributed time.
+
+    ``pct`` is over all kernel time (``total_us``), as in the summary table beside the chart.
+    """
     rows = [
         {
             "name": str(row.function_name),
@@ -109,8 +178,8 @@ def bar_rows(summary: pd.DataFrame, total_us: float, attributed_us: float) -> li
         for row in summary.head(BAR_ROWS).itertuples()
     ]
     rest = total_us - attributed_us
-    if rest > 0:
-        rows.append({"name": "(unattributed)", "us": rest, "pct": 100.0 * rest / total_us, "unattributed": True})
+    if rest > 1e-9:
+        rows.append({"name": UNATTRIBUTED, "us": rest, "pct": 100.0 * rest / total_us, "unattributed": True})
     return rows
 
 
@@ -137,13 +206,14 @@ def _leaves(parts: list[tuple[str | None, float]]) -> list[dict[str, Any]]:
 
 
 def _module_nodes(result: ProfileResult, parts: dict[int, list[tuple[str | None, float]]]) -> dict[int, dict[str, Any]]:
-    labels = module_labels(result)
+    modules = result.modules.to_pydict()
     nodes = {}
-    for module_id, (label, module_type) in labels.items():
+    for module_id, name, module_type in zip(modules["module_id"], modules["module_name"], modules["module_type"]):
         own = parts.get(module_id, [])
         nodes[module_id] = {
-            "name": label,
-            "type": module_type,
+            "name": views.local_name(name, module_type),
+            "path": views.module_label(name, module_type),
+            "type": module_type or "",
             "kind": "module",
             "module_id": module_id,
             "self_us": sum(us for _, us in own),
@@ -173,9 +243,19 @@ def _link_and_total(nodes: dict[int, dict[str, Any]], parents: Mapping[int, int]
 def module_tree(result: ProfileResult) -> dict[str, Any]:
     """Kernel time over the module tree: ``total_us`` of a module includes its descendants.
 
-    Each module's children are its submodules, then one leaf per functional call made directly in
-    it, then ``(no functional call)`` for its own kernels outside any call. The top node
-    ``all activity`` also holds ``(outside profiled modules)``; its ``total_us`` is every kernel's.
+    Parameters
+    ----------
+    result:
+        The result to draw.
+
+    Returns
+    -------
+    dict
+        Nested nodes ``{name, kind, total_us, children}``. A module node's ``name`` is its local
+        name (``qkv``; the root's is ``Type (root)``), ``path`` its qualified name. Each module's
+        children are its submodules, then one leaf per functional call made directly in it, then
+        ``(no functional call)`` for its own kernels outside any call. The top node
+        ``all activity`` also holds ``(outside profiled modules)``; its ``total_us`` is every kernel's.
     """
     parts = _per_module_function(result.activity)
     nodes = _module_nodes(result, parts)
@@ -193,12 +273,15 @@ def module_tree(result: ProfileResult) -> dict[str, Any]:
     }
 
 
-def report_data(result: ProfileResult, summary: pd.DataFrame) -> dict[str, Any]:
-    """What the inline script draws: bar rows, function colours and the module tree."""
+def report_data(result: ProfileResult, summary: pd.DataFrame, unit: TimeUnit | None = None) -> dict[str, Any]:
+    """What the inline script draws: bar rows, function colours, the module tree and the page unit."""
+    unit = unit or Page.of(result, "").unit
     return {
         "bars": bar_rows(summary, result.total_us, result.attributed_us),
         "function_colors": function_colors(summary),
         "tree": module_tree(result),
+        "unit": {"symbol": unit.symbol, "scale": unit.scale},
+        "total_us": result.total_us,
     }
 
 
@@ -211,7 +294,7 @@ def embed_json(value: Any) -> str:
 
 
 # -- HTML pieces ----------------------------------------------------------------------------------------
-def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[Iterable[str]]) -> str:
+def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[Iterable[str]], css: str = "") -> str:
     """An HTML table; ``headers`` are (title, numeric), cells are HTML already escaped."""
     heads = list(headers)
     head = "".join(f'<th class="num">{esc(t)}</th>' if num else f"<th>{esc(t)}</th>" for t, num in heads)
@@ -219,7 +302,35 @@ def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[Iterable[str]]) -
     body = "".join(
         "<tr>" + "".join(cell[0 if num else 1].format(c) for c, (_, num) in zip(row, heads)) + "</tr>" for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    klass = f' class="{css}"' if css else ""
+    return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _code(value: Any, title: str | None = None) -> str:
+    hover = f' title="{esc(title)}"' if title else ""
+    return f"<code{hover}>{esc(value)}</code>"
+
+
+_BREAK_AFTER = (".", "_", "::", ", ", "<")
+
+
+def _breakable(value: Any, title: str | None = None) -> str:
+    """Code text that may wrap after ``.``, ``_``, ``::``, ``, `` and ``<`` (names, ops, kernels), nowhere else."""
+    text = esc(value)
+    for mark in _BREAK_AFTER:
+        text = text.replace(esc(mark), f"{esc(mark)}<wbr>")
+    hover = f' title="{esc(title)}"' if title else ""
+    return f"<code{hover}>{text}</code>"
+
+
+def _maybe_code(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NO_VALUE
+    return _breakable(value) if len(str(value)) > BREAK_CHARS else _code(value)
+
+
+def _section(section_id: str, title: str, note: str, body: str) -> str:
+    return f'<section id="{section_id}"><h2>{esc(title)} <small>{esc(note)}</small></h2>{body}</section>'
 
 
 def _card(label: str, value: str, note: str, meter: float | None = None) -> str:
@@ -230,68 +341,159 @@ def _card(label: str, value: str, note: str, meter: float | None = None) -> str:
     )
 
 
-def _cards(result: ProfileResult, summary: pd.DataFrame) -> str:
-    coverage = result.coverage
-    known = not math.isnan(coverage)
-    kinds = pd.Series(result.activity["kind"].to_pylist(), dtype=object).value_counts()
-    kind_note = ", ".join(f"{count} {kind}" for kind, count in kinds.items()) or "none"
+def _swatch(color: str) -> str:
+    return f'<span class="swatch" style="background:{color}"></span>'
+
+
+# -- sections -------------------------------------------------------------------------------------------
+def header_section(page: Page) -> str:
+    """The title and the run in one line: device, activity source, torch."""
+    result = page.result
+    device = {"cuda": "CUDA", "cpu": "CPU"}.get(str(result.metadata.get("device", "")), "")
+    parts = [f"{device} run" if device else "run", f"{result.source} activity source"]
+    if result.metadata.get("torch"):
+        parts.append(f"torch {result.metadata['torch']}")
+    return f"<header><h1>{esc(page.title)}</h1><p>{esc(' · '.join(parts))}</p></header>"
+
+
+def cards_section(page: Page) -> str:
+    """Headline numbers: kernel time, coverage, distinct kernels, functions, ops, modules."""
+    result, head = page.result, views.headline(page.result)
+    known = not math.isnan(head.coverage)
+    kinds = ", ".join(f"{count:,} {kind}" for kind, count in views.activity_kinds(result).items()) or "none"
     cards = [
-        _card("kernel time", _fmt_us(result.total_us), f"{result.activity.num_rows} activity rows"),
+        _card("kernel time", human_time(result.total_us), f"{result.activity.num_rows:,} activity rows ({kinds})"),
         _card(
             "coverage",
-            f"{coverage:.1%}" if known else NO_VALUE,
-            f"{_fmt_us(result.attributed_us)} attributed",
-            coverage if known else None,
+            f"{head.coverage:.1%}" if known else NO_VALUE,
+            f"{human_time(result.attributed_us)} in a module and a functional call",
+            head.coverage if known else None,
         ),
-        _card("activity", f"{result.activity.num_rows:,}", kind_note),
-        _card("functions", f"{len(summary)}", f"{result.calls.num_rows:,} functional calls"),
+        _card("kernels", f"{head.kernels:,}", "distinct names"),
+        _card("functions", f"{len(page.summary):,}", f"{result.calls.num_rows:,} functional calls"),
         _card("aten ops", f"{result.ops.num_rows:,}", "dispatched in the recorded pass"),
         _card("modules", f"{result.modules.num_rows:,}", f"{result.module_calls.num_rows:,} forwards"),
     ]
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
-def _fmt_us(us: float) -> str:
-    for scale, unit in ((1e6, "s"), (1e3, "ms")):
-        if us >= scale:
-            return f"{us / scale:,.2f} {unit}"
-    return f"{us:,.1f} \u00b5s"
+def _summary_rows(page: Page) -> list[list[str]]:
+    rows = [
+        [
+            f'<span class="fn">{_swatch(page.colors[r.function_name])}<code>{esc(r.function_name)}</code></span>',
+            _number(r.calls, 0),
+            _number(r.num_distinct_samples, 0),
+            _number(r.num_modules, 0),
+            page.time(float(r.time_spent_us)),
+            page.share(float(r.time_spent_us)),
+            _number(float(r.tensor_size_MB), 3),
+        ]
+        for r in page.summary.itertuples()
+    ]
+    rest = page.result.total_us - page.result.attributed_us
+    if rest > 1e-9:
+        label = f'<span class="fn">{_swatch(GREY)}<em>{esc(UNATTRIBUTED)}</em></span>'
+        rows.append([label, NO_VALUE, NO_VALUE, NO_VALUE, page.time(rest), page.share(rest), NO_VALUE])
+    return rows
 
 
-def _summary_section(summary: pd.DataFrame) -> str:
+def functions_section(page: Page) -> str:
+    """Kernel time per functional call: the bar chart beside the summary table, one unit, one share base."""
     headers = [
         ("function", False),
         ("calls", True),
         ("samples", True),
         ("modules", True),
-        ("time (\u00b5s)", True),
+        (f"time ({page.unit.symbol})", True),
         ("share", True),
         ("tensors (MB)", True),
     ]
-    colors = function_colors(summary)
+    bars = _section("functions", "Kernel time per functional call", page.basis(), '<div id="bar-chart"></div>')
+    note = "describe(); samples = distinct inputs; the last row is what no functional call encloses"
+    table = _section("summary", "Summary", note, _table(headers, _summary_rows(page), "summary"))
+    return f'<div class="grid2 wide-right row">{bars}{table}</div>'
+
+
+def _kernel_rows(page: Page, table: pd.DataFrame) -> list[list[str]]:
+    return [
+        [
+            _breakable(short_kernel_name(r.kernel), title=r.kernel),
+            _maybe_code(r.op),
+            _maybe_code(r.function_name),
+            _maybe_code(r.module),
+            _number(r.calls, 0),
+            page.time(float(r.total_us)),
+            page.time(float(r.mean_us)),
+            page.share(float(r.total_us)),
+        ]
+        for r in table.itertuples()
+    ]
+
+
+def kernels_section(page: Page) -> str:
+    """The top kernels: shortened name (full name on hover), op, functional call, module, calls, time, share."""
+    table = views.kernel_table(page.result)
+    headers = [
+        ("kernel", False),
+        ("op", False),
+        ("functional call", False),
+        ("module", False),
+        ("calls", True),
+        (f"time ({page.unit.symbol})", True),
+        (f"mean ({page.unit.symbol})", True),
+        ("share", True),
+    ]
+    if table.empty:
+        return _section("kernels", "Kernels", page.basis(), "<p>No kernels were recorded.</p>")
+    body = _table(headers, _kernel_rows(page, table.head(KERNEL_ROWS)), "kernels")
+    rest = table.iloc[KERNEL_ROWS : KERNEL_ROWS + MORE_KERNEL_ROWS]
+    if len(rest):
+        more = f"{len(rest):,} more" + (
+            f" (of {len(table) - KERNEL_ROWS:,})" if len(table) > KERNEL_ROWS + len(rest) else ""
+        )
+        hidden = _table(headers, _kernel_rows(page, rest), "kernels-more")
+        body += f'<details class="more"><summary>{esc(more)}</summary>{hidden}</details>'
+    note = f"{len(table):,} (kernel, op, call, module) groups, largest first; layers grouped; {page.basis()}"
+    return _section("kernels", "Kernels", note, body)
+
+
+def _members(row: Any, page: Page) -> str:
+    if row.instances <= 1:
+        return _code(row.pattern)
+    items = "".join(f"<li>{_code(name)} {esc(page.time(us))}</li>" for name, us in row.members)
+    head = f'{_code(row.pattern)} <span class="note">\u00d7{row.instances}</span>'
+    return f"<details><summary>{head}</summary><ul>{items}</ul></details>"
+
+
+def modules_section(page: Page) -> str:
+    """The module table (repeated layers grouped, expandable) and the icicle of the module tree."""
+    table = views.module_table(page.result)
+    shown = table.head(MODULE_ROWS)
     rows = [
         [
-            f'<span class="fn"><span class="swatch" style="background:{colors[r.function_name]}"></span>'
-            f"<code>{esc(r.function_name)}</code></span>",
-            _number(r.calls, 0),
-            _number(r.num_distinct_samples, 0),
-            _number(r.num_modules, 0),
-            _number(float(r.time_spent_us), 1),
-            f"{_number(float(r.time_spent_pct), 1)}%",
-            _number(float(r.tensor_size_MB), 3),
+            f'<div class="tree" style="padding-left:{min(int(r.depth), 12) * 14}px">{_members(r, page)}</div>',
+            esc(r.module_type),
+            _number(r.forwards, 0),
+            page.time(float(r.total_us)),
+            page.time(float(r.self_us)),
+            page.share(float(r.total_us)),
+            _maybe_code(r.top_function),
         ]
-        for r in summary.itertuples()
+        for r in shown.itertuples()
     ]
-    note = "describe(); share of attributed time, samples = distinct inputs"
-    return f'<section id="summary"><h2>Summary <small>{esc(note)}</small></h2>{_table(headers, rows)}</section>'
-
-
-def _charts(summary: pd.DataFrame) -> str:
-    bars = (
-        '<section id="functions"><h2>Kernel time per functional call <small>share of all kernel time, '
-        'unattributed included</small></h2><div id="bar-chart"></div></section>'
-    )
-    return f'<div class="grid2 wide-right row">{bars}{_summary_section(summary)}</div>'
+    headers = [
+        ("module", False),
+        ("type", False),
+        ("forwards", True),
+        (f"time ({page.unit.symbol})", True),
+        (f"own ({page.unit.symbol})", True),
+        ("share", True),
+        ("main functional call", False),
+    ]
+    more = f" (first {len(shown)} of {len(table):,} rows)" if len(table) > len(shown) else ""
+    note = f"time includes submodules, own is launched directly in the module; {page.basis()}{more}"
+    body = _table(headers, rows, "modules") if rows else "<p>No modules were profiled.</p>"
+    return _section("module-table", "Modules", note, body) + _icicle_section()
 
 
 def _icicle_section() -> str:
@@ -299,62 +501,51 @@ def _icicle_section() -> str:
         '<div class="legend"><span><span class="swatch" style="background:#c9d4e1"></span>module (width includes '
         'submodules)</span><span><span class="swatch" style="background:#f28e2b"></span>functional call made '
         'directly in the module (colour as in the bar chart)</span><span><span class="swatch" '
-        'style="background:#b8bec7"></span>unattributed: outside any functional call or profiled module</span></div>'
+        'style="background:#b8bec7"></span>not attributed: outside any functional call or profiled module</span></div>'
     )
     return (
-        '<section id="modules"><h2>Module tree <small>kernel time; click a box to zoom in, click it again to zoom '
-        f'out; hover for details</small></h2>{legend}<div id="icicle"></div></section>'
+        '<section id="modules"><h2>Module tree <small>kernel time; boxes show local names, hover for the full '
+        f'name; click a box to zoom in, again to zoom out</small></h2>{legend}<div id="icicle"></div></section>'
     )
 
 
-def _reason(op_id: int | None, module_id: int, call_id: int) -> str:
-    if op_id is None:
-        return "no op claimed the kernel"
-    return "outside profiled modules" if module_id < 0 else "no functional call" if call_id < 0 else "attributed"
+def _coverage_sentence(page: Page) -> str:
+    result = page.result
+    if result.activity.num_rows == 0:
+        return "Nothing ran in the recorded pass."
+    rest = result.total_us - result.attributed_us
+    return (
+        f"{human_time(rest)} of {human_time(result.total_us)} kernel time ({page.share(rest)}) was launched outside "
+        "a profiled module or outside any functional call, so the spec's profiling_df leaves it out; "
+        "ProfileResult.unattributed() lists it."
+    )
 
 
-def _unattributed_rows(result: ProfileResult) -> list[list[str]]:
-    rows = result.activity.filter(pc.invert(attributed_mask(result.activity)))
-    if rows.num_rows == 0:
-        return []
-    labels = module_labels(result)
-    frame = rows.select(["op_id", "op", "module_id", "call_id", "kernel_us"]).to_pandas()
-    frame["op_id"] = frame["op_id"].astype(object).where(frame["op_id"].notna(), None)
-    frame["reason"] = [_reason(o, m, c) for o, m, c in zip(frame["op_id"], frame["module_id"], frame["call_id"])]
-    frame["module"] = [labels.get(m, (NO_VALUE, ""))[0] for m in frame["module_id"]]
-    frame["op"] = frame["op"].fillna(NO_VALUE)
-    grouped = frame.groupby(["reason", "op", "module"], sort=False)["kernel_us"].agg(["count", "sum"])
-    grouped = grouped.sort_values("sum", ascending=False).head(UNATTRIBUTED_ROWS).reset_index()
-    return [
-        [esc(r.reason), _code(r.op), _code(r.module), _number(r.count, 0), _number(r.sum, 1)]
-        for r in grouped.itertuples()
+def coverage_section(page: Page) -> str:
+    """The largest unattributed ops with their modules, why they are unattributed and what to do."""
+    table = views.unattributed_table(page.result, top=UNATTRIBUTED_ROWS)
+    rows = [
+        [
+            _maybe_code(r.op),
+            _maybe_code(r.module),
+            _number(r.kernels, 0),
+            page.time(float(r.total_us)),
+            page.share(float(r.total_us)),
+            f'<div>{esc(r.why)}</div><div class="note">{esc(r.hint)}</div>',
+        ]
+        for r in table.itertuples()
     ]
-
-
-def _coverage_section(result: ProfileResult) -> str:
-    rows = _unattributed_rows(result)
-    share = 1.0 - result.coverage if result.total_us > 0 else 0.0
-    text = (
-        f"{_fmt_us(result.total_us - result.attributed_us)} of {_fmt_us(result.total_us)} kernel time "
-        f"({share:.1%}) has no enclosing profiled module and functional call; the spec's profiling_df leaves it out."
-    )
-    headers = [("reason", False), ("op", False), ("module", False), ("kernels", True), ("kernel time (\u00b5s)", True)]
-    table = _table(headers, rows) if rows else "<p>Every kernel was attributed.</p>"
-    title = "<h2>Coverage <small>unattributed kernels by op and module</small></h2>"
-    return f'<section id="coverage">{title}<p>{esc(text)}</p>{table}</section>'
-
-
-def _metadata_section(result: ProfileResult) -> str:
-    items: list[tuple[str, Any]] = [("activity source", result.source), ("schema version", schema.SCHEMA_VERSION)]
-    items += [(str(key), value) for key, value in result.metadata.items()]
-    items += [("dropped activity records", result.dropped_records)]
-    rows = [[esc(key), _code(value)] for key, value in items]
-    rows += [['<span class="warn">warning</span>', esc(text)] for text in result.warnings]
-    return f'<section id="metadata"><h2>Run</h2>{_table([("key", False), ("value", False)], rows)}</section>'
-
-
-def _code(value: Any) -> str:
-    return f"<code>{esc(value)}</code>"
+    headers = [
+        ("op", False),
+        ("module", False),
+        ("kernels", True),
+        (f"time ({page.unit.symbol})", True),
+        ("share", True),
+        ("why, and what to do", False),
+    ]
+    body = f"<p>{esc(_coverage_sentence(page))}</p>"
+    body += _table(headers, rows, "coverage") if rows else "<p>Every kernel was attributed.</p>"
+    return _section("coverage", "Coverage", "the largest unattributed ops", body)
 
 
 def _lines(texts: Iterable[str]) -> str:
@@ -388,7 +579,56 @@ def _samples_block(name: str, entries: list[tuple[int, Any]], is_open: bool) -> 
     return f"<details{' open' if is_open else ''}>{head}{_table(headers, _sample_rows(entries))}</details>"
 
 
-def _samples_section(result: ProfileResult, summary: pd.DataFrame) -> str:
+def _seconds(text: str) -> str:
+    try:
+        return human_time(float(text) * 1e6)
+    except ValueError:
+        return text
+
+
+_TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
+_FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
+METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "device": ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
+    "gpu_name": ("GPU", str),
+    "gpu_compute_capability": ("compute capability", str),
+    "gpu_memory_bytes": ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
+    "torch": ("PyTorch", str),
+    "op_tracer": ("aten op tracer", lambda v: _TRACERS.get(v, v)),
+    "functions": ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
+    "seconds_start": ("starting the activity collector", _seconds),
+    "seconds_pass": ("the recorded pass", _seconds),
+    "seconds_flush": ("flushing activity records", _seconds),
+    "seconds_decode": ("decoding activity records", _seconds),
+    "seconds_join": ("joining kernels to ops, calls and modules", _seconds),
+    "activity_minus_host_ns": ("activity clock minus host clock", lambda v: f"{v} ns"),
+    "activity_ticks_per_ns": ("activity clock ticks per ns", str),
+}
+
+
+def metadata_rows(result: ProfileResult) -> list[tuple[str, str]]:
+    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw."""
+    items = [("activity source", result.source)]
+    known = [key for key in METADATA_WORDS if key in result.metadata]
+    items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(result.metadata[key]))) for key in known]
+    items += [(str(key), str(value)) for key, value in result.metadata.items() if key not in METADATA_WORDS]
+    items += [
+        ("dropped activity records", f"{result.dropped_records:,}"),
+        ("result schema", f"version {schema.SCHEMA_VERSION}"),
+    ]
+    return items
+
+
+def run_section(page: Page) -> str:
+    """The run in words: device, torch, tracer, phase times; then the run's warnings."""
+    rows = [[esc(label), esc(value)] for label, value in metadata_rows(page.result)]
+    rows += [['<span class="warn">warning</span>', esc(text)] for text in page.result.warnings]
+    return _section("metadata", "Run", "how this result was recorded", _table([("", False), ("", False)], rows, "kv"))
+
+
+def samples_section(page: Page) -> str:
+    """The distinct input samples of every function, as dtype[shape] stride."""
+    result, summary = page.result, page.summary
     order = [name for name in summary["function_name"] if name in result.function_data]
     order += [name for name in result.function_data if name not in set(order)]
     blocks = [_samples_block(name, result.function_data[name], pos == 0) for pos, name in enumerate(order)]
@@ -396,41 +636,123 @@ def _samples_section(result: ProfileResult, summary: pd.DataFrame) -> str:
     return f'<section id="samples">{title}{"".join(blocks) or "<p>No samples were collected.</p>"}</section>'
 
 
-def _header(result: ProfileResult, title: str) -> str:
-    device = result.metadata.get("device", "")
-    subtitle = f"{result.source} activity source" + (f" \u00b7 device {device}" if device else "")
-    subtitle += "".join(f" \u00b7 {key} {value}" for key, value in result.metadata.items() if key == "torch")
-    return f"<header><h1>{esc(title)}</h1><p>{esc(subtitle)}</p></header>"
+SECTIONS: tuple[Section, ...] = (
+    header_section,
+    cards_section,
+    functions_section,
+    kernels_section,
+    modules_section,
+    coverage_section,
+    samples_section,
+    run_section,
+)
 
 
 class HtmlRenderer(Renderer):
-    """One self-contained HTML page: tables, charts, samples and metadata."""
+    """One self-contained HTML page (opens offline): tables, charts, samples and metadata.
+
+    Parameters
+    ----------
+    title:
+        The page title.
+    sections:
+        The section functions, in page order (default ``SECTIONS``); each takes the :class:`Page`
+        and returns HTML.
+    """
 
     extension = ".html"
+    extensions = (".html", ".htm")
 
-    def __init__(self, *, title: str = "aitune_dispatch profile") -> None:
+    def __init__(self, *, title: str = "aitune_dispatch profile", sections: Sequence[Section] = SECTIONS) -> None:
         self.title = title
+        self.sections = tuple(sections)
 
     def render(self, result: ProfileResult) -> str:
-        """The whole page."""
-        summary = result.describe(top_k=ALL_FUNCTIONS)
-        body = (
-            _header(result, self.title)
-            + _cards(result, summary)
-            + _charts(summary)
-            + _icicle_section()
-            + f'<div class="grid2 row">{_coverage_section(result)}{_metadata_section(result)}</div>'
-            + _samples_section(result, summary)
-        )
+        """The whole page.
+
+        Parameters
+        ----------
+        result:
+            The result to render.
+
+        Returns
+        -------
+        str
+            One HTML document with its CSS, script and data inline.
+        """
+        page = Page.of(result, self.title)
+        body = "".join(section(page) for section in self.sections)
+        data = embed_json(report_data(result, page.summary, page.unit))
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(self.title)}</title><style>{CSS}</style></head><body><main>{body}</main>"
-            f'<script type="application/json" id="report-data">{embed_json(report_data(result, summary))}</script>'
+            f'<script type="application/json" id="report-data">{data}</script>'
             f"<script>{JS}</script></body></html>\n"
         )
 
 
+NOTEBOOK_CSS = (
+    ".aitune-nb table{border-collapse:collapse;font-size:12.5px}.aitune-nb td,.aitune-nb th{padding:3px 8px;"
+    "border-bottom:1px solid #e3e7ed;text-align:left}.aitune-nb td.num,.aitune-nb th.num{text-align:right}"
+    ".aitune-nb .note{color:#5f6b7a}"
+)
+NOTEBOOK_ROWS = 8
+
+
+def notebook_html(result: ProfileResult) -> str:
+    """A notebook cell's view of ``result``: headline, the top functions, coverage and what to do.
+
+    Parameters
+    ----------
+    result:
+        The result to show.
+
+    Returns
+    -------
+    str
+        An HTML fragment (no script, inline style) that Jupyter shows for ``ProfileResult``.
+    """
+    page = Page.of(result, "")
+    head = views.headline(result)
+    coverage = NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}"
+    device = f" on {head.device}" if head.device else ""
+    title = (
+        f'<b>ProfileResult</b> <span class="note">{esc(result.source)}{esc(device)} \u00b7 '
+        f"{head.activity_rows:,} activity rows \u00b7 {head.kernels:,} distinct kernels \u00b7 "
+        f"{esc(human_time(result.total_us))} kernel time \u00b7 coverage {coverage}</span>"
+    )
+    headers = [("function", False), ("calls", True), (f"time ({page.unit.symbol})", True), ("share", True)]
+    rows = [
+        [_code(r.function_name), _number(r.calls, 0), page.time(float(r.time_spent_us)), page.share(r.time_spent_us)]
+        for r in page.summary.head(NOTEBOOK_ROWS).itertuples()
+    ]
+    table = _table(headers, rows, "summary") if rows else "<p>No functional call launched a kernel.</p>"
+    missing = views.unattributed_table(result, top=3)
+    notes = "".join(
+        f"<li>{_maybe_code(r.op)} in {_maybe_code(r.module)}: {esc(human_time(r.total_us))} "
+        f'({page.share(r.total_us)}) <span class="note">{esc(r.hint)}</span></li>'
+        for r in missing.itertuples()
+    )
+    unattributed = f"<p>Not attributed:</p><ul>{notes}</ul>" if notes else ""
+    return f'<div class="aitune-nb"><style>{NOTEBOOK_CSS}</style><p>{title}</p>{table}{unattributed}</div>'
+
+
 def write_report(result: ProfileResult, path: str | Path, *, title: str = "aitune_dispatch profile") -> Path:
-    """Write the self-contained HTML report of ``result`` to ``path`` and return the path."""
+    """Write the self-contained HTML report of ``result``.
+
+    Parameters
+    ----------
+    result:
+        The result to render (a fresh one or one loaded with ``aitune_dispatch.load``).
+    path:
+        The file to write; it must end in ``.html`` (or ``.htm``). Parent folders are created.
+    title:
+        The page title.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
     return HtmlRenderer(title=title).write(result, path)

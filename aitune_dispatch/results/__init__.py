@@ -3,7 +3,7 @@
 Importing this package, loading a saved result, describing and comparing need no torch.
 """
 
-from .compare import compare
+from .comparison import compare
 from .persist import OpaqueValue, ResultFormatError, TensorMeta, load_result, save_result
 from .profile_result import ProfileResult
 from .summary import describe_results, empty_summary, logical_bytes

@@ -13,8 +13,14 @@ Two layouts, picked by the path given to ``save``:
   rows sit in their own row groups with the other tables' columns null. The manifest is the file's
   key-value metadata under ``aitune_dispatch.manifest``. With ``with_tensors=True`` the torch.save
   bytes are one row of the ``tensors`` table (column ``tensors.torch_save``; a value is limited to
-  2 GiB, use the directory layout for more). ``pd.read_parquet(f).query("table == 'activity'")``
-  reads a table back by hand.
+  2 GiB, use the directory layout for more). One table back by hand, integers kept as integers
+  (the other tables' rows make its columns nullable)::
+
+      pd.read_parquet(f, filters=[("table", "==", "activity")], dtype_backend="numpy_nullable").filter(like="activity.")
+
+In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
+``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
+dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
 
 ``function_data`` is a table of ``function_name, sample_index, count, sample_json``: each sample is
 JSON where tensors become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size),
@@ -261,6 +267,16 @@ def _schema_from_text(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+def _stored_field(field: pa.Field) -> pa.Field:
+    kind = pa.dictionary(pa.int32(), pa.string()) if pa.types.is_string(field.type) else field.type
+    return pa.field(field.name, kind, field.nullable, {**(field.metadata or {}), **schema.field_metadata(field.name)})
+
+
+def _stored(table: pa.Table) -> pa.Table:
+    """``table`` as saved: string columns dictionary-encoded, unit and sentinel on every known field."""
+    return table.cast(pa.schema([_stored_field(f) for f in table.schema], metadata=table.schema.metadata))
+
+
 def _restore(table: pa.Table, table_schema: pa.Schema) -> pa.Table:
     return table.cast(table_schema).replace_schema_metadata(table_schema.metadata)
 
@@ -327,7 +343,7 @@ def _prepare_directory(directory: Path) -> None:
 def _save_directory(result: ProfileResult, directory: Path, tables: dict[str, pa.Table], tensors: list | None) -> None:
     _prepare_directory(directory)
     for name, table in tables.items():
-        pq.write_table(table, directory / f"{name}.parquet")
+        pq.write_table(_stored(table), directory / f"{name}.parquet")
     if tensors is not None:
         _torch_save(tensors, directory / TENSORS_FILE)
     manifest = _manifest(result, tables, "directory", TENSORS_FILE if tensors is not None else None)
@@ -378,11 +394,12 @@ def _save_file(result: ProfileResult, path: Path, tables: dict[str, pa.Table], t
     if tensors is not None:
         tables = {**tables, TENSORS: pa.table({"torch_save": [_torch_save_bytes(tensors)]}, schema=TENSORS_SCHEMA)}
     manifest = _manifest(result, tables, "file", TENSORS if tensors is not None else None)
-    union = _union_schema(tables).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
+    stored = {name: _stored(table) for name, table in tables.items()}
+    union = _union_schema(stored).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with pq.ParquetWriter(partial, union) as writer:
-        for name, table in tables.items():
+        for name, table in stored.items():
             writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
     os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
 
@@ -437,7 +454,22 @@ def _check_tensors_savable(function_data: FunctionData) -> None:
 
 
 def save_result(result: ProfileResult, path: PathLike, *, with_tensors: bool = False) -> Path:
-    """Write ``result`` to ``path`` (``*.parquet``: one file, else a directory); returns the path."""
+    """Write ``result`` as Parquet (layouts in the module docstring).
+
+    Parameters
+    ----------
+    result:
+        The result to keep.
+    path:
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+    with_tensors:
+        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
     if not isinstance(result, ProfileResult):
         raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
     target = Path(path)
@@ -452,7 +484,27 @@ def save_result(result: ProfileResult, path: PathLike, *, with_tensors: bool = F
 
 
 def load_result(path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu") -> ProfileResult:
-    """Read a result written by :func:`save_result`; tensors (torch needed) only with ``with_tensors``."""
+    """Read a result written by :func:`save_result`, without torch unless ``with_tensors``.
+
+    Parameters
+    ----------
+    path:
+        A ``.parquet`` file or a directory written by ``save``.
+    with_tensors:
+        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
+    map_location:
+        Where restored tensors go (``torch.load``'s ``map_location``).
+
+    Returns
+    -------
+    ProfileResult
+        The result, with no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path``, or one saved by a newer version (the message says which).
+    """
     source = Path(path)
     if source.is_dir():
         return _load_directory(source, with_tensors, map_location)

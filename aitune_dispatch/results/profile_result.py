@@ -48,13 +48,39 @@ def _strings(column: pa.ChunkedArray) -> np.ndarray:
     return words[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProfileResult:
-    """Everything one run recorded, attributed or not.
+    """Everything one run recorded, attributed or not (immutable; ``profile_result()`` returns one).
 
-    ``activity`` has one row per kernel / memcpy / memset (or CPU op) with its op, module and
-    innermost functional call (schema ``ACTIVITY``); ``ops``, ``calls``, ``modules`` and
-    ``module_calls`` are the trace. ``profiling_df()`` and ``function_data`` are the spec's outputs.
+    Attributes
+    ----------
+    activity:
+        One row per kernel / memcpy / memset (or CPU op) with its op, module and innermost
+        functional call: ``schema.ACTIVITY`` (``correlation_id, kernel, kind, start_ns, end_ns,
+        kernel_us, device, stream, op_id, op, module_id, module_name, call_id, function_name,
+        thread``; ``module_id = -1`` outside the hierarchy, ``call_id = -1`` outside any functional
+        call, null ``op_id`` when no op claimed the kernel).
+    ops, calls, modules, module_calls:
+        The trace: every aten op (``schema.OPS``), functional call with its parent
+        (``schema.CALLS``), module of the hierarchy (``schema.MODULES``) and module forward
+        (``schema.MODULE_CALLS``).
+    function_data:
+        The spec's ``function_data``: ``function_name -> [(count, (args, kwargs)), ...]``, one entry
+        per distinct sample.
+    source:
+        The activity source: ``cupti/native``, ``cupti/python`` or ``cpu``.
+    module_objects:
+        The profiled ``nn.Module`` objects by ``module_id`` (empty for a loaded result).
+    dropped_records:
+        Activity records CUPTI dropped (0 when none were lost).
+    warnings:
+        Problems of the run, in words.
+    metadata:
+        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``) and clock facts.
+
+    ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
+    ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
+    as its summary (``_repr_html_``, rendered by :mod:`aitune_dispatch.reports.html`).
     """
 
     activity: pa.Table
@@ -122,6 +148,26 @@ class ProfileResult:
     def to_pandas(self) -> pd.DataFrame:
         """Every activity row as a DataFrame (the full, unfiltered view)."""
         return self.activity.to_pandas()
+
+    # -- display --------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        """One line: source, device, rows, distinct kernels, coverage and the top functions."""
+        from .views import headline
+
+        head = headline(self)
+        device = f", device={head.device}" if head.device else ""
+        coverage = "n/a" if math.isnan(head.coverage) else f"{head.coverage:.1%}"
+        top = ", ".join(f"{name} {us:,.1f} us" for name, us in head.top_functions) or "none"
+        return (
+            f"<ProfileResult source={head.source}{device}: {head.activity_rows:,} activity rows, "
+            f"{head.kernels:,} distinct kernels, coverage {coverage} of {head.total_us:,.1f} us; top: {top}>"
+        )
+
+    def _repr_html_(self) -> str:
+        """The summary and coverage as HTML, for notebooks (Jupyter calls this)."""
+        from ..reports.html import notebook_html  # rendering lives in reports; imported only when displayed
+
+        return notebook_html(self)
 
     # -- keep -----------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:

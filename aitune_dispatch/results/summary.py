@@ -67,7 +67,25 @@ def _int_if_complete(series: pd.Series) -> pd.Series:
 def describe_results(
     profiling_df: pd.DataFrame, function_data: Mapping[str, Sequence[tuple[int, Any]]], top_k: int = 10
 ) -> pd.DataFrame:
-    """Group kernel time by functional call; the share is over all functions, not only the top_k."""
+    """The spec's summary: kernel time grouped by functional call, most expensive first.
+
+    Parameters
+    ----------
+    profiling_df:
+        ``profile()``'s first output (columns ``module_name, module, function_name, op, kernel, kernel_us``).
+    function_data:
+        ``profile()``'s second output: ``function_name -> [(count, sample), ...]``.
+    top_k:
+        The most rows returned (a non-negative integer).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``function_name, calls, num_distinct_samples, num_modules, time_spent_us (µs),
+        time_spent_pct, tensor_size_MB``; the share is over all functions (attributed kernel
+        time), not only the top_k; ``calls`` and ``num_distinct_samples`` are NaN for a function
+        whose samples were not collected (``function_names``).
+    """
     if top_k is None or int(top_k) < 0:
         raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
     if profiling_df.empty:

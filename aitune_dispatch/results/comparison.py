@@ -56,7 +56,26 @@ def empty_comparison() -> pd.DataFrame:
 def compare(a: ProfileResult, b: ProfileResult) -> pd.DataFrame:
     """Per-function, then per-(function, kernel) kernel time before (a) and after (b), largest change first.
 
-    Functions or kernels present on one side only have 0 time and count on the other and ratio NaN.
+    Parameters
+    ----------
+    a:
+        The result before the change.
+    b:
+        The result after it.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``schema.COMPARE_COLUMNS``: ``level`` (``function`` rows, then ``kernel`` rows),
+        ``function_name`` (None: no functional call), ``kernel`` (None on function rows),
+        ``before_us``, ``after_us``, ``delta_us`` (µs), ``ratio`` (after / before; NaN where before
+        is 0), ``before_count``, ``after_count``. Functions or kernels present on one side only
+        have 0 time and count on the other. Every activity row counts, attributed or not.
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` is not a ProfileResult.
     """
     before, after = _activity(a, "a"), _activity(b, "b")
     if before.empty and after.empty:

@@ -1,0 +1,285 @@
+"""The report views (kernels, modules, unattributed time) and the report's kernel and module tables.
+
+Exact values on a hand-made result (the arithmetic is shown), then the committed H200 demo result:
+its HTML report must name its kernels and group its repeated layers.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import aitune_dispatch
+from aitune_dispatch.joining import join_activity
+from aitune_dispatch.reports import HtmlRenderer
+from aitune_dispatch.reports.base import human_time, short_kernel_name, time_unit
+from aitune_dispatch.reports.html import SECTIONS, module_tree
+from aitune_dispatch.results import ProfileResult, views
+from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES, OPS
+
+SAVED = Path(__file__).parent / "data" / "h200_demo_result"
+
+
+def layered_result(metadata: dict[str, str] | None = None) -> ProfileResult:
+    """Net (root) > layers (ModuleList) > layers.0 / layers.1 (Block) > fc (Linear), plus enc (Encoder).
+
+    Kernels (µs): layers.0.fc gemm 4.0 and layers.1.fc gemm 6.0 (linear, aten::addmm), an aten::add
+    of 2.0 in layers.1 outside any functional call, a fused fast-path op of 8.0 in enc, and a
+    kernel of 1.0 that no op claimed outside the hierarchy. All kernel time: 4 + 6 + 2 + 8 + 1 = 21.
+    """
+    names = ["", "layers", "layers.0", "layers.0.fc", "layers.1", "layers.1.fc", "enc"]
+    types = ["Net", "ModuleList", "Block", "Linear", "Block", "Linear", "Encoder"]
+    modules = pa.table([list(range(7)), names, types, [-1, 0, 1, 2, 1, 4, 0]], schema=MODULES)
+    module_calls = pa.table([[0, 2, 3, 4, 5, 6], [0] * 6, [1] * 6, [0] * 6], schema=MODULE_CALLS)
+    calls = pa.table([[0, 1], ["linear", "linear"], [-1, -1], [3, 5], [0, 0], [1, 1], [0, 0]], schema=CALLS)
+    ops = pa.table(
+        [
+            [0, 1, 2, 3],
+            ["aten::addmm", "aten::addmm", "aten::add", "aten::_transformer_encoder_layer_fwd"],
+            [3, 5, 4, 6],
+            [0, 1, -1, -1],
+            [0] * 4,
+        ],
+        schema=pa.schema([f for f in OPS if f.name not in ("start_ns", "end_ns")]),
+    )
+    starts = [100, 200, 300, 400, 500]
+    durations = [4_000, 6_000, 2_000, 8_000, 1_000]
+    kernels = pa.table(
+        [
+            [10, 11, 12, 13, 14],
+            ["void at::native::gemm<float>(float*)", "void at::native::gemm<float>(float*)", "add_k", "fused", "k"],
+            starts,
+            [s + d for s, d in zip(starts, durations)],
+            [0] * 5,
+            [7] * 5,
+            ["kernel"] * 5,
+        ],
+        schema=KERNELS,
+    )
+    correlation = pa.table([[10, 11, 12, 13], [0, 1, 2, 3]], schema=CORRELATION)
+    activity = join_activity(kernels, correlation, ops, calls, modules)
+    return ProfileResult(
+        activity=activity,
+        ops=ops,
+        calls=calls,
+        modules=modules,
+        module_calls=module_calls,
+        function_data={},
+        source="cupti/test",
+        metadata=metadata or {},
+    )
+
+
+# -- names ---------------------------------------------------------------------------------------------
+def test_layer_pattern_and_groups():
+    assert views.layer_pattern("encoder.layers.11.linear1") == "encoder.layers.*.linear1"
+    assert views.layer_pattern("") == "" and views.layer_pattern("head") == "head"
+    groups = views.module_groups(layered_result())
+    # layers.0 / layers.1 share a pattern and a type; a pattern held by one module keeps its name
+    assert groups == {
+        0: "Net (root)",
+        1: "layers",
+        2: "layers.*",
+        3: "layers.*.fc",
+        4: "layers.*",
+        5: "layers.*.fc",
+        6: "enc",
+    }
+    assert views.local_name("layers.0.fc", "Linear") == "fc" and views.local_name("", "Net") == "Net (root)"
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        (
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+            "CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::"
+            "{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >"
+            "(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1})",
+            "elementwise_kernel<128, 2, gpu_kernel_impl_nocast<CUDAFunctor_add<float>>>",
+        ),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, "
+            "float, float const*, float const*, float const*, float*, float*, float*)",
+            "vectorized_layer_norm_kernel<float, float, false>",
+        ),
+        (
+            "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+            "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)",
+            "fmha_cutlassF_f32_aligned_64x64_rf_sm80",
+        ),
+        ("Memset (Device)", "Memset (Device)"),
+        ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),
+        ("cpu::aten::addmm", "cpu::aten::addmm"),
+    ],
+)
+def test_short_kernel_names(name, short):
+    assert short_kernel_name(name) == short
+
+
+def test_long_kernel_names_lose_deep_templates_then_their_end():
+    name = "void reduce_kernel<512, 1, ReduceOp<float, MeanOps<float, float, float, float>, unsigned int, float, 4>>(x)"
+    assert short_kernel_name(name, 60) == "reduce_kernel<512, 1, ReduceOp<float, MeanOps<…>, unsigned…"
+    assert len(short_kernel_name("k" * 200)) == 80 and short_kernel_name("k" * 200).endswith("…")
+
+
+def test_time_units():
+    assert [time_unit(us).symbol for us in (999.0, 1_000.0, 2_500_000.0)] == ["µs", "ms", "s"]
+    # 3,503,149.3 µs = 3.50 s (the CLI used to print "3503149.3 us")
+    assert human_time(3_503_149.3) == "3.50 s" and human_time(12.34) == "12.3 µs" and human_time(1_234.5) == "1.23 ms"
+
+
+# -- views on the hand-made result ------------------------------------------------------------------
+def test_kernel_table_groups_repeated_layers():
+    table = views.kernel_table(layered_result())
+    rows = [(r.kernel[:9], r.op, r.function_name, r.module, r.modules, r.calls, r.total_us) for r in table.itertuples()]
+    assert rows == [
+        ("void at::", "aten::addmm", "linear", "layers.*.fc", 2, 2, pytest.approx(10.0)),  # 4 + 6 µs
+        ("fused", "aten::_transformer_encoder_layer_fwd", None, "enc", 1, 1, pytest.approx(8.0)),
+        ("add_k", "aten::add", None, "layers.*", 1, 1, pytest.approx(2.0)),
+        ("k", None, None, None, 0, 1, pytest.approx(1.0)),
+    ]
+    assert table["share"].tolist() == pytest.approx([10 / 21, 8 / 21, 2 / 21, 1 / 21])  # of all kernel time
+    assert table["mean_us"][0] == pytest.approx(5.0)  # 10 µs over 2 launches
+
+
+def test_module_table_in_tree_order_with_members():
+    table = views.module_table(layered_result())
+    rows = [(r.pattern, r.depth, r.instances, r.total_us, r.self_us, r.top_function) for r in table.itertuples()]
+    assert rows == [
+        ("Net (root)", 0, 1, pytest.approx(20.0), 0.0, None),  # 21 µs less the 1 µs outside the hierarchy
+        ("layers", 1, 1, pytest.approx(12.0), 0.0, None),  # layers.0 (4) + layers.1 (6 + 2)
+        ("layers.*", 2, 2, pytest.approx(12.0), pytest.approx(2.0), None),  # the add ran in layers.1 itself
+        ("layers.*.fc", 3, 2, pytest.approx(10.0), pytest.approx(10.0), "linear"),
+        ("enc", 1, 1, pytest.approx(8.0), pytest.approx(8.0), None),  # larger than layers? no: 8 < 12, after it
+    ]
+    assert table["members"][3] == [("layers.1.fc", pytest.approx(6.0)), ("layers.0.fc", pytest.approx(4.0))]
+    assert table["share"][0] == pytest.approx(20 / 21)
+
+
+def test_unattributed_table_says_why_and_what_to_do():
+    table = views.unattributed_table(layered_result())
+    assert [(r.reason, r.op, r.module, r.kernels, r.total_us) for r in table.itertuples()] == [
+        ("fast_path", "aten::_transformer_encoder_layer_fwd", "enc", 1, pytest.approx(8.0)),
+        ("raw_op", "aten::add", "layers.*", 1, pytest.approx(2.0)),  # layers.1, grouped with its twin
+        ("outside_modules", None, None, 1, pytest.approx(1.0)),
+    ]
+    assert "fast path" in table["why"][0] and "set_fastpath_enabled(False)" in table["hint"][0]
+    assert 'functions="all"' in table["hint"][1] and "raw torch op" in table["why"][1]
+    # with functions="all" already on, the hint no longer suggests it
+    again = views.unattributed_table(layered_result({"functions": "all"}))
+    assert "was on" in again["hint"][1]
+
+
+def test_headline_counts():
+    head = views.headline(layered_result())
+    # attributed: the two gemms (10 µs) of 21 µs; 4 distinct kernel names (the gemm twice)
+    assert (head.activity_rows, head.attributed_rows, head.kernels) == (5, 2, 4)
+    assert head.coverage == pytest.approx(10 / 21) and head.top_functions == (("linear", pytest.approx(10.0)),)
+
+
+# -- the HTML report's tables ---------------------------------------------------------------------------
+def cells(page: str, css: str) -> list[list[str]]:
+    body = re.search(rf'<table class="{css}">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body is not None, f"no {css} table"
+    rows = re.findall(r"<tr>(.*?)</tr>", body.group(1), re.S)
+    strip = lambda cell: " ".join(html.unescape(re.sub(r"<[^>]+>", " ", cell.replace("<wbr>", ""))).split())  # noqa: E731
+    return [[strip(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
+
+
+def test_report_explains_low_coverage():
+    page = HtmlRenderer().render(layered_result())
+    rows = cells(page, "coverage")
+    assert [r[:3] for r in rows] == [
+        ["aten::_transformer_encoder_layer_fwd", "enc", "1"],
+        ["aten::add", "layers.*", "1"],
+        ["—", "—", "1"],
+    ]
+    assert "a fused fast-path op" in rows[0][5] and "set_fastpath_enabled(False)" in rows[0][5]
+    assert 'functions="all"' in html.unescape(rows[1][5])
+    assert "11.0 µs of 21.0 µs kernel time (52.4%)" in html.unescape(page)  # 8 + 2 + 1 = 11 of 21
+
+
+def test_report_module_tree_labels_are_local_names():
+    tree = module_tree(layered_result())
+    (root,) = [c for c in tree["children"] if c["kind"] == "module"]
+    layers = root["children"][0]
+    assert (layers["name"], layers["path"]) == ("layers", "layers")
+    assert [(c["name"], c["path"]) for c in layers["children"]] == [("0", "layers.0"), ("1", "layers.1")]
+    assert (layers["children"][0]["children"][0]["name"], layers["children"][0]["children"][0]["path"]) == (
+        "fc",
+        "layers.0.fc",
+    )
+
+
+def test_h200_demo_result_renders_kernel_and_module_tables():
+    result = aitune_dispatch.load(SAVED)
+    page = HtmlRenderer().render(result)
+    kernels = cells(page, "kernels")
+    expected = views.kernel_table(result)
+    assert len(expected) == 30  # 21 distinct kernels; some launched by several (op, call, module) groups
+    assert len(kernels) == 15 and len(cells(page, "kernels-more")) == 15  # the rest behind "15 more"
+    top = expected.iloc[0]
+    assert top["kernel"].startswith("fmha_cutlassF")  # the attention kernel takes the most time
+    assert kernels[0][:5] == [
+        "fmha_cutlassF_f32_aligned_64x64_rf_sm80",
+        "aten::_scaled_dot_product_efficient_attention",
+        "scaled_dot_product_attention",
+        "blocks.*",
+        "4",  # 2 blocks x 2 samples
+    ]
+    assert f'title="{html.escape(top["kernel"])}"' in page  # the full name on hover
+    modules = {row[0]: row for row in cells(page, "modules")}
+    assert {"DemoModel (root)", "blocks.* ×2", "blocks.*.qkv ×2", "stem.0", "head"} <= {
+        name.split(" blocks.")[0] if "×" in name else name for name in modules
+    }
+    qkv = next(row for name, row in modules.items() if name.startswith("blocks.*.qkv ×2"))
+    assert "blocks.0.qkv" in qkv[0] and "blocks.1.qkv" in qkv[0]  # the grouped instances, expandable
+    assert 'id="coverage"' in page and "aten::add" in page  # the residual adds are the unattributed time
+
+
+def test_sections_can_be_chosen():
+    only = HtmlRenderer(sections=(SECTIONS[0], SECTIONS[3])).render(aitune_dispatch.load(SAVED))
+    assert 'id="kernels"' in only and 'id="module-table"' not in only and 'id="bar-chart"' not in only
+
+
+def test_a_fast_path_encoder_is_explained():
+    torch = pytest.importorskip("torch")
+    from aitune_dispatch import ModuleFunctionKernelProfiler
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+    result = ModuleFunctionKernelProfiler(device="cpu").profile_result(
+        model, [((torch.randn(2, 8, 32),), {})], warmup_iterations=0
+    )
+    # in eval mode without grad each layer runs one fused op, which no functional call encloses
+    assert result.coverage == 0.0
+    (row,) = views.unattributed_table(result).itertuples()  # the twelve layers are one row
+    assert (row.reason, row.op, row.module, row.kernels) == (
+        "fast_path",
+        "aten::_transformer_encoder_layer_fwd",
+        "layers.*",
+        12,
+    )
+    assert row.share == pytest.approx(1.0)
+    modules = views.module_table(result).set_index("pattern")
+    assert modules.loc["layers.*", "instances"] == 12 and modules.loc["layers.*", "share"] == pytest.approx(1.0)
+    page = HtmlRenderer().render(result)
+    assert "a fused fast-path op" in page and '<code>layers.*</code> <span class="note">×12' in page  # expandable
+
+
+def test_run_metadata_in_words():
+    from aitune_dispatch.reports.html import metadata_rows
+
+    rows = dict(metadata_rows(aitune_dispatch.load(SAVED)))
+    # seconds_pass "0.018894" s = 18.894 ms; seconds_start "0.019680" s = 19.68 ms
+    assert rows["the recorded pass"] == "18.89 ms" and rows["starting the activity collector"] == "19.68 ms"
+    assert (
+        rows["device"] == "CUDA GPU" and rows["PyTorch"] == "2.11.0+cu130" and rows["activity source"] == "cupti/native"
+    )
+    assert "seconds_pass" not in rows  # no raw keys where words exist
