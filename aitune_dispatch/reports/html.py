@@ -26,6 +26,7 @@ from .. import schema
 from ..joining import attributed_mask
 from ._html_assets import CSS, JS
 from .base import Renderer, module_labels
+from .sample_time import sample_time_section
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -420,6 +421,7 @@ class HtmlRenderer(Renderer):
             + _charts(summary)
             + _icicle_section()
             + f'<div class="grid2 row">{_coverage_section(result)}{_metadata_section(result)}</div>'
+            + sample_time_section(result)
             + _samples_section(result, summary)
         )
         return (

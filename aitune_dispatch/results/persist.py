@@ -16,6 +16,8 @@ Two layouts, picked by the path given to ``save``:
   2 GiB, use the directory layout for more). ``pd.read_parquet(f).query("table == 'activity'")``
   reads a table back by hand.
 
+``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
+column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
 ``function_data`` is a table of ``function_name, sample_index, count, sample_json``: each sample is
 JSON where tensors become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size),
 tuples, dicts and non-finite floats are tagged, and other objects keep their repr as
@@ -44,6 +46,7 @@ import pyarrow.parquet as pq
 
 from .. import schema
 from .profile_result import FunctionData, ProfileResult
+from .samples import UNLINKED_KEY, UNLINKED_VALUE, no_sample_column
 from .summary import iter_tensor_likes
 
 FORMAT = "aitune_dispatch.ProfileResult"
@@ -300,6 +303,10 @@ def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] 
     if missing:
         raise ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
     field_names = {f.name for f in fields(ProfileResult)} - {FUNCTION_DATA, TENSORS}
+    metadata = dict(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables = {**tables, "calls": no_sample_column(tables["calls"])}
+        metadata[UNLINKED_KEY] = UNLINKED_VALUE
     return ProfileResult(
         **{name: table for name, table in tables.items() if name in field_names},
         function_data=_function_data(tables[FUNCTION_DATA], tensors),
@@ -307,7 +314,7 @@ def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] 
         module_objects=(),
         dropped_records=manifest["dropped_records"],
         warnings=tuple(manifest["warnings"]),
-        metadata=dict(manifest["metadata"]),
+        metadata=metadata,
     )
 
 

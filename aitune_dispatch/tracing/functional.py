@@ -17,13 +17,26 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
 
 from .gates import GateFreeCopies
 from .recorder import TraceRecorder
 from .samples import SampleCollector
 
 _is_compiling = torch.compiler.is_compiling
+_mode_count = torch._C._len_torch_function_stack  # inside __torch_function__ our own mode is popped
+
+
+def _routing_mode_below() -> bool:
+    """Whether a TorchFunctionMode below ours may want a functional call itself (``activate``, a user's).
+
+    ``with torch.device(...)`` (DeviceContext) only fills in factory devices, which the gate-free copy
+    leaves intact, so it does not count.
+    """
+    if not _mode_count():
+        return False
+    return any(type(mode) is not DeviceContext for mode in _get_current_function_mode_stack())
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,11 +171,10 @@ class FunctionalMode(TorchFunctionMode):
         if stacks.reentered and stacks.reentered[-1] is func:
             # the gate-free copy of ``func`` called back through its public name: same call
             return func(*args, **kwargs)
-        if self._samples.wants(name):
-            self._samples.observe(name, args, kwargs)
+        sample = self._samples.observe(name, args, kwargs)
         name_id = self._name_id(func, name)
         self._functional_ids.add(name_id)
-        return self._run_call(func, name_id, stacks, args, kwargs)
+        return self._run_call(func, name_id, stacks, args, kwargs, sample)
 
     def _torch_level_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``functions="all"``: a torch-level API call counts where no functional call encloses it."""
@@ -170,10 +182,9 @@ class FunctionalMode(TorchFunctionMode):
         name = api_name(func)
         if name is None or (stacks.calls[-1] != -1 and self._encloses_functional(stacks)):
             return func(*args, **kwargs)
-        if self._samples.wants_explicitly(name):
-            self._samples.observe(name, args, kwargs)
+        sample = self._samples.observe(name, args, kwargs) if self._samples.wants_explicitly(name) else -1
         # run as-is: what a torch-level API does inside is its own (no re-armed nested calls)
-        call_id = self._recorder.begin_call(self._name_id(func, name), stacks)
+        call_id = self._recorder.begin_call(self._name_id(func, name), stacks, sample)
         try:
             return func(*args, **kwargs)
         finally:
@@ -184,14 +195,22 @@ class FunctionalMode(TorchFunctionMode):
         return any(names[call] in self._functional_ids for call in stacks.calls[1:])
 
     def _run_call(
-        self, func: Callable[..., Any], name_id: int, stacks: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        func: Callable[..., Any],
+        name_id: int,
+        stacks: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sample: int,
     ) -> Any:
-        call_id = self._recorder.begin_call(name_id, stacks)
+        call_id = self._recorder.begin_call(name_id, stacks, sample)
         rearm = self._rearm.get(func)
         if rearm is None:
             rearm = self._rearm[func] = type(func) is types.FunctionType and may_call_functional(func)
         try:
-            if rearm:
+            # another TorchFunctionMode below ours (aitune_dispatch.activate, a user's mode) must see
+            # the call itself: the gate-free copy would skip it, so the original runs instead
+            if rearm and not _routing_mode_below():
                 stacks.reentered.append(func)
                 try:
                     with self:
