@@ -4,7 +4,8 @@ A drop-in replacement for NVIDIA AITune's ``ModuleFunctionKernelProfiler``.
 
 Attributes load lazily (PEP 562): ``import aitune_dispatch`` imports neither torch nor the
 profiler, so saved results can be loaded, described and compared on a machine without torch.
-``aitune_dispatch.ModuleFunctionKernelProfiler`` imports torch on first access.
+``aitune_dispatch.ModuleFunctionKernelProfiler``, ``benchmark`` and ``activate`` import torch on first
+access.
 """
 
 from __future__ import annotations
@@ -13,16 +14,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
     from .results import ProfileResult, TensorMeta, compare, describe_results, load
 
-__all__ = ["ModuleFunctionKernelProfiler", "ProfileResult", "TensorMeta", "compare", "describe_results", "load"]
+__all__ = [
+    "ModuleFunctionKernelProfiler",
+    "ProfileResult",
+    "TensorMeta",
+    "activate",
+    "benchmark",
+    "compare",
+    "describe_results",
+    "load",
+]
 __version__ = "0.1.0"
 
 _LAZY = {
     "ModuleFunctionKernelProfiler": ".profiler",
     "ProfileResult": ".results",
     "TensorMeta": ".results",
+    "activate": ".benchmarking",
+    "benchmark": ".benchmarking",
     "compare": ".results",
     "describe_results": ".results",
     "load": ".results",

@@ -1,0 +1,123 @@
+"""What the recorded calls of each sample launched, nested calls included: the replay's yardstick.
+
+A replayed ``F.<name>(*args, **kwargs)`` runs everything the call ran, including the functional
+calls nested in it (``multi_head_attention_forward`` -> ``linear``), while the result attributes a
+kernel to the innermost call only. So the yardstick of a sample is *inclusive*: every activity row
+whose call is one of the sample's calls or a descendant of one, wherever the call ran (inside the
+profiled hierarchy or not). Pure numpy / pandas over the result's tables; no torch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..results import ProfileResult
+from ..results.samples import has_sample_links
+
+
+@dataclass(frozen=True)
+class RecordedSample:
+    """The recorded calls of one (function, sample): how many, their kernel time and kernel names."""
+
+    calls: int
+    kernel_us: float  # inclusive: nested calls' kernels too
+    kernels: Counter[str]  # kernel name -> launches, over all ``calls``
+
+    @property
+    def us_per_call(self) -> float:
+        """Inclusive kernel time per recorded call."""
+        return self.kernel_us / self.calls if self.calls else float("nan")
+
+
+def _positions(ids: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
+    """Row of each id in a table keyed by unique ``table_ids`` (-1 where absent)."""
+    if len(table_ids) == 0:
+        return np.full(len(ids), -1, dtype=np.int64)
+    order = np.argsort(table_ids, kind="stable")
+    sorted_ids = table_ids[order]
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return np.where(sorted_ids[pos] == ids, order[pos], -1)
+
+
+def _enclosing_pairs(row_calls: np.ndarray, call_ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(activity row, call row) for every call enclosing each activity row's call, itself included."""
+    rows = np.flatnonzero(row_calls >= 0)
+    current = _positions(row_calls[rows], call_ids)
+    keep = current >= 0
+    rows, current = rows[keep], current[keep]
+    pair_rows, pair_calls = [], []
+    for _ in range(len(call_ids) + 1):  # a parent chain is never longer than the calls (guards cycles)
+        if len(rows) == 0:
+            break
+        pair_rows.append(rows)
+        pair_calls.append(current)
+        parent_rows = _positions(parents[current], call_ids)
+        keep = parent_rows >= 0
+        rows, current = rows[keep], parent_rows[keep]
+    if not pair_rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(pair_rows), np.concatenate(pair_calls)
+
+
+def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSample] | None:
+    """Per (function name, sample index): the recorded calls and what they launched, nested calls included.
+
+    Parameters
+    ----------
+    result:
+        A live or loaded result.
+
+    Returns
+    -------
+    dict or None
+        ``(function_name, sample) -> RecordedSample`` for every sample with at least one linked call;
+        None where the result's calls carry no sample links (saved before they had them).
+    """
+    if not has_sample_links(result.calls, result.metadata):
+        return None
+    calls = result.calls.select(["call_id", "function_name", "parent_call_id", "sample"]).to_pandas()
+    call_ids = calls["call_id"].to_numpy(np.int64)
+    sampled = calls[calls["sample"] >= 0]
+    counts = sampled.groupby(["function_name", "sample"]).size()
+    activity = result.activity.select(["call_id", "kernel", "kernel_us"]).to_pandas()
+    rows, call_rows = _enclosing_pairs(
+        activity["call_id"].to_numpy(np.int64), call_ids, calls["parent_call_id"].to_numpy(np.int64)
+    )
+    pairs = pd.DataFrame(
+        {
+            "function_name": calls["function_name"].to_numpy(object)[call_rows],
+            "sample": calls["sample"].to_numpy(np.int64)[call_rows],
+            "kernel": activity["kernel"].to_numpy(object)[rows],
+            "kernel_us": activity["kernel_us"].to_numpy(np.float64)[rows],
+        }
+    )
+    pairs = pairs[pairs["sample"] >= 0]
+    times = pairs.groupby(["function_name", "sample"])["kernel_us"].sum()
+    launches = pairs.groupby(["function_name", "sample", "kernel"]).size()
+    kernels: dict[tuple[str, int], Counter[str]] = {}
+    for (name, sample, kernel), count in launches.items():
+        kernels.setdefault((name, int(sample)), Counter())[kernel] = int(count)
+    return {
+        (name, int(sample)): RecordedSample(
+            calls=int(count),
+            kernel_us=float(times.get((name, sample), 0.0)),
+            kernels=kernels.get((name, int(sample)), Counter()),
+        )
+        for (name, sample), count in counts.items()
+    }
+
+
+def same_kernels_per_call(recorded: RecordedSample, replayed: Counter[str], replayed_calls: int) -> bool:
+    """Whether one replayed call launches, on average, exactly the kernels one recorded call did.
+
+    Compared without division: ``replayed[k] * recorded.calls == recorded.kernels[k] * replayed_calls``
+    for every kernel name ``k`` of either side (two calls that launch nothing match).
+    """
+    names = set(recorded.kernels) | set(replayed)
+    return all(
+        replayed.get(name, 0) * recorded.calls == recorded.kernels.get(name, 0) * replayed_calls for name in names
+    )
