@@ -123,11 +123,12 @@ def test_recorded_kernels_include_nested_calls():
 
 
 def test_kernel_multisets_are_compared_per_call():
-    recorded = RecordedSample(calls=2, kernel_us=10.0, kernels=Counter({"addmm": 2, "t": 2}))
+    recorded = RecordedSample(calls=2, call_us=(4.0, 6.0), kernels=Counter({"addmm": 2, "t": 2}))
+    assert recorded.kernel_us == 10.0 and recorded.us_per_call == 5.0  # median of 4 and 6
     assert same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 3}), 3)  # 3 x 2 == 2 x 3 for both
     assert not same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 2}), 3)  # t: 2 x 2 != 2 x 3
     assert not same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 3, "copy_": 3}), 3)  # copy_: 3 x 2 != 0
-    assert same_kernels_per_call(RecordedSample(1, 0.0, Counter()), Counter(), 5)  # nothing launched either way
+    assert same_kernels_per_call(RecordedSample(1, (0.0,), Counter()), Counter(), 5)  # nothing launched either way
 
 
 def test_a_replay_that_runs_other_kernels_says_so(mixed_result):

@@ -9,6 +9,7 @@ profiled hierarchy or not). Pure numpy / pandas over the result's tables; no tor
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 
@@ -21,16 +22,21 @@ from ..results.samples import has_sample_links
 
 @dataclass(frozen=True)
 class RecordedSample:
-    """The recorded calls of one (function, sample): how many, their kernel time and kernel names."""
+    """The recorded calls of one (function, sample): how many, their kernel times and kernel names."""
 
     calls: int
-    kernel_us: float  # inclusive: nested calls' kernels too
+    call_us: tuple[float, ...]  # each call's kernel time, nested calls' kernels included
     kernels: Counter[str]  # kernel name -> launches, over all ``calls``
 
     @property
+    def kernel_us(self) -> float:
+        """Kernel time of all the calls."""
+        return float(sum(self.call_us))
+
+    @property
     def us_per_call(self) -> float:
-        """Inclusive kernel time per recorded call."""
-        return self.kernel_us / self.calls if self.calls else float("nan")
+        """The median kernel time of one recorded call (NaN without calls)."""
+        return statistics.median(self.call_us) if self.call_us else float("nan")
 
 
 def _positions(ids: np.ndarray, table_ids: np.ndarray) -> np.ndarray:
@@ -81,33 +87,34 @@ def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSam
         return None
     calls = result.calls.select(["call_id", "function_name", "parent_call_id", "sample"]).to_pandas()
     call_ids = calls["call_id"].to_numpy(np.int64)
-    sampled = calls[calls["sample"] >= 0]
-    counts = sampled.groupby(["function_name", "sample"]).size()
     activity = result.activity.select(["call_id", "kernel", "kernel_us"]).to_pandas()
     rows, call_rows = _enclosing_pairs(
         activity["call_id"].to_numpy(np.int64), call_ids, calls["parent_call_id"].to_numpy(np.int64)
     )
     pairs = pd.DataFrame(
         {
-            "function_name": calls["function_name"].to_numpy(object)[call_rows],
-            "sample": calls["sample"].to_numpy(np.int64)[call_rows],
+            "call_row": call_rows,
             "kernel": activity["kernel"].to_numpy(object)[rows],
             "kernel_us": activity["kernel_us"].to_numpy(np.float64)[rows],
         }
     )
-    pairs = pairs[pairs["sample"] >= 0]
-    times = pairs.groupby(["function_name", "sample"])["kernel_us"].sum()
-    launches = pairs.groupby(["function_name", "sample", "kernel"]).size()
+    call_us = pairs.groupby("call_row")["kernel_us"].sum()
+    calls = calls.assign(kernel_us=call_us.reindex(range(len(calls)), fill_value=0.0).to_numpy())
+    pairs = pairs.assign(
+        function_name=calls["function_name"].to_numpy(object)[pairs["call_row"]],
+        sample=calls["sample"].to_numpy(np.int64)[pairs["call_row"]],
+    )
+    launches = pairs[pairs["sample"] >= 0].groupby(["function_name", "sample", "kernel"]).size()
     kernels: dict[tuple[str, int], Counter[str]] = {}
     for (name, sample, kernel), count in launches.items():
         kernels.setdefault((name, int(sample)), Counter())[kernel] = int(count)
     return {
         (name, int(sample)): RecordedSample(
-            calls=int(count),
-            kernel_us=float(times.get((name, sample), 0.0)),
+            calls=len(group),
+            call_us=tuple(float(us) for us in group["kernel_us"]),
             kernels=kernels.get((name, int(sample)), Counter()),
         )
-        for (name, sample), count in counts.items()
+        for (name, sample), group in calls[calls["sample"] >= 0].groupby(["function_name", "sample"])
     }
 
 

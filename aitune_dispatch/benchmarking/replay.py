@@ -16,6 +16,7 @@ that fails gets a row with ``ok=False`` and the error.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 import torch
 from torch import nn
 
@@ -40,10 +40,10 @@ BENCHMARK_COLUMNS = [
     "sample",  # index into function_data[function_name]
     "implementation",  # "torch" for the original, else the candidate's name
     "calls",  # recorded calls of this sample (the weight in DataFrame.attrs["weighted"])
-    "recorded_us_per_call",  # kernel time per recorded call, nested calls included; NaN without sample links
-    "us_per_call",  # replayed kernel time per call; NaN where the implementation failed
+    "recorded_us_per_call",  # median kernel time of the recorded calls, nested calls included; NaN without links
+    "us_per_call",  # median kernel time of the replayed calls; NaN where the implementation failed
     "speedup",  # the original's us_per_call / this one's (1.0 on "torch" rows)
-    "kernels_match",  # "torch" rows: one replayed call launches the recorded kernel multiset; NA elsewhere
+    "kernels_match",  # "torch" rows: every replayed call launches the recorded kernel multiset; NA elsewhere
     "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
     "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
     "error",  # why not ok; None when ok
@@ -103,17 +103,19 @@ class _Replay(nn.Module):
 
     Warming up inside the recorded pass matters for compiled candidates: Dynamo guards on the
     function-mode stack, so a warm-up outside it would leave the recompile in the timed calls.
-    Only the kernels attributed to the ``timed`` child count.
+    Each timed call is a module of its own (``timed.0``, ``timed.1``, ...), so every kernel is
+    attributed to the call that launched it, on CUDA as on CPU.
     """
 
     def __init__(self, implementation: Callable[..., Any], inputs: tuple[Any, ...], warmup: int, repeats: int):
         super().__init__()
         self.warmup = _Calls(implementation, inputs, warmup)
-        self.timed = _Calls(implementation, inputs, repeats)
+        self.timed = nn.ModuleList(_Calls(implementation, inputs, 1) for _ in range(repeats))
 
     def forward(self) -> None:
         self.warmup()
-        self.timed()
+        for call in self.timed:
+            call()
 
 
 def _one_line(error: BaseException) -> str:
@@ -183,13 +185,20 @@ def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernel
 
 
 # -- one sample -------------------------------------------------------------------------------------
-def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, Counter[str]]:
-    """Kernel time per call and the kernel names of ``repeats`` calls (on fresh clones of the inputs)."""
+def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, list[Counter[str]]]:
+    """The median kernel time of the ``repeats`` timed calls, and each call's kernel names."""
     replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats)
     replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
-    timed = replayed.activity.filter(pc.equal(replayed.activity["module_name"], "timed"))
-    total = float(pc.sum(timed["kernel_us"]).as_py() or 0.0)
-    return total / plan.repeats, Counter(timed["kernel"].to_pylist())
+    names = {f"timed.{i}": i for i in range(plan.repeats)}
+    per_call_us = [0.0] * plan.repeats
+    kernels: list[Counter[str]] = [Counter() for _ in range(plan.repeats)]
+    activity = replayed.activity.select(["module_name", "kernel", "kernel_us"]).to_pydict()
+    for module, kernel, kernel_us in zip(activity["module_name"], activity["kernel"], activity["kernel_us"]):
+        call = names.get(module)
+        if call is not None:  # the warm-up's kernels are left out
+            per_call_us[call] += kernel_us
+            kernels[call][kernel] += 1
+    return statistics.median(per_call_us), kernels
 
 
 def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
@@ -198,17 +207,18 @@ def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
         return implementation(*args, **kwargs)
 
 
-def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: tuple[Any, ...]) -> Counter[str]:
-    """Time the original; returns the kernel names of its timed calls (empty where it failed)."""
+def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
+    """Time the original; returns whether its timed calls launched anything."""
     try:
         row.us_per_call, kernels = _time(plan, original, inputs)
     except Exception as error:  # noqa: BLE001 - reported in the row, the run goes on
         row.error = f"timing the original raised {_one_line(error)}"
-        return Counter()
+        return False
     recorded = plan.recorded.get((row.function_name, row.sample)) if plan.recorded is not None else None
-    row.kernels_match = same_kernels_per_call(recorded, kernels, plan.repeats) if recorded is not None else None
+    if recorded is not None:
+        row.kernels_match = all(same_kernels_per_call(recorded, call, 1) for call in kernels)
     row.max_abs_error, row.ok, row.speedup = 0.0, True, 1.0
-    return kernels
+    return any(kernels)
 
 
 def _candidate_row(
@@ -232,7 +242,7 @@ def _candidate_row(
         return
     if mismatch is not None:
         row.error = f"output differs from the original: {mismatch}"
-    elif plan.device == "cpu" and original and not kernels:
+    elif plan.device == "cpu" and original and not any(kernels):
         row.us_per_call, row.error = (
             math.nan,
             (
@@ -260,9 +270,9 @@ def _sample_rows(plan: _Plan, name: str, index: int, count: int, sample: Any) ->
         return _failed(rows, f"not replayed: {error}")
     except Exception as error:  # noqa: BLE001 - the original itself failed on these inputs
         return _failed(rows, f"the original raised {_one_line(error)}")
-    original_kernels = _original_row(plan, rows[0], original, inputs)
+    launched = _original_row(plan, rows[0], original, inputs)
     for row in rows[1:]:
-        _candidate_row(plan, row, plan.candidates[name][row.implementation], inputs, expected, original_kernels)
+        _candidate_row(plan, row, plan.candidates[name][row.implementation], inputs, expected, launched)
         if rows[0].ok and row.us_per_call > 0:
             row.speedup = rows[0].us_per_call / row.us_per_call
     return rows
@@ -362,7 +372,8 @@ def benchmark(
         Alternative implementations per function: ``{"linear": fn}``, ``{"linear": [fn, other]}``
         (named by ``__qualname__``) or ``{"linear": {"mine": fn}}``. Each is called like the original.
     repeats:
-        Timed calls per (sample, implementation), in one recorded pass.
+        Timed calls per (sample, implementation), in one recorded pass; ``us_per_call`` is the
+        median of their kernel times (robust to a preempted call on a busy CPU).
     warmup:
         Untimed calls before them.
     make_tensor:
