@@ -3,7 +3,7 @@
 # package index). From the repo root, after fetching the wheels it lacks on this side:
 #     ../shared/tools/gpu-wheels.sh            # cupti-python's py3.12 wheel into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [replay] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
@@ -77,13 +77,18 @@ for part in $PARTS; do
       timeout 300 python3 -m benchmarks.pass_breakdown --out "$OUT/breakdown" 2>&1 | tee "$OUT/breakdown.log" | tail -12
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
+    replay)
+      echo "== replayed vs recorded per-call kernel time of the zoo's samples (aitune_dispatch.benchmark)"
+      timeout 500 python3 -m benchmarks.replay_ratios --device cuda --out "$OUT/replay" 2>&1 | tee "$OUT/replay.log" | tail -80
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     quick)
       echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
-for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md; do
+for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md replay/replay_ratios.md replay.log; do
   [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(basename "$f")"
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"
