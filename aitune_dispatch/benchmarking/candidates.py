@@ -18,6 +18,16 @@ def candidate_name(function: Callable[..., Any]) -> str:
 
     A function defined inside another drops the ``outer.<locals>.`` prefix: ``fast_gelu``, not
     ``main.<locals>.fast_gelu``.
+
+    Parameters
+    ----------
+    function:
+        The candidate.
+
+    Returns
+    -------
+    str
+        Its name in the benchmark table's ``implementation`` column.
     """
     for attribute in ("__qualname__", "__name__"):
         name = getattr(function, attribute, None)

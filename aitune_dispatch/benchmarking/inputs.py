@@ -188,6 +188,16 @@ def clone_exact(value: Any) -> Any:
     One tensor passed twice stays one object (``F.multi_head_attention_forward`` takes its
     self-attention path on ``query is key``), views of one storage stay views of one copy, and
     ``requires_grad`` is kept (``matmul`` picks its kernels by it, even under ``no_grad``).
+
+    Parameters
+    ----------
+    value:
+        A sample (``(args, kwargs)``) or any part of it; tuples, lists and dicts are walked.
+
+    Returns
+    -------
+    Any
+        The same structure holding the copies; non-tensor values are shared, not copied.
     """
     found: dict[int, torch.Tensor] = {}
     _tensors(value, found)

@@ -123,6 +123,20 @@ def same_kernels_per_call(recorded: RecordedSample, replayed: Counter[str], repl
 
     Compared without division: ``replayed[k] * recorded.calls == recorded.kernels[k] * replayed_calls``
     for every kernel name ``k`` of either side (two calls that launch nothing match).
+
+    Parameters
+    ----------
+    recorded:
+        The sample's recorded calls.
+    replayed:
+        Kernel name -> launches over ``replayed_calls`` replayed calls.
+    replayed_calls:
+        How many calls ``replayed`` counts.
+
+    Returns
+    -------
+    bool
+        True when the per-call multisets are equal.
     """
     names = set(recorded.kernels) | set(replayed)
     return all(
