@@ -4,10 +4,11 @@ A drop-in replacement for NVIDIA AITune's ``ModuleFunctionKernelProfiler``.
 
 Attributes load lazily (PEP 562): ``import aitune_dispatch`` imports neither torch nor the
 profiler, so saved results can be loaded, described and compared on a machine without torch.
-``aitune_dispatch.ModuleFunctionKernelProfiler`` imports torch on first access.
+``aitune_dispatch.ModuleFunctionKernelProfiler``, ``benchmark`` and ``activate`` import torch on first
+access.
 
 Phases and backend choices are logged on ``logging.getLogger("aitune_dispatch")`` (INFO: the
-activity source and op tracer of each run; DEBUG: seconds per phase); problems a user must act on
+activity source and tracer of each run; DEBUG: seconds per phase); problems a user must act on
 stay warnings. ``logging.basicConfig(level=logging.INFO)`` shows them.
 """
 
@@ -18,19 +19,31 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
     from .results import ProfileResult, TensorMeta, describe_results, load
     from .results.comparison import compare
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["ModuleFunctionKernelProfiler", "ProfileResult", "TensorMeta", "compare", "describe_results", "load"]
+__all__ = [
+    "ModuleFunctionKernelProfiler",
+    "ProfileResult",
+    "TensorMeta",
+    "activate",
+    "benchmark",
+    "compare",
+    "describe_results",
+    "load",
+]
 __version__ = "0.1.0"
 
 _LAZY = {
     "ModuleFunctionKernelProfiler": ".profiler",
     "ProfileResult": ".results",
     "TensorMeta": ".results",
+    "activate": ".benchmarking",
+    "benchmark": ".benchmarking",
     "compare": ".results",
     "describe_results": ".results",
     "load": ".results",

@@ -5,6 +5,7 @@
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
   aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
+  aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
 or a path/to/file.py) and calls FACTORY (an attribute, dotted for nested ones) with
@@ -21,6 +22,9 @@ long runs a step line appears at most once a second. --quiet silences progress. 
 line each on stderr. Bad input exits with status 1 and one line on stderr (set
 AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with status 2. report and
 compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
+bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
+with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
+the device it was recorded on, and prints the per-sample table and the weighted total per function.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .reports import text
@@ -46,6 +50,9 @@ from .reports.base import human_time
 from .reports.html import HtmlRenderer
 from .reports.perfetto import PerfettoRenderer
 from .results import ProfileResult, compare, load_result
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROG = "aitune-dispatch"
 CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
@@ -374,6 +381,69 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_for_bench(path: str) -> ProfileResult:
+    """The saved result with its tensors (on their recorded devices) where it kept them."""
+    from .benchmarking import replay_device
+    from .results import ResultFormatError
+
+    result = _load(path)
+    try:
+        replay_device(result)
+        return load_result(path, with_tensors=True, map_location=None)
+    except ResultFormatError:  # saved without tensors: benchmark() makes inputs from the metadata
+        return result
+    except (RuntimeError, OSError) as error:
+        raise CliError(str(error)) from error
+
+
+def _print_bench(table: pd.DataFrame) -> None:
+    import pandas as pd
+
+    from .benchmarking import weighted_totals
+
+    shown = table.drop(columns=["error"])
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
+        print(shown.to_string(index=False))
+        print("\nweighted per function (sum of calls x us_per_call; a failed candidate counts at the original's time):")
+        print(weighted_totals(table).to_string(index=False))
+    for row in table[table["error"].notna()].itertuples():
+        print(f"{PROG}: {row.function_name} sample {row.sample} {row.implementation}: {row.error}", file=sys.stderr)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Replay the distinct samples of a saved result in isolation and print their kernel time."""
+    from .benchmarking import benchmark
+
+    result = _load_for_bench(args.result)
+    progress = Progress(args.quiet)
+    progress.stage(f"replaying the samples of {args.result} ({args.repeats} timed calls each)")
+    try:
+        table = benchmark(
+            result,
+            sorted(args.functions) if args.functions else None,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            progress=lambda done, total, label: progress.step(f"replayed {label};", done, total),
+        )
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise CliError(str(error)) from error
+    _print_bench(table)
+    if args.csv is not None:
+        table.to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
+    bench = commands.add_parser("bench", parents=[common], help="replay the samples of a saved result, timed")
+    bench.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
+    bench.add_argument("--functions", type=_names, help="replay these functions only (default: all with samples)")
+    bench.add_argument("--repeats", type=_positive, default=50, help="timed calls per sample (default 50)")
+    bench.add_argument("--warmup", type=_non_negative, default=5, help="untimed calls before them (default 5)")
+    bench.add_argument("--csv", type=Path, help="write the full table to this CSV file")
+    bench.set_defaults(run=cmd_bench)
+
+
 # -- parser -----------------------------------------------------------------------------------------
 def _non_negative(value: str) -> int:
     try:
@@ -383,6 +453,13 @@ def _non_negative(value: str) -> int:
     if number < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value!r}")
     return number
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _names(value: str) -> frozenset[str]:
@@ -507,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
+    _add_bench(commands, common)
     return parser
 
 

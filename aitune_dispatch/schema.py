@@ -2,8 +2,9 @@
 
 Units are in the names (``_ns`` nanoseconds, ``_us`` microseconds). Sentinels:
 ``module_id == -1`` means "outside the profiled hierarchy", ``call_id == -1`` means "no
-functional call encloses the op", ``stream == -1`` / ``device == -1`` mean "CPU". After the
-join, a kernel that no op claimed has a null ``op_id``.
+functional call encloses the op", ``sample == -1`` means "no sample was collected for this call",
+``stream == -1`` / ``device == -1`` mean "CPU". After the join, a kernel that no op claimed has a
+null ``op_id``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ SCHEMA_VERSION = 1
 
 NO_MODULE = -1
 NO_CALL = -1
+NO_SAMPLE = -1
 CPU_STREAM = -1
 
 # -- activity sources ---------------------------------------------------------------------------
@@ -54,6 +56,10 @@ CALLS = pa.schema(
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("thread", pa.int64()),
+        # index into ``function_data[function_name]`` of the call's distinct input sample; NO_SAMPLE
+        # where none was collected (a name outside ``function_names``, or a result saved before the
+        # column existed: loading fills it)
+        ("sample", pa.int64()),
     ]
 )
 MODULES = pa.schema(
@@ -145,6 +151,7 @@ COLUMN_UNITS: dict[str, tuple[str, str]] = {
     "thread": ("", "recorder thread index, from 0"),
     "context_id": ("", ""),
     "sample_index": ("", "distinct sample number within the function, from 0"),
+    "sample": ("", "index into function_data[function_name]; -1: no sample collected for this call"),
     "count": ("calls", ""),
     "sample_json": ("", "JSON; tensors as {'__tensor__': metadata}"),
     "torch_save": ("bytes", "torch.save of the sample tensors"),

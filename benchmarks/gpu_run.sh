@@ -3,7 +3,7 @@
 # package index). From the repo root, after fetching the wheels it lacks on this side:
 #     ../shared/tools/gpu-wheels.sh diffusers==0.42.1 importlib_metadata==10.2.0   # py3.12 wheels into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
@@ -88,13 +88,18 @@ for part in $PARTS; do
       timeout 400 python3 -m benchmarks.pass_ratio --out "$OUT/million" --models --million 2>&1 | tee "$OUT/million.log" | tail -12
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
+    replay)
+      echo "== replayed vs recorded per-call kernel time of the zoo's samples (aitune_dispatch.benchmark)"
+      timeout 500 python3 -m benchmarks.replay_ratios --device cuda --out "$OUT/replay" 2>&1 | tee "$OUT/replay.log" | tail -80
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     quick)
       echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
-for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md; do
+for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md; do
   [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"

@@ -46,6 +46,7 @@ def tables():
             "start_ns": [0, 0],
             "end_ns": [0, 0],
             "thread": [0, 0],
+            "sample": [0, 0],
         },
         schema=schema.CALLS,
     )

@@ -80,7 +80,7 @@ def synthetic_result(
     off = cupti_offset_ns
     modules = pa.table([[0, 1], ["", fc_name], ["Net", "Linear"], [-1, 0]], schema=MODULES)
     module_calls = pa.table([[0, 1], [1_000, 2_000], [9_000, 8_000], [0, 0]], schema=MODULE_CALLS)
-    calls = pa.table([[0], ["linear"], [-1], [1], [3_000], [7_000], [0]], schema=CALLS)
+    calls = pa.table([[0], ["linear"], [-1], [1], [3_000], [7_000], [0], [0]], schema=CALLS)
     ops = pa.table(
         [[0, 1], ["aten::addmm", "aten::copy_"], [1, 0], [0, -1], [0, 0], [4_000, 8_200], [6_000, 8_800]],
         schema=OPS_TIMED,

@@ -35,7 +35,7 @@ def layered_result(metadata: dict[str, str] | None = None) -> ProfileResult:
     types = ["Net", "ModuleList", "Block", "Linear", "Block", "Linear", "Encoder"]
     modules = pa.table([list(range(7)), names, types, [-1, 0, 1, 2, 1, 4, 0]], schema=MODULES)
     module_calls = pa.table([[0, 2, 3, 4, 5, 6], [0] * 6, [1] * 6, [0] * 6], schema=MODULE_CALLS)
-    calls = pa.table([[0, 1], ["linear", "linear"], [-1, -1], [3, 5], [0, 0], [1, 1], [0, 0]], schema=CALLS)
+    calls = pa.table([[0, 1], ["linear", "linear"], [-1, -1], [3, 5], [0, 0], [1, 1], [0, 0], [0, 0]], schema=CALLS)
     ops = pa.table(
         [
             [0, 1, 2, 3],

@@ -34,6 +34,7 @@ from .. import schema
 from ..results import views
 from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
+from .sample_time import sample_time_section
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -643,6 +644,7 @@ SECTIONS: tuple[Section, ...] = (
     kernels_section,
     modules_section,
     coverage_section,
+    lambda page: sample_time_section(page.result),  # the most expensive distinct samples
     samples_section,
     run_section,
 )

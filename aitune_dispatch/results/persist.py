@@ -22,6 +22,8 @@ In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
 
+``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
+column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
 ``function_data`` is a table of ``function_name, sample_index, count, sample_json``: each sample is
 JSON where tensors become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size),
 tuples, dicts and non-finite floats are tagged, and other objects keep their repr as
@@ -50,6 +52,7 @@ import pyarrow.parquet as pq
 
 from .. import schema
 from .profile_result import FunctionData, ProfileResult
+from .samples import UNLINKED_KEY, UNLINKED_VALUE, no_sample_column
 from .summary import iter_tensor_likes
 
 FORMAT = "aitune_dispatch.ProfileResult"
@@ -316,6 +319,10 @@ def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] 
     if missing:
         raise ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
     field_names = {f.name for f in fields(ProfileResult)} - {FUNCTION_DATA, TENSORS}
+    metadata = dict(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables = {**tables, "calls": no_sample_column(tables["calls"])}
+        metadata[UNLINKED_KEY] = UNLINKED_VALUE
     return ProfileResult(
         **{name: table for name, table in tables.items() if name in field_names},
         function_data=_function_data(tables[FUNCTION_DATA], tensors),
@@ -323,7 +330,7 @@ def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] 
         module_objects=(),
         dropped_records=manifest["dropped_records"],
         warnings=tuple(manifest["warnings"]),
-        metadata=dict(manifest["metadata"]),
+        metadata=metadata,
     )
 
 

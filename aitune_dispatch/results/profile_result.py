@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..joining import attributed_mask
+from .samples import sample_table
 from .summary import describe_results
 
 FunctionData = dict[str, list[tuple[int, Any]]]
@@ -120,6 +121,20 @@ class ProfileResult:
     def describe(self, top_k: int = 10) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run."""
         return describe_results(self.profiling_df(), self.function_data, top_k)
+
+    def samples(self) -> pd.DataFrame:
+        """Kernel time per distinct input sample: one row per (function, sample) of ``function_data``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``function_name, sample, calls, num_modules, kernel_us, kernel_us_per_call,
+            time_spent_pct, signature``, most kernel time first. ``sample`` indexes
+            ``function_data[function_name]``; ``kernel_us`` counts kernels as ``describe()`` does
+            (innermost functional call), so a function's samples add up to its ``time_spent_us``.
+            Results saved before calls had a ``sample`` column get NaN kernel times.
+        """
+        return sample_table(self.activity, self.calls, self.function_data, self.metadata)
 
     # -- full accounting ------------------------------------------------------------------------------
     @property

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.utils._device import DeviceContext
 
 from .. import schema
 from .gates import GateFreeCopies
@@ -29,6 +30,19 @@ from .samples import SampleCollector
 
 _is_compiling = torch.compiler.is_compiling
 _NO_MODULE = schema.NO_MODULE
+
+_mode_count = torch._C._len_torch_function_stack  # inside __torch_function__ our own mode is popped
+
+
+def routing_mode_below() -> bool:
+    """Whether a TorchFunctionMode below ours may want a functional call itself (``activate``, a user's).
+
+    ``with torch.device(...)`` (DeviceContext) only fills in factory devices, which the gate-free copy
+    leaves intact, so it does not count.
+    """
+    if not _mode_count():
+        return False
+    return any(type(mode) is not DeviceContext for mode in _get_current_function_mode_stack())
 
 
 @functools.lru_cache(maxsize=1)
@@ -180,11 +194,10 @@ class FunctionalMode(TorchFunctionMode):
         if stacks.reentered and stacks.reentered[-1] is func:
             # the gate-free copy of ``func`` called back through its public name: same call
             return func(*args, **kwargs)
-        if stacks.modules[-1] != _NO_MODULE and self._samples.wants(name):
-            self._samples.observe(name, args, kwargs)
+        sample = self._samples.observe(name, args, kwargs) if stacks.modules[-1] != _NO_MODULE else -1
         name_id = self._name_id(func, name)
         self._functional_ids.add(name_id)
-        return self._run_call(func, name_id, stacks, args, kwargs)
+        return self._run_call(func, name_id, stacks, args, kwargs, sample)
 
     def _torch_level_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``functions="all"``: a torch-level API call counts where no functional call encloses it."""
@@ -192,10 +205,10 @@ class FunctionalMode(TorchFunctionMode):
         name = api_name(func)
         if name is None or (stacks.calls[-1] != -1 and self._encloses_functional(stacks)):
             return func(*args, **kwargs)
-        if stacks.modules[-1] != _NO_MODULE and self._samples.wants_explicitly(name):
-            self._samples.observe(name, args, kwargs)
+        explicit = stacks.modules[-1] != _NO_MODULE and self._samples.wants_explicitly(name)
+        sample = self._samples.observe(name, args, kwargs) if explicit else -1
         # run as-is: what a torch-level API does inside is its own (no re-armed nested calls)
-        call_id = self._recorder.begin_call(self._name_id(func, name), stacks)
+        call_id = self._recorder.begin_call(self._name_id(func, name), stacks, sample)
         try:
             return func(*args, **kwargs)
         finally:
@@ -206,12 +219,20 @@ class FunctionalMode(TorchFunctionMode):
         return any(names[call] in self._functional_ids for call in stacks.calls[1:])
 
     def _run_call(
-        self, func: Callable[..., Any], name_id: int, stacks: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        func: Callable[..., Any],
+        name_id: int,
+        stacks: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sample: int,
     ) -> Any:
-        call_id = self._recorder.begin_call(name_id, stacks)
+        call_id = self._recorder.begin_call(name_id, stacks, sample)
         copy = rearmed_copy(func)
         try:
-            if copy is not None:
+            # another TorchFunctionMode below ours (aitune_dispatch.activate, a user's mode) must see
+            # the call itself: the gate-free copy would skip it, so the original runs instead
+            if copy is not None and not routing_mode_below():
                 stacks.reentered.append(func)
                 try:
                     with self:

@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import schema
 from .contract import ThreadInfo, TraceTables
-from .functional import api_name, functional_registry, rearmed_copy
+from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
 from .recorder import other_threads_running
 from .samples import FunctionData, sample_pair_key
 
@@ -126,6 +126,7 @@ class NativeTracer:
             api_name,
             torch._C._push_on_torch_function_stack,
             torch._C._pop_torch_function_stack,
+            routing_mode_below,
         )
         # threads running now, except this one, are not the profiled function's
         running_before = list(other_threads_running())
@@ -166,7 +167,10 @@ class NativeTracer:
         )
         calls = pa.Table.from_arrays(
             [pa.array(np.arange(n_calls, dtype=np.int64)), _names(c["call_name"], c["function_names"])]
-            + [_int64(c[k]) for k in ("call_parent", "call_module", "call_start", "call_end", "call_thread")],
+            + [
+                _int64(c[k])
+                for k in ("call_parent", "call_module", "call_start", "call_end", "call_thread", "call_sample")
+            ],
             schema=schema.CALLS,
         )
         module_calls = pa.Table.from_arrays(

@@ -100,6 +100,7 @@ class TraceRecorder:
         self.call_start = array("q")
         self.call_end = array("q")
         self.call_thread = array("q")
+        self.call_sample = array("q")
         self.mcall_module = array("q")
         self.mcall_start = array("q")
         self.mcall_end = array("q")
@@ -155,8 +156,12 @@ class TraceRecorder:
         self.op_end[op_id] = _clock_ns()
 
     # -- functional calls -------------------------------------------------------------------------
-    def begin_call(self, name_id: int, stacks: ThreadStacks) -> int:
-        """Open a functional call on this thread and return its call id."""
+    def begin_call(self, name_id: int, stacks: ThreadStacks, sample: int = schema.NO_SAMPLE) -> int:
+        """Open a functional call on this thread and return its call id.
+
+        ``sample`` is the call's index into ``function_data[name]`` (what
+        ``SampleCollector.observe`` returned), ``schema.NO_SAMPLE`` where none was collected.
+        """
         call_id = len(self.call_name)
         self.call_name.append(name_id)
         self.call_parent.append(stacks.calls[-1])
@@ -164,6 +169,7 @@ class TraceRecorder:
         self.call_start.append(_clock_ns())
         self.call_end.append(0)
         self.call_thread.append(stacks.index)
+        self.call_sample.append(sample)
         stacks.calls.append(call_id)
         self._enter_scope(stacks)
         return call_id
@@ -251,6 +257,7 @@ class TraceRecorder:
                 _int64(self.call_start),
                 _int64(self.call_end),
                 _int64(self.call_thread),
+                _int64(self.call_sample),
             ],
             schema=schema.CALLS,
         )

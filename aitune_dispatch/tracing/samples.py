@@ -97,21 +97,30 @@ class SampleCollector:
         """Whether ``function_name`` was named in ``function_names`` (torch-level calls need that)."""
         return self._wanted is not None and function_name in self._wanted
 
-    def observe(self, function_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Count one call and keep its inputs if they are a new sample."""
+    def observe(self, function_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """Count one call, keep its inputs if they are a new sample, and return the sample's index.
+
+        The index is the sample's position in ``function_data()[function_name]`` (samples are
+        numbered in order of first appearance, from 0); -1 (``schema.NO_SAMPLE``) when calls of
+        ``function_name`` are not collected. The functional-call row stores it as its ``sample``.
+        """
+        if self._wanted is not None and function_name not in self._wanted:
+            return -1
         per_function = self._samples.get(function_name)
         if per_function is None:
             per_function = self._samples[function_name] = {}
         key = sample_pair_key(args, kwargs)
         entry = per_function.get(key)
         if entry is None:
-            per_function[key] = [1, (tuple(args), dict(kwargs))]
-        else:
-            entry[0] += 1
+            index = len(per_function)
+            per_function[key] = [1, (tuple(args), dict(kwargs)), index]
+            return index
+        entry[0] += 1
+        return entry[2]
 
     def function_data(self) -> FunctionData:
         """``name -> [(call_count, (args, kwargs)), ...]`` in order of first appearance."""
         return {
-            name: [(count, sample) for count, sample in per_function.values()]
+            name: [(count, sample) for count, sample, _ in per_function.values()]
             for name, per_function in self._samples.items()
         }

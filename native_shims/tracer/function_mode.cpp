@@ -16,6 +16,8 @@
 
 #include "trace.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
+
 namespace aitune {
 namespace {
 
@@ -33,6 +35,7 @@ struct Config {
   PyObject* wanted = nullptr;      // frozenset of function_names, or None: every functional
   PyObject* push_mode = nullptr;   // torch._C._push_on_torch_function_stack
   PyObject* pop_mode = nullptr;    // torch._C._pop_torch_function_stack
+  PyObject* routing_below = nullptr;  // routing_below() -> whether a mode below ours wants the call itself
   bool all_functions = false;
   std::vector<uint8_t> sampled;    // by function name id
 };
@@ -50,6 +53,7 @@ void clear_config() {
   Py_CLEAR(config.wanted);
   Py_CLEAR(config.push_mode);
   Py_CLEAR(config.pop_mode);
+  Py_CLEAR(config.routing_below);
   config.all_functions = false;
   config.sampled.clear();
 }
@@ -91,6 +95,9 @@ PyObject* rearm_copy(PyObject* func) {
   return failed ? nullptr : copy;
 }
 
+// modes on this thread's torch-function stack (ours is popped while its handler runs)
+Py_ssize_t torch_function_modes() { return Py_ssize_t(at::impl::PythonTorchFunctionTLS::stack_len()); }
+
 PyObject* pop_mode_keeping_error() {
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
@@ -109,6 +116,16 @@ PyObject* run_call(PyObject* self, ThreadState& t, PyObject* func, PyObject* arg
   if (functional) {
     copy = rearm_copy(func);
     if (copy == nullptr) return nullptr;
+  }
+  if (copy != Py_None && torch_function_modes() > 0) {
+    // another TorchFunctionMode below ours (aitune_dispatch.activate, a user's mode) must see the
+    // call itself: the gate-free copy would skip it, so the original runs instead
+    PyObject* below = PyObject_CallNoArgs(config.routing_below);
+    if (below == nullptr) return nullptr;
+    int routed = PyObject_IsTrue(below);
+    Py_DECREF(below);
+    if (routed < 0) return nullptr;
+    if (routed) copy = Py_None;
   }
   int64_t call_id = begin_call(t, name_id, sample, functional);
   PyObject* result;
@@ -254,12 +271,12 @@ bool function_mode_ready(PyObject* module) {
 }
 
 // config: (registry {func: name}, wanted frozenset | None, all_functions, rearm, api_name,
-//          push_mode, pop_mode)
+//          push_mode, pop_mode, routing_below)
 bool function_mode_configure(PyObject* args) {
-  PyObject *registry, *wanted, *rearm, *api_name, *push_mode, *pop_mode;
+  PyObject *registry, *wanted, *rearm, *api_name, *push_mode, *pop_mode, *routing_below;
   int all_functions;
-  if (!PyArg_ParseTuple(args, "O!OpOOOO", &PyDict_Type, &registry, &wanted, &all_functions, &rearm, &api_name,
-                        &push_mode, &pop_mode))
+  if (!PyArg_ParseTuple(args, "O!OpOOOOO", &PyDict_Type, &registry, &wanted, &all_functions, &rearm, &api_name,
+                        &push_mode, &pop_mode, &routing_below))
     return false;
   clear_config();
   config.wanted = Py_NewRef(wanted);
@@ -268,6 +285,7 @@ bool function_mode_configure(PyObject* args) {
   config.api_name = Py_NewRef(api_name);
   config.push_mode = Py_NewRef(push_mode);
   config.pop_mode = Py_NewRef(pop_mode);
+  config.routing_below = Py_NewRef(routing_below);
   config.rearm_cache = PyDict_New();
   config.api_cache = PyDict_New();
   PyObject* ids = PyDict_New();

@@ -1,0 +1,454 @@
+"""``benchmark()``: replay each distinct sample in isolation, timed by the profiler's own collectors.
+
+For every selected (function, sample) the original ``torch.nn.functional.<name>`` and each
+candidate run on exact clones of the sample's inputs: once to validate the candidate's output
+against the original's, then ``warmup`` untimed and ``repeats`` timed calls inside one recorded
+pass of :class:`~aitune_dispatch.ModuleFunctionKernelProfiler` (CUPTI kernel durations on CUDA,
+op durations with the CPU activity source on CPU), all under ``torch.no_grad()``. The CPU
+source times aten ops only: compute that dispatches none (an Inductor-compiled CPU kernel) is
+invisible to it, so a candidate whose timed calls dispatch no op while the original's did is
+reported ``ok=False`` with that reason rather than as infinitely fast. The replayed
+kernel names are compared with what the sample's recorded calls launched, so a row says whether
+the benchmark measures the kernels the model ran. Nothing raises mid-run: a sample or candidate
+that fails gets a row with ``ok=False`` and the error.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..profiler import ModuleFunctionKernelProfiler
+from ..results import ProfileResult
+from ..tracing import BACKENDS, native
+from ..tracing.samples import sample_key
+from .candidates import ORIGINAL, CandidatesArg, normalize_candidates, original_function
+from .inputs import MakeTensor, ReplayRefused, clone_exact, compare_outputs, runnable
+from .recorded import RecordedSample, recorded_samples, same_kernels_per_call
+
+BENCHMARK_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "implementation",  # "torch" for the original, else the candidate's name
+    "calls",  # recorded calls of this sample (the weight in DataFrame.attrs["weighted"])
+    "recorded_us_per_call",  # median kernel time of the recorded calls, nested calls included; NaN without links
+    "us_per_call",  # median kernel time of the replayed calls; NaN where the implementation failed
+    "speedup",  # the original's us_per_call / this one's (1.0 on "torch" rows)
+    "kernels_match",  # "torch" rows: every replayed call launches the recorded kernel multiset; NA elsewhere
+    "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
+    "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
+    "error",  # why not ok; None when ok
+]
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class _Row:
+    function_name: str
+    sample: int
+    implementation: str
+    calls: int
+    recorded_us_per_call: float
+    us_per_call: float = math.nan
+    speedup: float = math.nan
+    kernels_match: bool | None = None
+    max_abs_error: float = math.nan
+    ok: bool = False
+    error: str | None = None
+
+
+@dataclass
+class _Plan:
+    """Everything fixed for one benchmark() run."""
+
+    profiler: ModuleFunctionKernelProfiler
+    device: str
+    recorded: dict[tuple[str, int], RecordedSample] | None
+    candidates: dict[str, dict[str, Callable[..., Any]]]
+    repeats: int
+    warmup: int
+    make_tensor: MakeTensor | None
+    generator: torch.Generator
+    sample_keys: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+
+class _Calls(nn.Module):
+    """``count`` calls of one implementation on one set of inputs, as one module forward."""
+
+    def __init__(self, implementation: Callable[..., Any], inputs: tuple[Any, ...], count: int) -> None:
+        super().__init__()
+        # in a tuple, so that a candidate that is an nn.Module stays out of the hierarchy and its
+        # kernels are attributed to this module
+        self._implementation = (implementation,)
+        self._inputs = inputs
+        self.count = count
+
+    def forward(self) -> None:
+        (implementation,), (args, kwargs) = self._implementation, self._inputs
+        for _ in range(self.count):
+            implementation(*args, **kwargs)
+
+
+class _Replay(nn.Module):
+    """The recorded pass of a replay: ``warmup`` calls, then ``repeats`` timed calls, under the same modes.
+
+    Warming up inside the recorded pass matters for compiled candidates: Dynamo guards on the
+    function-mode stack, so a warm-up outside it would leave the recompile in the timed calls.
+    Each timed call is a module of its own (``timed.0``, ``timed.1``, ...), so every kernel is
+    attributed to the call that launched it, on CUDA as on CPU.
+    """
+
+    def __init__(self, implementation: Callable[..., Any], inputs: tuple[Any, ...], warmup: int, repeats: int):
+        super().__init__()
+        self.warmup = _Calls(implementation, inputs, warmup)
+        self.timed = nn.ModuleList(_Calls(implementation, inputs, 1) for _ in range(repeats))
+
+    def forward(self) -> None:
+        self.warmup()
+        for call in self.timed:
+            call()
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+# -- validation -------------------------------------------------------------------------------------
+def _positive(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return value
+
+
+def _selected(result: ProfileResult, functions: Iterable[str] | None) -> list[str]:
+    available = list(result.function_data)
+    if functions is None:
+        return available
+    if isinstance(functions, (str, bytes)):
+        raise TypeError(f"functions must be a list of names such as [{functions!r}], not a single string")
+    names = list(dict.fromkeys(functions))
+    unknown = [name for name in names if name not in result.function_data]
+    if unknown:
+        raise ValueError(
+            f"no samples of {unknown} in this result (it has samples of {available}); profile with those "
+            "functions in function_names, or pick from the list"
+        )
+    return names
+
+
+def _check_candidates(candidates: dict[str, dict[str, Callable[..., Any]]], selected: list[str]) -> None:
+    outside = [name for name in candidates if name not in selected]
+    if outside:
+        raise ValueError(
+            f"candidates for {outside}, which this benchmark does not replay (it replays {selected}); "
+            "add them to functions or drop those candidates"
+        )
+
+
+def replay_device(result: ProfileResult) -> str:
+    """``"cuda"`` or ``"cpu"``: where ``result`` was recorded, so where its samples replay.
+
+    Parameters
+    ----------
+    result:
+        A live or loaded result.
+
+    Returns
+    -------
+    str
+        The device; a RuntimeError when it is CUDA and CUDA is unavailable here.
+    """
+    device = result.metadata.get("device") or ("cpu" if result.source == "cpu" else "cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "this result was recorded on CUDA and torch.cuda.is_available() is False here; benchmark it on a "
+            "machine with a GPU, or profile the model with device='cpu' and benchmark that result"
+        )
+    return device
+
+
+def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernelProfiler:
+    tracer = result.metadata.get("op_tracer")
+    if tracer not in BACKENDS or (tracer == "native" and not native.available()):
+        tracer = None  # the default one; CPU kernel names are op names, the same from both tracers
+    return ModuleFunctionKernelProfiler(set(), device=device, op_tracer=tracer)
+
+
+# -- one sample -------------------------------------------------------------------------------------
+def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, list[Counter[str]]]:
+    """The median kernel time of the ``repeats`` timed calls, and each call's kernel names."""
+    replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats)
+    replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
+    names = {f"timed.{i}": i for i in range(plan.repeats)}
+    per_call_us = [0.0] * plan.repeats
+    kernels: list[Counter[str]] = [Counter() for _ in range(plan.repeats)]
+    activity = replayed.activity.select(["module_name", "kernel", "kernel_us"]).to_pydict()
+    for module, kernel, kernel_us in zip(activity["module_name"], activity["kernel"], activity["kernel_us"]):
+        call = names.get(module)
+        if call is not None:  # the warm-up's kernels are left out
+            per_call_us[call] += kernel_us
+            kernels[call][kernel] += 1
+    return statistics.median(per_call_us), kernels
+
+
+def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
+    args, kwargs = clone_exact(inputs)
+    with torch.no_grad():
+        return implementation(*args, **kwargs)
+
+
+def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
+    """Time the original; returns whether its timed calls launched anything."""
+    try:
+        row.us_per_call, kernels = _time(plan, original, inputs)
+    except Exception as error:  # noqa: BLE001 - reported in the row, the run goes on
+        row.error = f"timing the original raised {_one_line(error)}"
+        return False
+    recorded = plan.recorded.get((row.function_name, row.sample)) if plan.recorded is not None else None
+    if recorded is not None:
+        row.kernels_match = all(same_kernels_per_call(recorded, call, 1) for call in kernels)
+    row.max_abs_error, row.ok, row.speedup = 0.0, True, 1.0
+    return any(kernels)
+
+
+def _candidate_row(
+    plan: _Plan,
+    row: _Row,
+    candidate: Callable[..., Any],
+    inputs: tuple[Any, ...],
+    expected: Any,
+    original: Counter[str],
+) -> None:
+    try:
+        output = _run(candidate, inputs)
+    except Exception as error:  # noqa: BLE001 - reported in the row, the run goes on
+        row.error = f"the candidate raised {_one_line(error)}"
+        return
+    row.max_abs_error, mismatch = compare_outputs(output, expected)
+    try:
+        row.us_per_call, kernels = _time(plan, candidate, inputs)
+    except Exception as error:  # noqa: BLE001
+        row.error = f"timing the candidate raised {_one_line(error)}"
+        return
+    if mismatch is not None:
+        row.error = f"output differs from the original: {mismatch}"
+    elif plan.device == "cpu" and original and not any(kernels):
+        row.us_per_call, row.error = (
+            math.nan,
+            (
+                "its timed calls dispatched no aten op, and the CPU activity source times aten ops only (compiled "
+                "CPU kernels are invisible to it); benchmark this candidate on CUDA"
+            ),
+        )
+    else:
+        row.ok = True
+
+
+def _sample_rows(plan: _Plan, name: str, index: int, count: int, sample: Any) -> list[_Row]:
+    recorded = plan.recorded.get((name, index)) if plan.recorded is not None else None
+    implementations = [ORIGINAL, *plan.candidates.get(name, {})]
+    rows = [
+        _Row(name, index, implementation, int(count), recorded.us_per_call if recorded is not None else math.nan)
+        for implementation in implementations
+    ]
+    try:
+        original = original_function(name)
+        inputs = runnable(sample, plan.make_tensor, plan.generator)
+        plan.sample_keys.setdefault(name, {})[index] = (sample_key(inputs[0]), sample_key(inputs[1]))
+        expected = _run(original, inputs)
+    except (LookupError, ReplayRefused) as error:
+        return _failed(rows, f"not replayed: {error}")
+    except Exception as error:  # noqa: BLE001 - the original itself failed on these inputs
+        return _failed(rows, f"the original raised {_one_line(error)}")
+    launched = _original_row(plan, rows[0], original, inputs)
+    for row in rows[1:]:
+        _candidate_row(plan, row, plan.candidates[name][row.implementation], inputs, expected, launched)
+        if rows[0].ok and row.us_per_call > 0:
+            row.speedup = rows[0].us_per_call / row.us_per_call
+    return rows
+
+
+def _failed(rows: list[_Row], reason: str) -> list[_Row]:
+    for row in rows:
+        row.error = reason
+    return rows
+
+
+# -- the table --------------------------------------------------------------------------------------
+def _frame(rows: list[_Row]) -> pd.DataFrame:
+    frame = pd.DataFrame([asdict(row) for row in rows], columns=BENCHMARK_COLUMNS)
+    for column in ("sample", "calls"):
+        frame[column] = frame[column].astype(np.int64)
+    for column in ("recorded_us_per_call", "us_per_call", "speedup", "max_abs_error"):
+        frame[column] = frame[column].astype(float)
+    frame["kernels_match"] = frame["kernels_match"].astype("boolean")
+    frame["ok"] = frame["ok"].astype(bool)
+    frame["function_name"] = frame["function_name"].astype(object)
+    frame["implementation"] = frame["implementation"].astype(object)
+    frame["error"] = frame["error"].astype(object).where(frame["error"].notna(), None)
+    return frame
+
+
+def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
+    """Per function and implementation, the kernel time the model would see: Σ calls × us_per_call.
+
+    Over the samples whose original replayed; where a candidate is not ``ok`` on a sample, that
+    sample counts at the original's time (what ``activate(..., only=table)`` would run there).
+
+    Parameters
+    ----------
+    table:
+        A table returned by :func:`benchmark`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``function_name, implementation, samples, calls, fallbacks, weighted_us, speedup``, where
+        ``fallbacks`` counts the samples that fell back to the original and ``speedup`` is the
+        original's ``weighted_us`` over this one's.
+    """
+    records = []
+    for name, rows in table.groupby("function_name", sort=False):
+        original = rows[(rows["implementation"] == ORIGINAL) & rows["ok"]].set_index("sample")
+        base = (original["calls"] * original["us_per_call"]).sum()
+        for implementation, own in rows.groupby("implementation", sort=False):
+            own = own.set_index("sample").reindex(original.index)
+            usable = own["ok"].fillna(False).astype(bool)
+            times = own["us_per_call"].where(usable, original["us_per_call"])
+            weighted = float((original["calls"] * times).sum())
+            records.append(
+                {
+                    "function_name": name,
+                    "implementation": implementation,
+                    "samples": len(original),
+                    "calls": int(original["calls"].sum()),
+                    "fallbacks": int((~usable).sum()),
+                    "weighted_us": weighted,
+                    "speedup": float(base / weighted) if weighted > 0 else math.nan,
+                }
+            )
+    columns = ["function_name", "implementation", "samples", "calls", "fallbacks", "weighted_us", "speedup"]
+    return pd.DataFrame(records, columns=columns)
+
+
+def _weighted_attr(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = {}
+    for record in weighted_totals(table).itertuples():
+        totals.setdefault(record.function_name, {})[record.implementation] = record.weighted_us
+    return totals
+
+
+def benchmark(
+    result: ProfileResult,
+    functions: Iterable[str] | None = None,
+    *,
+    candidates: CandidatesArg | None = None,
+    repeats: int = 50,
+    warmup: int = 5,
+    make_tensor: MakeTensor | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Replay every distinct sample of the selected functions in isolation and time its kernels.
+
+    Parameters
+    ----------
+    result:
+        A :class:`~aitune_dispatch.ProfileResult` (live, or loaded: with its tensors, or with
+        TensorMeta from which random inputs of the recorded shape, dtype, strides and device are made).
+    functions:
+        Names from ``result.function_data`` to replay; None for all of them.
+    candidates:
+        Alternative implementations per function: ``{"linear": fn}``, ``{"linear": [fn, other]}``
+        (named by ``__qualname__``) or ``{"linear": {"mine": fn}}``. Each is called like the original.
+    repeats:
+        Timed calls per (sample, implementation), in one recorded pass; ``us_per_call`` is the
+        median of their kernel times (robust to a preempted call on a busy CPU).
+    warmup:
+        Untimed calls before them.
+    make_tensor:
+        Builds a tensor from each saved TensorMeta (needed for integer / bool inputs of a result
+        saved without tensors); default: random normal floating-point tensors, integers refused.
+    seed:
+        Seeds the generator of those random tensors.
+    progress:
+        Called as ``progress(done, total, label)`` after each (function, sample).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (function, sample, implementation), columns :data:`BENCHMARK_COLUMNS`;
+        ``attrs["weighted"]`` is ``{function: {implementation: Σ calls × us_per_call}}`` (see
+        :func:`weighted_totals`) and ``attrs["sample_keys"]`` lets :func:`activate` route by sample.
+    """
+    if not isinstance(result, ProfileResult):
+        raise TypeError(
+            f"benchmark needs a ProfileResult (profiler.last_result or load(path)); got {type(result).__name__}"
+        )
+    selected = _selected(result, functions)
+    named = normalize_candidates(candidates)
+    _check_candidates(named, selected)
+    device = replay_device(result)
+    plan = _Plan(
+        profiler=_replay_profiler(result, device),
+        device=device,
+        recorded=recorded_samples(result),
+        candidates=named,
+        repeats=_positive("repeats", repeats, 1),
+        warmup=_positive("warmup", warmup, 0),
+        make_tensor=make_tensor,
+        generator=torch.Generator().manual_seed(int(seed)),
+    )
+    work = [(name, index, entry) for name in selected for index, entry in enumerate(result.function_data[name])]
+    rows: list[_Row] = []
+    for done, (name, index, (count, sample)) in enumerate(work, start=1):
+        rows += _sample_rows(plan, name, index, count, sample)
+        if progress is not None:
+            progress(done, len(work), f"{name} sample {index}")
+    table = _frame(rows)
+    table.attrs["weighted"] = _weighted_attr(table)
+    table.attrs["sample_keys"] = plan.sample_keys
+    table.attrs["device"], table.attrs["repeats"] = device, plan.repeats
+    return table
+
+
+def validated_keys(table: pd.DataFrame, function_name: str, implementation: str) -> frozenset[Any]:
+    """Sample keys of ``function_name`` on which ``implementation`` is ``ok`` in a :func:`benchmark` table.
+
+    Parameters
+    ----------
+    table:
+        The DataFrame returned by :func:`benchmark` (its ``attrs`` carry the sample keys).
+    function_name, implementation:
+        Which rows to read.
+
+    Returns
+    -------
+    frozenset
+        The keys; a ValueError when the table has no such rows or lost its ``attrs``.
+    """
+    keys: Mapping[str, Mapping[int, Any]] | None = table.attrs.get("sample_keys")
+    if keys is None:
+        raise ValueError(
+            "only= needs the DataFrame returned by benchmark(): this one has no attrs['sample_keys'] (a copy "
+            "read back from CSV loses them); run benchmark() again and pass its result"
+        )
+    rows = table[(table["function_name"] == function_name) & (table["implementation"] == implementation)]
+    if rows.empty:
+        present = sorted(set(table.loc[table["function_name"] == function_name, "implementation"]))
+        raise ValueError(
+            f"only= has no rows for implementation {implementation!r} of {function_name!r} (it has {present}); "
+            f"benchmark that candidate first, or name it as in the benchmark: {{{function_name!r}: {{'name': fn}}}}"
+        )
+    per_sample = keys.get(function_name, {})
+    return frozenset(per_sample[s] for s in rows.loc[rows["ok"], "sample"] if s in per_sample)

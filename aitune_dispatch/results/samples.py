@@ -1,0 +1,213 @@
+"""Per-sample kernel time: one row per (function, distinct input sample), from the calls' ``sample`` links.
+
+Pure pandas / Arrow, no torch: a loaded result is summarised anywhere. Every functional call row
+carries ``sample``, its index into ``function_data[function_name]`` (``schema.NO_SAMPLE`` where
+none was collected). A sample's ``kernel_us`` is the time of the kernels attributed to its calls,
+counted the way ``describe_results`` counts them (a kernel goes to the innermost functional call),
+so the ``kernel_us`` of a function's samples add up to its ``time_spent_us`` when every call of it
+was sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import schema
+from ..joining import attributed_mask
+
+SAMPLE_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "calls",  # recorded calls with this sample (function_data's count)
+    "num_modules",  # distinct profiled modules those calls ran in (NaN where calls carry no sample links)
+    "kernel_us",  # attributed kernel time of those calls; NaN where the calls carry no sample links
+    "kernel_us_per_call",
+    "time_spent_pct",  # of all attributed kernel time (describe_results' denominator)
+    "signature",  # e.g. "f16[2,4096,320] f16[320,320] f16[320]"
+]
+# metadata key set on results whose calls carry no sample links (saved before the column existed)
+UNLINKED_KEY = "call_samples"
+UNLINKED_VALUE = "not recorded (saved before functional calls had a sample column)"
+
+_DTYPE_ABBREVIATIONS = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "float64": "f64",
+    "complex64": "c64",
+    "complex128": "c128",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "bool": "b8",
+}
+
+
+def _dtype_text(dtype: Any) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return _DTYPE_ABBREVIATIONS.get(name, name)
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+def _tensor_text(value: Any) -> str:
+    shape = tuple(int(s) for s in value.shape)
+    text = f"{_dtype_text(value.dtype)}[{','.join(map(str, shape))}]"
+    stride = getattr(value, "stride", None)
+    try:
+        strides = tuple(int(s) for s in (stride() if callable(stride) else stride or ()))
+    except (RuntimeError, NotImplementedError, TypeError):
+        strides = ()
+    if strides and strides != _contiguous_strides(shape):
+        text += "{" + ",".join(map(str, strides)) + "}"  # non-contiguous: the strides, in braces
+    return text
+
+
+def _value_text(value: Any) -> str:
+    if hasattr(value, "shape") and hasattr(value, "element_size"):  # a tensor or a saved TensorMeta
+        return _tensor_text(value)
+    if isinstance(value, (tuple, list)):
+        inner = ",".join(_value_text(item) for item in value)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}={_value_text(item)}" for key, item in value.items()) + "}"
+    return repr(value)
+
+
+def signature(sample: Any) -> str:
+    """A short readable form of one ``(args, kwargs)`` sample, e.g. ``f16[2,4096,320] f16[320,320] eps=1e-05``.
+
+    Parameters
+    ----------
+    sample:
+        An ``(args, kwargs)`` pair from ``function_data`` (tensors or saved TensorMeta).
+
+    Returns
+    -------
+    str
+        Positional arguments then ``key=value`` keyword arguments, space-separated. Tensors read
+        ``dtype[shape]`` with the strides in braces when they are not contiguous (``f32[4,8]{1,4}``).
+    """
+    if isinstance(sample, (tuple, list)) and len(sample) == 2 and isinstance(sample[1], Mapping):
+        args, kwargs = sample
+    else:
+        args, kwargs = (sample,), {}
+    parts = [_value_text(value) for value in args]
+    parts += [f"{key}={_value_text(value)}" for key, value in kwargs.items()]
+    return " ".join(parts)
+
+
+def has_sample_links(calls: pa.Table, metadata: Mapping[str, str]) -> bool:
+    """Whether the calls of a result say which sample each one had (results saved before did not)."""
+    return "sample" in calls.column_names and UNLINKED_KEY not in metadata
+
+
+def _call_frame(calls: pa.Table) -> pd.DataFrame:
+    frame = calls.select(["call_id", "function_name", "module_id", "sample"]).to_pandas()
+    return frame[frame["sample"] >= 0]
+
+
+def _call_kernel_us(activity: pa.Table) -> pd.Series:
+    rows = activity.filter(attributed_mask(activity)).select(["call_id", "kernel_us"]).to_pandas()
+    return rows.groupby("call_id")["kernel_us"].sum()
+
+
+def empty_samples() -> pd.DataFrame:
+    """The per-sample table's columns and dtypes with no rows."""
+    return pd.DataFrame(
+        {
+            "function_name": pd.Series([], dtype=object),
+            "sample": pd.Series([], dtype=np.int64),
+            "calls": pd.Series([], dtype=np.int64),
+            "num_modules": pd.Series([], dtype=np.int64),
+            "kernel_us": pd.Series([], dtype=float),
+            "kernel_us_per_call": pd.Series([], dtype=float),
+            "time_spent_pct": pd.Series([], dtype=float),
+            "signature": pd.Series([], dtype=object),
+        },
+        columns=SAMPLE_COLUMNS,
+    )
+
+
+def sample_table(
+    activity: pa.Table,
+    calls: pa.Table,
+    function_data: Mapping[str, Sequence[tuple[int, Any]]],
+    metadata: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row per (function, sample) of ``function_data``, most kernel time first (schema: SAMPLE_COLUMNS).
+
+    Parameters
+    ----------
+    activity, calls:
+        The result's joined activity (schema ``ACTIVITY``) and functional calls (schema ``CALLS``).
+    function_data:
+        ``name -> [(count, (args, kwargs)), ...]``; every entry becomes a row, kernels or not.
+    metadata:
+        The result's metadata; a result whose calls carry no sample links gets NaN kernel times.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`SAMPLE_COLUMNS`, sorted by ``kernel_us`` (descending, stable; NaN last).
+    """
+    entries = [
+        (name, index, int(count), sample)
+        for name, items in function_data.items()
+        for index, (count, sample) in enumerate(items)
+    ]
+    if not entries:
+        return empty_samples()
+    frame = pd.DataFrame(
+        {
+            "function_name": pd.Series([e[0] for e in entries], dtype=object),
+            "sample": np.array([e[1] for e in entries], dtype=np.int64),
+            "calls": np.array([e[2] for e in entries], dtype=np.int64),
+            "signature": pd.Series([signature(e[3]) for e in entries], dtype=object),
+        }
+    )
+    linked = has_sample_links(calls, metadata or {})
+    keys = ["function_name", "sample"]
+    if linked:
+        per_call = _call_frame(calls)
+        per_call = per_call.assign(kernel_us=per_call["call_id"].map(_call_kernel_us(activity)).fillna(0.0))
+        in_modules = per_call[per_call["module_id"] >= 0].drop_duplicates([*keys, "module_id"])
+        found = pd.DataFrame(
+            {
+                "num_modules": in_modules.groupby(keys).size(),
+                "kernel_us": per_call.groupby(keys)["kernel_us"].sum(),
+            }
+        ).reset_index()
+        frame = frame.merge(found, on=keys, how="left")
+        frame["num_modules"] = frame["num_modules"].fillna(0).astype(np.int64)
+        frame["kernel_us"] = frame["kernel_us"].fillna(0.0).astype(float)
+    else:
+        frame["num_modules"] = np.nan  # unknown: which calls had which sample was not recorded
+        frame["kernel_us"] = np.nan
+    attributed = float(pc.sum(activity.filter(attributed_mask(activity))["kernel_us"]).as_py() or 0.0)
+    frame["kernel_us_per_call"] = frame["kernel_us"] / frame["calls"].where(frame["calls"] > 0)
+    frame["time_spent_pct"] = frame["kernel_us"] / attributed * 100.0 if attributed > 0 else 0.0
+    frame = frame.sort_values("kernel_us", ascending=False, kind="stable", na_position="last")
+    return frame[SAMPLE_COLUMNS].reset_index(drop=True)
+
+
+def no_sample_column(calls: pa.Table) -> pa.Table:
+    """``calls`` with a ``sample`` column of ``schema.NO_SAMPLE`` appended (results saved before it existed)."""
+    filler = pa.array(np.full(calls.num_rows, schema.NO_SAMPLE, dtype=np.int64))
+    return calls.append_column(pa.field("sample", pa.int64()), filler)

@@ -1,0 +1,172 @@
+"""``activate()``: which calls reach the candidate, what is restored, and what the profiler sees."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pandas as pd
+import pyarrow.compute as pc
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark
+
+original_relu = F.relu
+
+
+class Mixed(nn.Module):
+    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.gelu(self.norm(self.fc(x))))
+
+
+def inputs() -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(batch, 8, generator=generator) for batch in (2, 2, 3)]  # samples: batch 2, batch 3
+
+
+def modes() -> int:
+    return int(torch._C._len_torch_function_stack())
+
+
+def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+@pytest.fixture
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return Mixed().eval()
+
+
+def test_every_call_is_routed_and_a_candidate_calling_the_original_reaches_it(model):
+    seen: list[tuple[int, ...]] = []
+
+    def via_original(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        seen.append(tuple(x.shape))
+        return F.relu(x, inplace=inplace)  # the original: the mode is popped while a candidate runs
+
+    with torch.no_grad():
+        expected = [model(x) for x in inputs()]
+        with activate({"relu": via_original}) as activation:
+            outputs = [model(x) for x in inputs()]
+    assert seen == [(2, 8), (2, 8), (3, 8)] and activation.routed == {"relu": 3}  # once per call, no recursion
+    assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
+    assert activation.implementations == {"relu": "via_original"}
+
+
+def test_only_routes_the_samples_the_candidate_validated_on(model):
+    def batch2_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        return torch.clamp_min(x, 0.0) if x.shape[0] == 2 else x * 2.0  # wrong for batch 3
+
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    result = profiler.profile_result(model, [((x,), {}) for x in inputs()], warmup_iterations=0)
+    table = benchmark(result, ["relu"], candidates={"relu": batch2_relu}, repeats=2, warmup=0)
+    assert table.loc[table["implementation"] == "batch2_relu", "ok"].tolist() == [True, False]
+    with torch.no_grad():
+        expected = [model(x) for x in inputs()]
+        with activate({"relu": batch2_relu}, only=table) as activation:
+            outputs = [model(x) for x in inputs()]
+    # the two batch-2 calls were routed; the batch-3 call (where it was wrong) ran the original
+    assert activation.routed == {"relu": 2}
+    assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
+
+
+def test_only_needs_the_benchmark_table_and_the_candidate_in_it(model):
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    result = profiler.profile_result(model, [((inputs()[0],), {})], warmup_iterations=0)
+    table = benchmark(result, ["relu"], candidates={"relu": {"clamp": torch.clamp_min}}, repeats=1, warmup=0)
+    with pytest.raises(
+        ValueError, match=r"no rows for implementation 'other' of 'relu' \(it has \['clamp', 'torch'\]\)"
+    ):
+        activate({"relu": {"other": torch.clamp_min}}, only=table)
+    with pytest.raises(ValueError, match="a copy read back from CSV loses them"):
+        activate({"relu": {"clamp": torch.clamp_min}}, only=pd.DataFrame(table))  # attrs dropped
+    with pytest.raises(ValueError, match="routes 'relu' to one candidate"):
+        activate({"relu": [torch.clamp_min, torch.abs]})
+    with pytest.raises(ValueError, match="not a torch.nn.functional function"):
+        activate({"no_such_function": torch.abs})
+
+
+def test_everything_is_restored_after_an_exception(model):
+    calls = collections.Counter()
+
+    def counting(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        calls["candidate"] += 1
+        return torch.clamp_min(x, 0.0)
+
+    assert modes() == 0
+    with pytest.raises(KeyError, match="in the block"):
+        with activate({"relu": counting}):
+            model(inputs()[0])
+            raise KeyError("in the block")
+    assert modes() == 0 and F.relu is original_relu
+
+    def raising(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        raise ArithmeticError("in the candidate")
+
+    with pytest.raises(ArithmeticError, match="in the candidate"):
+        with activate({"relu": raising}):
+            model(inputs()[0])
+    assert modes() == 0
+    model(inputs()[0])  # after both blocks: the original runs, the candidate is not called again
+    assert calls == {"candidate": 1}
+
+
+def test_an_activation_is_not_reentrant():
+    activation = activate({"relu": torch.clamp_min})
+    with activation:
+        with pytest.raises(RuntimeError, match="already active"):
+            activation.__enter__()
+    assert modes() == 0
+    with activation:  # usable again once left
+        assert modes() == 1
+
+
+def test_profiling_inside_an_activation_shows_the_candidates_kernels_in_the_same_call(model):
+    samples = [((x,), {}) for x in inputs()]
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    plain = profiler.profile_result(model, samples, warmup_iterations=0)
+    with activate({"gelu": erf_gelu}) as activation:
+        routed = profiler.profile_result(model, samples, warmup_iterations=0)
+    assert activation.routed == {"gelu": 3}
+
+    def gelu_rows(result):
+        rows = result.activity.filter(pc.equal(result.activity["function_name"], "gelu")).to_pandas()
+        return set(rows["module_name"]), collections.Counter(rows["kernel"])
+
+    plain_modules, plain_kernels = gelu_rows(plain)
+    routed_modules, routed_kernels = gelu_rows(routed)
+    assert routed_modules == plain_modules == {""}  # F.gelu is called in the root module's forward
+    assert plain_kernels == {"cpu::aten::gelu": 3}
+    # x * 0.5 * (1 + erf(x / sqrt 2)): div, erf, add, mul, mul per call, three calls
+    assert routed_kernels == {"cpu::aten::div": 3, "cpu::aten::erf": 3, "cpu::aten::add": 3, "cpu::aten::mul": 6}
+    assert routed.calls.num_rows == plain.calls.num_rows  # the same functional calls, 4 per forward
+
+
+def test_python_functionals_are_routed_under_the_profiler_too():
+    # F.pad calls other functionals, so the profiler runs a gate-free copy of it; with a mode below
+    # (this activation) it must call the original instead, or the activation would never see the call
+    class Padded(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.pad(x, (1, 1))
+
+    def zero_pad(x: torch.Tensor, pad: tuple[int, ...], mode: str = "constant", value: float | None = None):
+        return torch.constant_pad_nd(x, pad, 0.0)
+
+    x = torch.randn(2, 3)
+    with activate({"pad": zero_pad}) as activation:
+        result = ModuleFunctionKernelProfiler(device="cpu").profile_result(Padded(), [((x,), {})], warmup_iterations=0)
+    assert activation.routed == {"pad": 1}
+    assert result.calls["function_name"].to_pylist() == ["pad"]
+    pad_kernels = result.activity.filter(pc.equal(result.activity["function_name"], "pad"))["kernel"].to_pylist()
+    assert pad_kernels == ["cpu::aten::constant_pad_nd"]

@@ -1,0 +1,300 @@
+"""Replay benchmarks on CPU: rows per sample, exact kernels, candidates, loaded results, the CLI.
+
+Times are never asserted; what is asserted is which rows exist, what the kernel multisets say,
+the output errors (exact, from the inputs) and the arithmetic between columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import aitune_dispatch
+from aitune_dispatch import ModuleFunctionKernelProfiler, benchmark, load
+from aitune_dispatch.benchmarking import (
+    BENCHMARK_COLUMNS,
+    RecordedSample,
+    clone_exact,
+    random_tensor,
+    recorded_samples,
+    weighted_totals,
+)
+from aitune_dispatch.benchmarking.recorded import same_kernels_per_call
+from aitune_dispatch.demo import demo_workload
+from aitune_dispatch.results import ProfileResult, TensorMeta
+
+REPEATS, WARMUP = 3, 1
+
+
+class Mixed(nn.Module):
+    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.gelu(self.norm(self.fc(x))))
+
+
+def mixed_samples() -> list:
+    generator = torch.Generator().manual_seed(0)
+    return [((torch.randn(batch, 8, generator=generator),), {}) for batch in (2, 2, 3)]  # samples: batch 2, 3
+
+
+def profile_cpu(model: nn.Module, samples: list, **options) -> ProfileResult:
+    profiler = ModuleFunctionKernelProfiler(device="cpu", **options)
+    return profiler.profile_result(model.eval(), samples, warmup_iterations=0)
+
+
+@pytest.fixture(scope="module")
+def mixed_result() -> ProfileResult:
+    torch.manual_seed(0)
+    return profile_cpu(Mixed(), mixed_samples())
+
+
+@pytest.fixture(scope="module")
+def demo_result() -> ProfileResult:
+    model, samples = demo_workload("cpu")
+    return profile_cpu(model, samples)
+
+
+def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    return torch.clamp_min(x, 0.0)  # the same values as relu, bit for bit
+
+
+def absolute(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    return torch.abs(x)  # wrong wherever x < 0
+
+
+def broken(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    raise ValueError("boom")
+
+
+# -- replay of the recorded samples -----------------------------------------------------------------
+def test_one_row_per_function_sample_and_the_kernels_the_model_ran(demo_result):
+    names = ["linear", "layer_norm", "gelu", "conv2d", "scaled_dot_product_attention"]
+    table = benchmark(demo_result, names, repeats=REPEATS, warmup=WARMUP)
+    assert list(table.columns) == BENCHMARK_COLUMNS
+    expected = [(name, i) for name in names for i in range(len(demo_result.function_data[name]))]
+    assert list(zip(table["function_name"], table["sample"])) == expected  # demo: 10 + 2 + 2 + 2 + 2 rows
+    assert (table["implementation"] == "torch").all() and table["ok"].all() and table["error"].isna().all()
+    # the layer_norm inputs are strided views (f32[B,64,64]{4096,1,64}): replayed with those strides
+    assert table["kernels_match"].all()
+    counts = {(n, i): c for n in names for i, (c, _) in enumerate(demo_result.function_data[n])}
+    assert [counts[key] for key in expected] == table["calls"].tolist()
+    assert (table["speedup"] == 1.0).all() and (table["max_abs_error"] == 0.0).all()
+    assert (table["us_per_call"] > 0).all() and (table["recorded_us_per_call"] > 0).all()
+
+
+def test_relu_samples_replay_their_kernels(mixed_result):
+    table = benchmark(mixed_result, ["relu"], repeats=REPEATS, warmup=WARMUP)
+    assert table["sample"].tolist() == [0, 1] and table["kernels_match"].tolist() == [True, True]
+
+
+def test_recorded_kernels_include_nested_calls():
+    class MHA(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(2, 4, 8)
+    # training mode: the slow path, F.multi_head_attention_forward with nested linear / sdpa calls
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    result = profiler.profile_result(MHA().train(), [((x,), {})], warmup_iterations=0)
+    recorded = recorded_samples(result)
+    outer = recorded[("multi_head_attention_forward", 0)]
+    inner = recorded[("linear", 0)]
+    # every kernel of the nested linear calls is in the enclosing call's multiset as well
+    assert outer.calls == 1 and all(outer.kernels[k] >= n for k, n in inner.kernels.items())
+    assert sum(outer.kernels.values()) > sum(inner.kernels.values())
+    table = benchmark(result, ["multi_head_attention_forward"], repeats=REPEATS, warmup=WARMUP)
+    assert table["kernels_match"].tolist() == [True]
+
+
+def test_kernel_multisets_are_compared_per_call():
+    recorded = RecordedSample(calls=2, call_us=(4.0, 6.0), kernels=Counter({"addmm": 2, "t": 2}))
+    assert recorded.kernel_us == 10.0 and recorded.us_per_call == 5.0  # median of 4 and 6
+    assert same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 3}), 3)  # 3 x 2 == 2 x 3 for both
+    assert not same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 2}), 3)  # t: 2 x 2 != 2 x 3
+    assert not same_kernels_per_call(recorded, Counter({"addmm": 3, "t": 3, "copy_": 3}), 3)  # copy_: 3 x 2 != 0
+    assert same_kernels_per_call(RecordedSample(1, (0.0,), Counter()), Counter(), 5)  # nothing launched either way
+
+
+def test_a_replay_that_runs_other_kernels_says_so(mixed_result):
+    # recorded with gelu routed to an erf formula: the model's gelu calls ran mul/erf/add, not aten::gelu
+    with aitune_dispatch.activate({"gelu": erf_gelu}):
+        routed = profile_cpu(Mixed(), mixed_samples())
+    recorded = recorded_samples(routed)[("gelu", 0)]
+    assert "cpu::aten::gelu" not in recorded.kernels and recorded.kernels["cpu::aten::erf"] == 2  # 2 calls
+    table = benchmark(routed, ["gelu"], repeats=REPEATS, warmup=WARMUP)
+    assert table["kernels_match"].tolist() == [False, False] and table["ok"].all()
+
+
+def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def test_replay_leaves_the_samples_untouched(mixed_result):
+    (_, (args, _)), _ = mixed_result.function_data["relu"]
+    before = args[0].clone()
+    benchmark(mixed_result, ["relu"], candidates={"relu": inplace_relu}, repeats=REPEATS, warmup=WARMUP)
+    assert torch.equal(args[0], before) and (before < 0).any()
+
+
+def inplace_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    return x.relu_()
+
+
+# -- candidates -------------------------------------------------------------------------------------
+def test_correct_wrong_and_raising_candidates(mixed_result):
+    table = benchmark(
+        mixed_result, ["relu"], candidates={"relu": [exact_relu, absolute, broken]}, repeats=REPEATS, warmup=WARMUP
+    )
+    assert table["implementation"].tolist() == ["torch", "exact_relu", "absolute", "broken"] * 2
+    rows = table.set_index(["sample", "implementation"])
+    for sample in (0, 1):
+        (_, (args, _)) = mixed_result.function_data["relu"][sample]
+        x = args[0]
+        assert rows.loc[(sample, "exact_relu"), "ok"] and rows.loc[(sample, "exact_relu"), "max_abs_error"] == 0.0
+        # |x| - relu(x) = -x where x < 0 (else 0): the error is largest at min(x)
+        assert not rows.loc[(sample, "absolute"), "ok"]
+        assert rows.loc[(sample, "absolute"), "max_abs_error"] == pytest.approx(-float(x.min()), rel=0, abs=0)
+        assert rows.loc[(sample, "absolute"), "error"].startswith("output differs from the original")
+        assert not rows.loc[(sample, "broken"), "ok"]
+        assert rows.loc[(sample, "broken"), "error"] == "the candidate raised ValueError: boom"
+        assert math.isnan(rows.loc[(sample, "broken"), "us_per_call"])
+        torch_us = rows.loc[(sample, "torch"), "us_per_call"]
+        for name in ("exact_relu", "absolute"):  # speedup = original time / candidate time
+            assert rows.loc[(sample, name), "speedup"] == torch_us / rows.loc[(sample, name), "us_per_call"]
+        assert pd.isna(rows.loc[(sample, "exact_relu"), "kernels_match"])  # kernels_match is the original's
+
+
+def test_weighted_total_is_calls_times_time_with_fallback_to_the_original(mixed_result):
+    table = benchmark(mixed_result, ["relu"], candidates={"relu": [exact_relu, broken]}, repeats=REPEATS, warmup=1)
+    rows = table.set_index(["sample", "implementation"])["us_per_call"]
+    calls = {0: 2, 1: 1}  # batch 2 twice, batch 3 once
+    original = calls[0] * rows[(0, "torch")] + calls[1] * rows[(1, "torch")]
+    exact = calls[0] * rows[(0, "exact_relu")] + calls[1] * rows[(1, "exact_relu")]
+    assert table.attrs["weighted"] == {"relu": {"torch": original, "exact_relu": exact, "broken": original}}
+    totals = weighted_totals(table).set_index("implementation")
+    assert totals.loc["broken", "fallbacks"] == 2 and totals.loc["exact_relu", "fallbacks"] == 0
+    assert totals.loc["exact_relu", "speedup"] == original / exact and totals.loc["broken", "speedup"] == 1.0
+
+
+def test_candidates_are_named_by_qualname_or_by_the_dict():
+    table_names = benchmark(
+        profile_cpu(Mixed(), mixed_samples()[:1]),
+        ["relu"],
+        candidates={"relu": {"clamp": exact_relu}},
+        repeats=1,
+        warmup=0,
+    )["implementation"].tolist()
+    assert table_names == ["torch", "clamp"]
+
+
+@pytest.mark.parametrize(
+    ("candidates", "message"),
+    [
+        ({"relu": [exact_relu, exact_relu]}, "both named 'exact_relu'"),
+        ({"relu": {"torch": exact_relu}}, "the name of the original"),
+        ({"relu": 3}, "must be a callable"),
+        ({"softmax": exact_relu}, "does not replay"),
+    ],
+)
+def test_bad_candidates_are_refused_before_anything_runs(mixed_result, candidates, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        benchmark(mixed_result, ["relu"], candidates=candidates)
+
+
+def test_unknown_functions_and_bad_counts_are_refused(mixed_result):
+    with pytest.raises(ValueError, match=r"no samples of \['conv2d'\]"):
+        benchmark(mixed_result, ["conv2d"])
+    with pytest.raises(TypeError, match="not a single string"):
+        benchmark(mixed_result, "relu")
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        benchmark(mixed_result, ["relu"], repeats=0)
+
+
+def test_a_candidate_the_cpu_source_cannot_see_is_not_ok(mixed_result):
+    outputs: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def no_ops(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        # computed once (the validation call), then returned without any aten op, as compiled CPU code
+        # (Inductor's C++ kernels) would run: the CPU source cannot see that time
+        key = tuple(x.shape)
+        if key not in outputs:
+            outputs[key] = torch.relu(x)
+        return outputs[key]
+
+    row = benchmark(mixed_result, ["relu"], candidates={"relu": no_ops}, repeats=REPEATS, warmup=WARMUP).iloc[1]
+    assert not row["ok"] and row["max_abs_error"] == 0.0 and math.isnan(row["us_per_call"])
+    assert "dispatched no aten op" in row["error"]
+
+
+# -- loaded results ---------------------------------------------------------------------------------
+def test_a_result_saved_without_tensors_replays_from_its_metadata(demo_result, tmp_path):
+    loaded = load(demo_result.save(tmp_path / "demo"))
+    table = benchmark(loaded, ["linear", "layer_norm"], repeats=REPEATS, warmup=WARMUP)
+    assert table["ok"].all() and table["kernels_match"].all() and len(table) == 10 + 2
+
+
+def test_integer_inputs_are_refused_unless_made(tmp_path):
+    class Embed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = nn.Embedding(10, 4)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.table(ids)
+
+    result = profile_cpu(Embed(), [((torch.tensor([[1, 2, 3]]),), {})])
+    loaded = load(result.save(tmp_path / "embed"))
+    refused = benchmark(loaded, ["embedding"], repeats=1, warmup=0).iloc[0]
+    assert not refused["ok"] and "int64[1, 3] holds indices" in refused["error"] and "make_tensor=" in refused["error"]
+    made: list[TensorMeta] = []
+
+    def make(meta: TensorMeta) -> torch.Tensor:
+        made.append(meta)
+        return (
+            torch.zeros(meta.shape, dtype=getattr(torch, meta.dtype)) if meta.dtype == "int64" else random_tensor(meta)
+        )
+
+    row = benchmark(loaded, ["embedding"], repeats=1, warmup=0, make_tensor=make).iloc[0]
+    assert row["ok"] and row["kernels_match"]
+    assert [m.dtype for m in made] == ["int64", "float32"]  # the ids and the weight, in argument order
+
+
+def test_random_tensors_and_clones_keep_strides_and_overlaps():
+    meta = TensorMeta(shape=(2, 3), dtype="float16", stride=(1, 2), device="cpu", layout="strided", itemsize=2)
+    made = random_tensor(meta, torch.Generator().manual_seed(0))
+    assert made.shape == (2, 3) and made.stride() == (1, 2) and made.dtype == torch.float16
+    expanded = torch.arange(3.0).expand(4, 3)  # stride (0, 1): four rows share one storage row
+    copy = clone_exact(((expanded, [expanded.t()]), {"x": expanded}))
+    assert copy[0][0].stride() == (0, 1) and copy[0][1][0].stride() == (1, 0) and copy[1]["x"].stride() == (0, 1)
+    assert torch.equal(copy[0][0], expanded) and copy[0][0].data_ptr() != expanded.data_ptr()
+    # one tensor passed twice stays one object; views of one storage share the copy's storage
+    qkv = torch.randn(4, 6)
+    q, k = qkv[:, :3], qkv[:, 3:]
+    (same_a, same_b, q2, k2), _ = clone_exact(((q, q, q, k), {}))
+    assert same_a is same_b and q2.untyped_storage().data_ptr() == k2.untyped_storage().data_ptr()
+    assert q2.data_ptr() != q.data_ptr() and torch.equal(q2, q) and torch.equal(k2, k) and k2.stride() == (6, 1)
+
+
+def test_a_cuda_result_needs_cuda(monkeypatch):
+    from pathlib import Path
+
+    saved = load(Path(__file__).parent / "data" / "h200_demo_result")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="recorded on CUDA"):
+        benchmark(saved)

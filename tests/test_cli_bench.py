@@ -1,0 +1,57 @@
+"""``aitune-dispatch bench``: replays a saved result's samples, prints the table, writes CSV."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.cli import main
+from aitune_dispatch.results import ProfileResult
+
+
+class Mixed(nn.Module):
+    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.gelu(self.norm(self.fc(x))))
+
+
+@pytest.fixture(scope="module")
+def mixed_result() -> ProfileResult:
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    samples = [((torch.randn(batch, 8, generator=generator),), {}) for batch in (2, 2, 3)]  # samples: batch 2, 3
+    return ModuleFunctionKernelProfiler(device="cpu").profile_result(Mixed().eval(), samples, warmup_iterations=0)
+
+
+def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsys):
+    saved = mixed_result.save(tmp_path / "mixed", with_tensors=True)
+    csv = tmp_path / "bench.csv"
+    assert main(["bench", str(saved), "--functions", "relu,gelu", "--repeats", "2", "--csv", str(csv)]) == 0
+    out, err = capsys.readouterr()
+    assert "weighted per function" in out and "replayed" in err
+    written = pd.read_csv(csv)
+    # functions in name order: gelu 0, 1 then relu 0, 1; one implementation each
+    assert list(zip(written["function_name"], written["sample"])) == [
+        ("gelu", 0),
+        ("gelu", 1),
+        ("relu", 0),
+        ("relu", 1),
+    ]
+    assert written["kernels_match"].all() and written["ok"].all()
+
+
+def test_cli_bench_reports_bad_input_in_one_line(mixed_result, tmp_path, capsys):
+    saved = mixed_result.save(tmp_path / "mixed")
+    assert main(["bench", str(saved), "--functions", "conv2d", "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("aitune-dispatch: error: no samples of ['conv2d']")
