@@ -420,6 +420,7 @@ class ModuleFunctionKernelProfiler:
                 "tracer": self.op_tracer,
                 "decoder": getattr(source, "sink_name", "none"),
                 "threads_traced": str(sum(thread.traced for thread in trace.threads)),
+                "correlation_pushes": str(trace.ops_pushed + trace.scopes_pushed),
                 "functions": self.functions,
                 **(_gpu_metadata() if cuda else {}),
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock

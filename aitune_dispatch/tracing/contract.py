@@ -63,6 +63,7 @@ class TraceTables:
     contexts: pa.Table
     threads: tuple[ThreadInfo, ...]  # by index; the profiling thread is index 0
     scopes_pushed: int  # scope contexts pushed as correlation ids
+    ops_pushed: int  # op ids pushed as correlation ids (every op but views)
 
 
 class Tracer(Protocol):

@@ -182,7 +182,9 @@ class NativeTracer:
             schema=schema.CONTEXTS,
         )
         threads = tuple(ThreadInfo(*row) for row in c["threads"])
-        return TraceTables(ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]))
+        return TraceTables(
+            ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]), int(c["ops_pushed"])
+        )
 
     def push_log(self) -> list[int]:
         """With ``correlation_kind=LOG_PUSHES``: every id pushed during the pass, and -1 for each pop."""

@@ -95,6 +95,7 @@ class PythonTracer:
             contexts=recorder.contexts_table(),
             threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in recorder.threads),
             scopes_pushed=len(recorder.ctx_module),
+            ops_pushed=self._modes[1].pushed,
         )
 
     def function_data(self) -> FunctionData:

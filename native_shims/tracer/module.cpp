@@ -82,6 +82,7 @@ void reset_columns() {
   trace.contexts = ContextColumns();
   trace.function_names = Names();
   trace.scopes_pushed = 0;
+  trace.ops_pushed = 0;
   trace.thread_infos.clear();
   ++trace.generation;
   trace.threads = 0;
@@ -235,7 +236,7 @@ PyObject* py_take(PyObject*, PyObject*) {
   PyObject* samples = samples_take();
   if (samples == nullptr) return nullptr;
   PyObject* result = Py_BuildValue(
-      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N, s:N,s:N, s:N,s:K,s:N}",
+      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N, s:N,s:N, s:N,s:K,s:K,s:N}",
       "op_names", as_list(trace.op_names), "op_name", as_bytes(o.name), "op_module", as_bytes(o.module), "op_call",
       as_bytes(o.call), "op_thread", as_bytes(o.thread), "op_start", as_bytes(o.start), "op_end", as_bytes(o.end),
       "function_names", as_list(trace.function_names), "call_name", as_bytes(c.name), "call_parent",
@@ -244,7 +245,8 @@ PyObject* py_take(PyObject*, PyObject*) {
       "mcall_module", as_bytes(m.module), "mcall_start", as_bytes(m.start), "mcall_end", as_bytes(m.end),
       "mcall_thread", as_bytes(m.thread), "ctx_module", as_bytes(x.module), "ctx_call", as_bytes(x.call),
       "threads", thread_list(), "scopes_pushed",
-      (unsigned long long)trace.scopes_pushed, "push_log", as_bytes(push_log));
+      (unsigned long long)trace.scopes_pushed, "ops_pushed", (unsigned long long)trace.ops_pushed, "push_log",
+      as_bytes(push_log));
   push_log.clear();
   trace.ops = OpColumns();
   trace.calls = CallColumns();

@@ -49,6 +49,12 @@ struct ContextColumns {
   std::vector<int64_t> module, call;
 };
 
+// One started RecordFunction on a thread: the op id it recorded (-1: none) and whether it pushed it.
+struct Open {
+  int64_t op_id;
+  bool pushed;
+};
+
 // A thread that reported a traced event (tracing/contract.py ThreadInfo).
 struct ThreadInfo {
   std::string name;
@@ -69,7 +75,7 @@ struct ThreadState {
   int functional_depth = 0;                    // open torch.nn.functional calls (not torch-level ones)
   std::vector<PyObject*> reentered;            // functionals running as re-armed copies (borrowed)
   int op_depth = 0;                            // recorded ops open on this thread
-  std::vector<int64_t> open_ops;               // one entry per started RecordFunction: op id or -1
+  std::vector<Open> open_ops;                  // one entry per started RecordFunction (ops.cpp)
 };
 
 // Interned strings -> small ids, so that rows hold integers only.
