@@ -1,22 +1,43 @@
-"""Every column name and Arrow schema of the package, in one place.
+"""Every column name, Arrow schema, activity kind and metadata key of the package, in one place.
 
 Units are in the names (``_ns`` nanoseconds, ``_us`` microseconds). Sentinels:
 ``module_id == -1`` means "outside the profiled hierarchy", ``call_id == -1`` means "no
 functional call encloses the op", ``sample == -1`` means "no sample was collected for this call",
 ``stream == -1`` / ``device == -1`` mean "CPU". After the join, a kernel that no op claimed has a
-null ``op_id``.
+null ``op_id``. Every stage imports this module; it imports nothing of the package.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
+PACKAGE_VERSION = "0.1.0"  # aitune_dispatch.__version__; saved results name the version that wrote them
 
 NO_MODULE = -1
 NO_CALL = -1
 NO_SAMPLE = -1
 CPU_STREAM = -1
+
+# -- the spec's function_data: function_name -> [(call count, (args, kwargs)), ...] ---------------------
+Sample = tuple[tuple[Any, ...], dict[str, Any]]
+FunctionData = dict[str, list[tuple[int, Sample]]]
+
+# -- activity kinds: the ``kind`` column of KERNELS and ACTIVITY ------------------------------------------
+KIND_KERNEL = "kernel"
+KIND_MEMCPY = "memcpy"
+KIND_MEMSET = "memset"
+KIND_CPU_OP = "cpu_op"  # an aten op timed on the host by the CPU activity source
+ACTIVITY_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_CPU_OP)
+CPU_KERNEL_PREFIX = "cpu::"  # the CPU source's kernel names: "cpu::aten::addmm"
+
+# -- correlation ids: one CUPTI external-correlation kind carries op ids and scope contexts ----------------
+# op ids are pushed as themselves, scope contexts (module forwards, functional calls) as SCOPE_BASE + id,
+# so CUPTI tags each launch with the innermost of them (tracing pushes, collection splits them apart)
+SCOPE_BASE = 1 << 62
+NO_CORRELATION = -1  # a correlation kind of -1: the activity source takes no ids (the CPU source)
 
 # -- activity sources ---------------------------------------------------------------------------
 KERNELS = pa.schema(
@@ -27,7 +48,7 @@ KERNELS = pa.schema(
         ("end_ns", pa.int64()),
         ("device", pa.int32()),
         ("stream", pa.int64()),
-        ("kind", pa.string()),  # "kernel", "memcpy", "memset" or "cpu_op"
+        ("kind", pa.string()),  # one of ACTIVITY_KINDS
     ]
 )
 CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
@@ -101,6 +122,23 @@ ACTIVITY = pa.schema(
     ]
 )
 
+# op times on the host clock, for the timeline (results.views.op_times)
+OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
+
+# -- saved results (results/persist.py) -------------------------------------------------------------------
+RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls")  # a ProfileResult's tables
+FUNCTION_DATA_TABLE = "function_data"  # function_data, saved as a table beside them
+# function_data as a table: one row per distinct sample, the sample as JSON (results/values.py)
+FUNCTION_DATA = pa.schema(
+    [
+        ("function_name", pa.string()),
+        ("sample_index", pa.int64()),
+        ("count", pa.int64()),
+        ("sample_json", pa.string()),
+    ]
+)
+TENSORS = pa.schema([("torch_save", pa.large_binary())])  # with_tensors=True: torch.save of the samples' tensors
+
 # -- spec-compatible outputs (names and order are the reference's) ----------------------------------
 PROFILING_COLUMNS = ["module_name", "module", "function_name", "op", "kernel", "kernel_us"]
 SUMMARY_COLUMNS = [
@@ -126,6 +164,98 @@ COMPARE_COLUMNS = [
     "after_count",
 ]
 
+
+# -- the views' tables (results/views) ----------------------------------------------------------------
+KERNEL_COLUMNS = [
+    "kernel",  # the full kernel name (CUDA), "Memcpy ..." / "Memset ...", or "cpu::<op>"
+    "kind",  # one of ACTIVITY_KINDS
+    "op",  # the aten op that launched it; None when no op claimed it
+    "function_name",  # the innermost functional call; None outside any
+    "module",  # the launching module's group label (module_groups); None outside the hierarchy
+    "modules",  # distinct modules of that pattern that launched it
+    "calls",  # launches (activity rows)
+    "total_us",  # summed duration, microseconds
+    "mean_us",  # total_us / calls
+    "share",  # total_us / all kernel time (0..1)
+]
+
+MODULE_COLUMNS = [
+    "pattern",  # the group label (module_groups): a layer pattern, a module name, or "<Type> (root)"
+    "module_type",  # the nn.Module class name
+    "depth",  # 0 for the root module, 1 for its children, ...
+    "parent",  # the parent row's pattern; None for the root
+    "instances",  # modules with this pattern
+    "forwards",  # forward calls of those modules in the recorded pass
+    "total_us",  # kernel time of the modules and their descendants, microseconds
+    "self_us",  # kernel time launched directly in the modules (not in a submodule)
+    "share",  # total_us / all kernel time (0..1)
+    "top_function",  # the functional call with the most kernel time directly in these modules; None if none
+    "members",  # list of (module name, total_us), largest first: the instances behind the pattern
+]
+
+UNATTRIBUTED_COLUMNS = [
+    "reason",  # one of results.views.REASONS
+    "op",  # the op that launched the kernels; None when no op claimed them
+    "module",  # the launching module's group label (module_groups); None outside the hierarchy
+    "kernels",  # activity rows
+    "total_us",  # summed duration, microseconds
+    "share",  # total_us / all kernel time (0..1)
+    "why",  # the reason in words
+    "hint",  # what to do about it
+]
+
+SAMPLE_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "calls",  # recorded calls with this sample (function_data's count)
+    "num_modules",  # distinct profiled modules those calls ran in (NaN where calls carry no sample links)
+    "kernel_us",  # attributed kernel time of those calls; NaN where the calls carry no sample links
+    "kernel_us_per_call",
+    "time_spent_pct",  # of all attributed kernel time (describe_results' denominator)
+    "signature",  # e.g. "f16[2,4096,320] f16[320,320] f16[320]"
+]
+
+# benchmark(): one row per (function, sample, implementation)
+BENCHMARK_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "implementation",  # "torch" for the original, else the candidate's name
+    "calls",  # recorded calls of this sample (the weight in DataFrame.attrs["weighted"])
+    "recorded_us_per_call",  # median kernel time of the recorded calls, nested calls included; NaN without links
+    "us_per_call",  # median kernel time of the replayed calls; NaN where the implementation failed
+    "speedup",  # the original's us_per_call / this one's (1.0 on "torch" rows)
+    "kernels_match",  # "torch" rows: every replayed call launches the recorded kernel multiset; NA elsewhere
+    "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
+    "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
+    "error",  # why not ok; None when ok
+]
+
+# -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------
+META_TORCH = "torch"  # torch.__version__ of the run
+META_DEVICE = "device"  # "cuda" or "cpu"
+META_OP_TRACER = "op_tracer"  # the tracing backend: "native" or "python"
+META_TRACER = "tracer"  # the same, under its newer name
+META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
+META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
+META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids
+META_FUNCTIONS = "functions"  # "functional" or "all"
+META_GPU_NAME = "gpu_name"  # CUDA runs: the GPU's name, compute capability, memory and SM count
+META_GPU_CAPABILITY = "gpu_compute_capability"  # "9.0"
+META_GPU_MEMORY = "gpu_memory_bytes"
+META_GPU_SMS = "gpu_sm_count"
+META_CLOCK_OFFSET = "activity_minus_host_ns"  # activity clock minus host clock, ns ("0": converted to host)
+META_TICKS_PER_NS = "activity_ticks_per_ns"  # the rate of the activity source's clock that was converted
+# calls carry no sample links (set on load for results saved before calls had a sample column)
+META_CALL_SAMPLES = "call_samples"
+CALL_SAMPLES_UNLINKED = "not recorded (saved before functional calls had a sample column)"
+
+# seconds spent in each phase of a recorded run: metadata "seconds_<phase>" (benchmarks read them)
+PHASES = ("warmup", "start", "pass", "flush", "decode", "join")
+
+
+def seconds_key(phase: str) -> str:
+    """The metadata key of a phase's seconds: ``seconds_pass`` for ``"pass"``."""
+    return f"seconds_{phase}"
 
 # -- what each column means: unit and sentinel, written as Arrow field metadata into saved results --
 # column name -> (unit, sentinel); "" where none applies. Names mean the same in every table.
@@ -169,3 +299,26 @@ def field_metadata(name: str) -> dict[bytes, bytes]:
 def empty(schema: pa.Schema) -> pa.Table:
     """An empty table of ``schema``, so that empty results keep their columns."""
     return schema.empty_table()
+
+
+def tensor_strides(value: Any) -> tuple[int, ...] | None:
+    """The strides of a tensor (or of saved tensor metadata), or None where it has none.
+
+    Parameters
+    ----------
+    value:
+        A ``torch.Tensor``, a ``TensorMeta`` or anything with a ``stride`` method or attribute.
+
+    Returns
+    -------
+    tuple[int, ...] or None
+        The strides; None for nested and sparse tensors (their ``stride()`` raises) and for values
+        that record none. The one place that decides what strides a sample's tensor has.
+    """
+    stride = getattr(value, "stride", None)
+    if stride is None:
+        return None
+    try:
+        return tuple(stride() if callable(stride) else stride)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None
