@@ -148,8 +148,19 @@ void samples_clear();
 PyObject* py_sample_key_bytes(PyObject*, PyObject* value);  // exposed for tests
 
 // -- function mode (function_mode.cpp) -----------------------------------------------------------
+// What start() hands the function mode, by name (borrowed references; configure takes its own).
+struct FunctionModeSettings {
+  PyObject* functions = nullptr;           // {functional: name}
+  PyObject* sample_names = nullptr;        // frozenset of function_names, or None: every functional
+  bool all_functions = false;              // torch-level API calls count as calls (functions="all")
+  PyObject* rearmed_copy = nullptr;        // rearmed_copy(func) -> gate-free copy or None
+  PyObject* api_name = nullptr;            // api_name(func) -> "torch.addmm" or None
+  PyObject* push_mode = nullptr;           // torch._C._push_on_torch_function_stack
+  PyObject* pop_mode = nullptr;            // torch._C._pop_torch_function_stack
+  PyObject* routing_mode_below = nullptr;  // routing_mode_below() -> whether a mode below ours wants the call
+};
 bool function_mode_ready(PyObject* module);
-bool function_mode_configure(PyObject* config);  // see function_mode.cpp
+bool function_mode_configure(const FunctionModeSettings& settings);
 void function_mode_clear();
 
 }  // namespace aitune
