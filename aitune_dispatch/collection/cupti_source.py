@@ -1,11 +1,12 @@
 """CUDA activity source: CUPTI activity records joined to ops through external correlation ids.
 
-What CUPTI needs (DESIGN.md, measured on an H200): external-correlation records are only emitted
-alongside runtime/driver API records, so RUNTIME and DRIVER are enabled too, but restricted to the
-launch / copy / set callback ids (every other API id is switched off while we collect and switched
-back on afterwards). The op id is pushed as an external correlation id around each aten op.
-Buffer callbacks are process-global (last registration wins), so they are registered again at
-every start; the decoder backend that owns them is a :class:`RecordSink`.
+What CUPTI needs (``docs/design.md``, "Correlation: what CUPTI needs"): external-correlation
+records are only emitted alongside runtime/driver API records, so RUNTIME and DRIVER are enabled
+too, but restricted to the launch / copy / set callback ids (every other API id is switched off
+while we collect and switched back on afterwards). The op id is pushed as an external correlation
+id around each aten op. Buffer callbacks are process-global (last registration wins), so they are
+registered again at every start; the decoder backend that owns them is a :class:`RecordSink`.
+Timestamps are converted onto the host clock here (:mod:`.clock`; ``docs/design.md``, "The clock").
 """
 
 from __future__ import annotations
@@ -15,22 +16,19 @@ import functools
 import re
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
 from .. import schema
+from ..schema import SCOPE_BASE
 from .base import Activity
+from .clock import HostClock, host_clock
 from .records import DecodedRecords
 
-# One external-correlation kind carries both op ids and scope contexts, on one per-thread stack,
-# so CUPTI tags each launch with the innermost of them: the op if one is running, else the module
-# forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
-SCOPE_BASE = 1 << 62
+__all__ = ["CANARY_ID", "SCOPE_BASE", "CuptiSource", "HostClock", "RecordSink", "host_clock", "load_cupti"]
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
@@ -49,6 +47,8 @@ class RecordSink(Protocol):
 
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, decoded (call after a forced flush)."""
+
+    # optional: ``warnings``, what the last take() could not decode, in words (the sink warns them)
 
 
 def load_cupti() -> Any:
@@ -83,43 +83,6 @@ def _api_callback_ids(enum: Any) -> tuple[tuple[int, ...], frozenset[int]]:
         if _API_RECORDS_WE_NEED.match(name):
             needed.append(int(member))
     return tuple(every), frozenset(needed)
-
-
-@dataclass(frozen=True)
-class HostClock:
-    """Maps CUPTI timestamps onto the host's ``perf_counter_ns``: ``host = host0 + (ts - ts0) / rate``.
-
-    CUPTI's timestamps are nanoseconds unless a client registered a timestamp callback: Kineto
-    (torch.profiler) registers one that counts TSC ticks, and it stays registered after it stops.
-    Two clock pairs taken around the pass give the rate, so durations are nanoseconds either way and
-    every timestamp lands on the host clock of the trace.
-    """
-
-    host0: int
-    ts0: int
-    ticks_per_ns: float
-
-    def convert(self, kernels: pa.Table) -> pa.Table:
-        """``kernels`` with start_ns / end_ns on the host clock, in nanoseconds."""
-        for name in ("start_ns", "end_ns"):
-            ticks = np.asarray(kernels[name].to_numpy(), dtype=np.int64) - self.ts0
-            host = self.host0 + (
-                ticks if self.ticks_per_ns == 1.0 else np.rint(ticks / self.ticks_per_ns).astype(np.int64)
-            )
-            kernels = kernels.set_column(kernels.schema.get_field_index(name), name, pa.array(host, pa.int64()))
-        return kernels
-
-
-def host_clock(start: tuple[int, int] | None, end: tuple[int, int] | None) -> HostClock:
-    """The clock mapping from two (host ns, CUPTI timestamp) pairs; a rate within 0.1% of 1 is 1."""
-    if start is None:
-        return HostClock(0, 0, 1.0)
-    rate = 1.0
-    if end is not None and end[0] > start[0]:
-        rate = (end[1] - start[1]) / (end[0] - start[0])
-        if abs(rate - 1.0) < 1e-3 or rate <= 0:
-            rate = 1.0
-    return HostClock(start[0], start[1], rate)
 
 
 def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -293,10 +256,7 @@ class CuptiSource:
         if self._canary is not None:
             kernels, correlation = self._drop_canary(kernels, correlation)
         correlation, scope_correlation = split_scopes(correlation)
-        counters = getattr(self._sink, "counters", {})
-        for counter in ("undecodable", "lost", "layout_mismatches"):
-            if counters.get(counter):
-                self._warnings.append(f"{self._sink.name} decoder: {counters[counter]} {counter.replace('_', ' ')}")
+        self._warnings.extend(getattr(self._sink, "warnings", ()))  # the decoder's own words, warned by the sink
         return Activity(
             kernels=kernels,
             correlation=correlation,

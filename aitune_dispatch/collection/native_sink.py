@@ -75,6 +75,7 @@ class NativeRecordSink:
         self.library: str = self._native.load(_wheel_libcupti())
         self._external_kind = int(external_kind)
         self.counters: dict[str, int] = {}
+        self.warnings: tuple[str, ...] = ()  # what the last take() could not decode, in words
 
     def register(self) -> None:
         """Register the extension's buffer callbacks with CUPTI and forget older records."""
@@ -84,24 +85,40 @@ class NativeRecordSink:
         """Every record delivered since :meth:`register`, as columns (call after a forced flush)."""
         raw = self._native.take()
         self.counters = dict(raw[10])
-        _warn_incomplete(self.counters)
+        self.warnings = tuple(incomplete_messages(self.counters))
+        for message in self.warnings:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         return to_decoded(raw)
 
 
-def _warn_incomplete(counters: Mapping[str, int]) -> None:
+def incomplete_messages(counters: Mapping[str, int]) -> list[str]:
+    """The decoder's counters of what it could not decode, as messages (the one place that words them).
+
+    Parameters
+    ----------
+    counters:
+        ``undecodable`` (buffers not walked to their end), ``lost`` (records dropped for want of
+        memory) and ``layout_mismatches`` (records whose size disagreed with the compiled layout).
+
+    Returns
+    -------
+    list[str]
+        One message per non-zero counter, saying what it means and what to do.
+    """
+    messages = []
     if counters.get("undecodable"):
-        warnings.warn(
+        messages.append(
             f"the native CUPTI decoder could not walk {counters['undecodable']} buffer(s) to their end, so "
-            "kernels may be missing; pass decoder='python' to compare and report the CUPTI version",
-            RuntimeWarning,
-            stacklevel=3,
+            "kernels may be missing; pass decoder='python' to compare and report the CUPTI version"
         )
     if counters.get("lost"):
-        warnings.warn(
-            f"the native CUPTI decoder ran out of memory and lost {counters['lost']} records",
-            RuntimeWarning,
-            stacklevel=3,
+        messages.append(f"the native CUPTI decoder ran out of memory and lost {counters['lost']} records")
+    if counters.get("layout_mismatches"):
+        messages.append(
+            f"the native CUPTI decoder met {counters['layout_mismatches']} record(s) whose size differs from "
+            "the layout it was compiled for; pass decoder='python' to compare and report the CUPTI version"
         )
+    return messages
 
 
 def _entry_name(entry: NameEntry) -> str:

@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from .. import schema
 
-# activity kinds of the decoded rows (``kind_code``)
+# activity kinds of the decoded rows (``kind_code``), and the ``kind`` each becomes
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
-KIND_NAMES = ("kernel", "memcpy", "memset")
+KIND_NAMES = (schema.KIND_KERNEL, schema.KIND_MEMCPY, schema.KIND_MEMSET)
 
 # CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind, as torch.profiler prints them
 _COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP")
