@@ -112,9 +112,3 @@ def join_activity(
     }
     return pa.table(columns).cast(schema.ACTIVITY)
 
-
-def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:
-    """Rows the spec reports: a profiled module and a functional call both enclose the op."""
-    return pc.and_(
-        pc.greater_equal(activity["module_id"], 0), pc.greater_equal(activity["call_id"], 0)
-    )

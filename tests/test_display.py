@@ -56,14 +56,13 @@ def test_phases_and_backends_are_logged(caplog):
 
 
 def _public_callables():
-    from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, reports
-    from aitune_dispatch.results import persist
+    from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, reports, results
 
     yield ModuleFunctionKernelProfiler
     yield from (getattr(ModuleFunctionKernelProfiler, n) for n in ("profile", "profile_result", "describe_results"))
     yield ProfileResult
     yield from (aitune_dispatch.compare, aitune_dispatch.describe_results, aitune_dispatch.load)
-    yield from (persist.save_result, reports.write_report, reports.write_perfetto, reports.renderer_for)
+    yield from (results.save_result, reports.write_report, reports.write_perfetto, reports.renderer_for)
     yield from (reports.perfetto_events, reports.HtmlRenderer, reports.PerfettoRenderer)
     yield from (views.kernel_table, views.module_table, views.unattributed_table, views.headline)
 

@@ -19,11 +19,12 @@ op's measured time; the activity row's name is in ``args.kernel``), with no GPU 
 arrows. Timestamps are µs (floats) after the earliest event. A path ending in ``.gz`` is written
 gzip-compressed.
 
-Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux); CUDA
-activity times are CUPTI's. ``gpu_clock_offset_ns`` = CUPTI time − host time at one instant,
-subtracted from every GPU timestamp. Taken from the argument, else from ``result.metadata[GPU_CLOCK_OFFSET_KEY]``,
-else 0 (the same clock) when every kernel starts within a second after its op, else estimated as
-the smallest kernel-start − op-start gap. ``otherData`` says which one was used.
+Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
+collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
+corrects nothing: it asks the clock's owner, ``collection.clock.activity_minus_host_ns``, how far
+device timestamps sit from host ones (0 for every run recorded since; the argument, the result's
+``metadata[GPU_CLOCK_OFFSET_KEY]``, or what a result that never said implies) and subtracts that.
+``otherData`` says where the offset came from.
 """
 
 from __future__ import annotations
@@ -37,21 +38,28 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .base import Renderer, module_labels, op_times
+from .. import schema
+from ..collection.clock import activity_minus_host_ns
+from ..results.views import module_labels, op_times
+from .base import Renderer
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-GPU_CLOCK_OFFSET_KEY = "activity_minus_host_ns"  # written by the profiler: activity clock − host clock
+GPU_CLOCK_OFFSET_KEY = schema.META_CLOCK_OFFSET  # written by the capture: activity clock − host clock
 CPU_PID = 1
 GPU_PID_BASE = 100
-SAME_CLOCK_WINDOW_NS = 1_000_000_000
 FLOW_CAT = "ac2g"  # Kineto's name for launch-to-GPU flows
-KINETO_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "cpu_op": "cpu_op"}
+KINETO_CATS = {  # activity kind -> Kineto's category
+    schema.KIND_KERNEL: "kernel",
+    schema.KIND_MEMCPY: "gpu_memcpy",
+    schema.KIND_MEMSET: "gpu_memset",
+    schema.KIND_CPU_OP: "cpu_op",
+}
 DEVICE_PROPERTIES = {  # metadata key -> deviceProperties field
-    "gpu_name": "name",
-    "gpu_memory_bytes": "totalGlobalMem",
-    "gpu_sm_count": "numSms",
+    schema.META_GPU_NAME: "name",
+    schema.META_GPU_MEMORY: "totalGlobalMem",
+    schema.META_GPU_SMS: "numSms",
 }
 
 
@@ -72,7 +80,7 @@ def _tid(thread: int | None) -> int:
 
 
 def _is_gpu(kind: str | None, device: int | None) -> bool:
-    return kind != "cpu_op" and device is not None and device >= 0
+    return kind != schema.KIND_CPU_OP and device is not None and device >= 0
 
 
 # -- host slices -----------------------------------------------------------------------------------------
@@ -122,7 +130,7 @@ def _op_slices(
             args = {"External id": op_id, "op_id": op_id, "call_id": call_id, "module_id": module_id}
             if op_id in cpu_rows:  # the CPU source's own row for this op: its name and time, once
                 args |= {"kernel": cpu_rows[op_id]["kernel"], "kernel_us": cpu_rows[op_id]["kernel_us"]}
-            out.append(Slice(CPU_PID, _tid(thread), start, end, name, "cpu_op", args))
+            out.append(Slice(CPU_PID, _tid(thread), start, end, name, KINETO_CATS[schema.KIND_CPU_OP], args))
     return out
 
 
@@ -158,7 +166,7 @@ def _activity_rows(result: ProfileResult) -> list[dict[str, Any]]:
 
 def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The CPU source's activity rows that stand for an op (written once, as the op's slice)."""
-    return {row["op_id"]: row for row in rows if row["kind"] == "cpu_op" and row["op_id"] is not None}
+    return {row["op_id"]: row for row in rows if row["kind"] == schema.KIND_CPU_OP and row["op_id"] is not None}
 
 
 def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[int, dict[str, Any]]) -> list[Slice]:
@@ -185,26 +193,22 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
 
 
 # -- clock offset --------------------------------------------------------------------------------------
-def _launch_gaps(result: ProfileResult, timed: dict[int, tuple[int, int, int]]) -> list[int]:
-    rows = result.activity.select(["kind", "device", "op_id", "start_ns"]).to_pydict()
-    return [
-        start - timed[op_id][0]
-        for kind, device, op_id, start in zip(rows["kind"], rows["device"], rows["op_id"], rows["start_ns"])
-        if _is_gpu(kind, device) and op_id in timed
-    ]
-
-
 def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = None) -> tuple[int, str]:
-    """``(CUPTI − host offset in ns, where it came from)`` for this result's GPU timestamps."""
-    if gpu_clock_offset_ns is not None:
-        return int(gpu_clock_offset_ns), "argument"
-    recorded = result.metadata.get(GPU_CLOCK_OFFSET_KEY)
-    if recorded not in (None, ""):
-        return int(recorded), f"metadata[{GPU_CLOCK_OFFSET_KEY!r}]"
-    gaps = _launch_gaps(result, _op_time_map(result))
-    if not gaps or all(0 <= gap <= SAME_CLOCK_WINDOW_NS for gap in gaps):
-        return 0, "assumed: same clock"
-    return min(gaps), "estimated: earliest kernel starts as its op starts"
+    """``(activity − host offset in ns, where it came from)`` for this result's GPU timestamps.
+
+    Parameters
+    ----------
+    result:
+        The result to lay out.
+    gpu_clock_offset_ns:
+        An offset the caller knows; None asks the result (``collection.clock.activity_minus_host_ns``).
+
+    Returns
+    -------
+    tuple[int, str]
+        The offset subtracted from every GPU timestamp, and its source (kept in ``otherData``).
+    """
+    return activity_minus_host_ns(result.activity, result.ops, result.metadata, gpu_clock_offset_ns)
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -291,7 +295,7 @@ def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
         metadata names none of them (results recorded before these keys existed, CPU runs).
     """
     known = {field: result.metadata[key] for key, field in DEVICE_PROPERTIES.items() if key in result.metadata}
-    capability = str(result.metadata.get("gpu_compute_capability", ""))
+    capability = str(result.metadata.get(schema.META_GPU_CAPABILITY, ""))
     if "." in capability:
         major, minor = capability.split(".", 1)
         if major.isdigit() and minor.isdigit():

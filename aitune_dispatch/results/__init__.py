@@ -4,9 +4,10 @@ Importing this package, loading a saved result, describing and comparing need no
 """
 
 from .comparison import compare
-from .persist import OpaqueValue, ResultFormatError, TensorMeta, load_result, save_result
-from .profile_result import ProfileResult
+from .persist import ResultFormatError
+from .profile_result import ProfileResult, load_result, save_result
 from .summary import describe_results, empty_summary, logical_bytes
+from .values import OpaqueValue, TensorMeta
 
 load = load_result
 

@@ -1,4 +1,9 @@
-"""The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views."""
+"""The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views.
+
+The analyses are :mod:`.views`; keeping is :mod:`.persist` (which this module hands a
+:class:`~.persist.Stored` and builds itself from), the sample codec :mod:`.values`; a notebook
+shows the result through ``aitune_dispatch.display`` (drawn by the reports stage).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
-from ..joining import attributed_mask
-from .samples import sample_table
+from .. import display, schema
+from ..schema import FunctionData
+from . import persist, views
+from .samples import no_sample_column, sample_table
 from .summary import describe_results
+from .values import check_tensors_savable, function_data_from_table, function_data_table
 
-FunctionData = dict[str, list[tuple[int, Any]]]
+__all__ = ["FunctionData", "ProfileResult", "load_result", "save_result"]
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -99,7 +106,7 @@ class ProfileResult:
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
         """Activity rows enclosed by both a profiled module and a functional call."""
-        return self.activity.filter(attributed_mask(self.activity))
+        return views.attributed(self.activity)
 
     def profiling_df(self) -> pd.DataFrame:
         """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns."""
@@ -140,22 +147,21 @@ class ProfileResult:
     @property
     def total_us(self) -> float:
         """Kernel time of every recorded activity row, attributed or not."""
-        return float(pc.sum(self.activity["kernel_us"]).as_py() or 0.0)
+        return views.total_us(self.activity)
 
     @property
     def attributed_us(self) -> float:
         """Kernel time of the rows ``profiling_df()`` reports."""
-        return float(pc.sum(self.attributed()["kernel_us"]).as_py() or 0.0)
+        return views.attributed_us(self.activity)
 
     @property
     def coverage(self) -> float:
         """Attributed kernel time over all kernel time (NaN when nothing ran)."""
-        total = self.total_us
-        return self.attributed_us / total if total > 0 else math.nan
+        return views.coverage(self.activity)
 
     def unattributed(self) -> pd.DataFrame:
         """Kernels missing a module or a functional call, with the op and module that launched them."""
-        rows = self.activity.filter(pc.invert(attributed_mask(self.activity)))
+        rows = views.unattributed(self.activity)
         return rows.select(
             ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
         ).to_pandas()
@@ -167,9 +173,7 @@ class ProfileResult:
     # -- display --------------------------------------------------------------------------------------
     def __repr__(self) -> str:
         """One line: source, device, rows, distinct kernels, coverage and the top functions."""
-        from .views import headline
-
-        head = headline(self)
+        head = views.headline(self)
         device = f", device={head.device}" if head.device else ""
         coverage = "n/a" if math.isnan(head.coverage) else f"{head.coverage:.1%}"
         top = ", ".join(f"{name} {us:,.1f} us" for name, us in head.top_functions) or "none"
@@ -179,10 +183,8 @@ class ProfileResult:
         )
 
     def _repr_html_(self) -> str:
-        """The summary and coverage as HTML, for notebooks (Jupyter calls this)."""
-        from ..reports.html import notebook_html  # rendering lives in reports; imported only when displayed
-
-        return notebook_html(self)
+        """The summary and coverage as HTML, for notebooks (Jupyter calls this; drawn by reports)."""
+        return display.notebook_html(self)
 
     # -- keep -----------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
@@ -191,8 +193,6 @@ class ProfileResult:
         Samples keep tensor metadata only unless ``with_tensors=True`` (torch.save of the tensors).
         The layout is documented in :mod:`aitune_dispatch.results.persist`.
         """
-        from .persist import save_result
-
         return save_result(self, path, with_tensors=with_tensors)
 
     @classmethod
@@ -203,6 +203,89 @@ class ProfileResult:
 
         ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``.
         """
-        from .persist import load_result
-
         return load_result(path, with_tensors=with_tensors, map_location=map_location)
+
+
+# -- keep: a result as persist's tables and manifest, and back ----------------------------------------
+def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
+    if with_tensors:
+        check_tensors_savable(result.function_data)
+    tensors: list[Any] | None = [] if with_tensors else None
+    tables = {name: getattr(result, name) for name in schema.RESULT_TABLES}
+    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
+    facts = {
+        "source": result.source,
+        "dropped_records": int(result.dropped_records),
+        "warnings": list(result.warnings),
+        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
+    }
+    return persist.Stored(tables, facts, tensors)
+
+
+def _from_stored(stored: persist.Stored) -> ProfileResult:
+    tables, manifest = dict(stored.tables), stored.facts
+    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
+    if missing:
+        raise persist.ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
+    metadata = dict(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables["calls"] = no_sample_column(tables["calls"])
+        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
+    return ProfileResult(
+        **{name: tables[name] for name in schema.RESULT_TABLES},
+        function_data=function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors),
+        source=manifest["source"],
+        module_objects=(),
+        dropped_records=manifest["dropped_records"],
+        warnings=tuple(manifest["warnings"]),
+        metadata=metadata,
+    )
+
+
+def save_result(result: ProfileResult, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
+    """Write ``result`` as Parquet (layouts in :mod:`aitune_dispatch.results.persist`).
+
+    Parameters
+    ----------
+    result:
+        The result to keep.
+    path:
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+    with_tensors:
+        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    if not isinstance(result, ProfileResult):
+        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
+    return persist.save(_stored(result, with_tensors), path)
+
+
+def load_result(
+    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> ProfileResult:
+    """Read a result written by :func:`save_result`, without torch unless ``with_tensors``.
+
+    Parameters
+    ----------
+    path:
+        A ``.parquet`` file or a directory written by ``save``.
+    with_tensors:
+        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
+    map_location:
+        Where restored tensors go (``torch.load``'s ``map_location``).
+
+    Returns
+    -------
+    ProfileResult
+        The result, with no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path``, or one saved by a newer version (the message says which).
+    """
+    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location))
