@@ -16,9 +16,9 @@ the function once without arguments.
 
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
 DIR/trace.json (Perfetto, Kineto's conventions). Output names are checked before any work is
-done. Progress goes to stderr: the CLI runs the warm-up passes itself (under torch.no_grad())
-and then records with warmup_iterations=0, so each pass and recorded sample can be reported; on
-long runs a step line appears at most once a second. --quiet silences progress. Warnings are one
+done. Progress goes to stderr, from the profiler's own progress steps (each warm-up pass and
+recorded sample, and where post-processing begins); on long runs a step line appears at most once
+a second. --quiet silences progress. Warnings are one
 line each on stderr. Bad input exits with status 1 and one line on stderr (set
 AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with status 2. report and
 compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
@@ -38,21 +38,22 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .reports import text
+from . import config
+from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
-from .reports.html import HtmlRenderer
-from .reports.perfetto import PerfettoRenderer
 from .results import ProfileResult, compare, load_result
+from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .capture import Step
 
 PROG = "aitune-dispatch"
 CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
@@ -97,10 +98,13 @@ class Progress:
 
 @dataclass(frozen=True)
 class Workload:
-    """What to profile: ``function`` called on each sample while ``module`` is observed."""
+    """What to profile: ``function`` called on each sample while ``module`` is observed.
+
+    ``samples`` is what the factory returned, listed; the profiler validates each item.
+    """
 
     function: Callable[..., Any]
-    samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None
+    samples: list[Any] | None
     module: Any
 
     @property
@@ -183,13 +187,13 @@ def _call_factory(factory: Callable[..., Any], device: str, spec: str) -> Any:
         raise CliError(f"factory {spec} raised {_one_line(error)}") from error
 
 
-def _samples(samples: Any, spec: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
-    from .profiler import normalize_samples  # the profiler's own validation, so both agree
-
-    try:
-        return normalize_samples(samples)
-    except (TypeError, ValueError) as error:
-        raise CliError(f"factory {spec} returned bad samples: {error}") from error
+def _samples(samples: Any, spec: str) -> list[Any] | None:
+    """The factory's samples as a list (each item is checked by the profiler, which words the error)."""
+    if samples is None:
+        return None
+    if not isinstance(samples, Iterable) or isinstance(samples, (str, bytes)):
+        raise CliError(f"factory {spec} returned bad samples: expected (args, kwargs) pairs or None; got {samples!r}")
+    return list(samples)
 
 
 def _workload(value: Any, spec: str) -> Workload:
@@ -222,49 +226,57 @@ def _pick_device(requested: str) -> str:
     return requested
 
 
-def _warm_up(workload: Workload, iterations: int, progress: Progress) -> None:
-    import torch
+class _Following:
+    """Progress lines from the profiler's steps (``capture.Step``), and the phase a failure came in."""
 
-    from .profiler import run_pass
+    def __init__(self, progress: Progress, workload: Workload, device: str) -> None:
+        self.progress, self.workload, self.device = progress, workload, device
+        self.phase: str | None = None
 
-    if iterations == 0:
-        return
-    progress.stage(f"warmup: {iterations} passes of {workload.passes} calls")
-    try:
-        with torch.no_grad():
-            for done in range(1, iterations + 1):
-                run_pass(workload.function, workload.samples)
-                progress.step("warmup pass", done, iterations)
-    except Exception as error:  # the user's model failed
-        raise CliError(f"the workload raised {_one_line(error)} during warmup") from error
-
-
-def _reporting(function: Callable[..., Any], total: int, progress: Progress) -> Callable[..., Any]:
-    done = 0
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal done
-        output = function(*args, **kwargs)
-        done += 1
-        progress.step("recorded sample", done, total)
-        if done == total:
+    def __call__(self, step: Step) -> None:
+        self.phase = step.phase
+        progress, calls = self.progress, self.workload.passes
+        if step.phase == "warmup" and step.total:
+            if step.done == 0:
+                progress.stage(f"warmup: {step.total} passes of {calls} calls")
+            else:
+                progress.step("warmup pass", step.done, step.total)
+        elif step.phase == "pass":
+            if step.done == 0:
+                progress.stage(f"recording one pass of {calls} calls on {self.device}")
+            else:
+                progress.step("recorded sample", step.done, step.total)
+        elif step.phase == "flush":
             progress.stage("post-processing: joining kernels to ops, functional calls and modules")
-        return output
 
-    return call
+    def failure(self, error: Exception, spec: str) -> CliError:
+        """The one-line error for ``error``, raised while following (its phase says whose it is)."""
+        from .capture import SampleError
+
+        if isinstance(error, SampleError):
+            return CliError(f"factory {spec} returned bad samples: {error}")
+        if self.phase == "warmup":
+            return CliError(f"the workload raised {_one_line(error)} during warmup")
+        return CliError(f"profiling failed: {_one_line(error)}")
 
 
-def _record(workload: Workload, device: str, args: argparse.Namespace, progress: Progress) -> ProfileResult:
+def _record(workload: Workload, device: str, args: argparse.Namespace, label: str) -> ProfileResult:
     from .profiler import ModuleFunctionKernelProfiler
 
     names = getattr(args, "function_names", None)
     profiler = ModuleFunctionKernelProfiler(names, device=device, functions=args.functions)
-    progress.stage(f"recording one pass of {workload.passes} calls on {device}")
-    function = _reporting(workload.function, workload.passes, progress)
+    progress = Progress(args.quiet)
+    following = _Following(progress, workload, device)
     try:
-        result = profiler.profile_result(function, workload.samples, module=workload.module, warmup_iterations=0)
+        result = profiler.profile_result(
+            workload.function,
+            workload.samples,
+            module=workload.module,
+            warmup_iterations=args.warmup,
+            on_progress=following,
+        )
     except Exception as error:  # the user's model (or the capture) failed
-        raise CliError(f"profiling failed: {_one_line(error)}") from error
+        raise following.failure(error, label) from error
     progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
     return result
 
@@ -299,28 +311,24 @@ def _save(result: ProfileResult, path: Path, with_tensors: bool) -> None:
     print(f"saved the result to {path}")
 
 
-def _write(result: ProfileResult, writer_name: str, path: Path) -> None:
-    writer: Callable[[ProfileResult, Path], Path] = getattr(
-        importlib.import_module("aitune_dispatch.reports"), writer_name
-    )
+def _write(result: ProfileResult, path: Path) -> None:
+    """Render ``result`` into ``path`` with the renderer its name asks for (``reports.renderer_for``)."""
     try:
-        written = writer(result, path)
+        written = renderer_for(path).write(result, path)
     except Exception as error:  # one line, whatever the renderer raised
-        raise CliError(f"{writer_name} to {path} failed: {_one_line(error)}") from error
+        raise CliError(f"writing {path} failed: {_one_line(error)}") from error
     print(f"wrote {written}")
 
 
 def _write_outputs(result: ProfileResult, out: Path, with_tensors: bool) -> None:
     _save(result, out / "result", with_tensors)
-    _write(result, "write_report", out / "report.html")
-    _write(result, "write_perfetto", out / "trace.json")
+    _write(result, out / "report.html")
+    _write(result, out / "trace.json")
 
 
 # -- subcommands ------------------------------------------------------------------------------------
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
-    progress = Progress(args.quiet)
-    _warm_up(workload, args.warmup, progress)
-    result = _record(workload, device, args, progress)
+    result = _record(workload, device, args, label)
     _print_summary(
         result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
     )
@@ -353,10 +361,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source; shares of all kernel time)")
     html = args.html or (args.out / "report.html" if args.out else None)
     perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
-    if html is not None:
-        _write(result, "write_report", html)
-    if perfetto is not None:
-        _write(result, "write_perfetto", perfetto)
+    for path in (html, perfetto):
+        if path is not None:
+            _write(result, path)
     return 0
 
 
@@ -500,7 +507,7 @@ _CSV = _output((".csv",), "the CSV file")
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
-        choices=["auto", "cuda", "cpu"],
+        choices=["auto", *config.DEVICES],
         default="auto",
         help="where to run (default: auto, i.e. cuda when available, else cpu)",
     )
@@ -508,7 +515,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
     parser.add_argument(
         "--functions",
-        choices=["functional", "all"],
+        choices=list(config.FUNCTIONS),
         default="functional",
         help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
         "(default: functional)",
@@ -531,7 +538,7 @@ def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summa
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {PACKAGE_VERSION}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,0 +1,478 @@
+"""One recorded run, start to finish: the lock, warm-up, start/stop, phases, decode, join, metadata.
+
+:func:`record` is the whole pipeline behind ``ModuleFunctionKernelProfiler.profile()``: it takes a
+validated :class:`~.config.ProfileConfig`, the callable, its samples (:func:`normalize_samples`)
+and the root module, and returns the immutable :class:`~.results.ProfileResult`. It runs the
+warm-up passes uninstrumented (under ``torch.no_grad()``, like the recorded pass), brackets the
+recorded pass with the activity source and the trace session, decodes, joins, and keeps the
+seconds of every phase in ``metadata["seconds_<phase>"]`` (``schema.PHASES``). Whoever wants to
+follow it passes ``on_progress``: a :class:`Step` at the start of every phase and after every warm-up
+pass and recorded sample. One run at a time per process (activity sources are process-global).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from . import collection, schema
+from .config import ProfileConfig
+from .joining import join_activity
+from .results import ProfileResult
+from .schema import Sample
+from .tracing import (
+    ModuleTracker,
+    TraceSession,
+    TraceTables,
+    functional_names,
+    make_tracer,
+    resolve_backend,
+    trace_warnings,
+)
+
+_log = logging.getLogger(__name__)  # a child of the "aitune_dispatch" logger: phases and backend choices
+_process_lock = threading.Lock()  # activity sources are process-global: one capture at a time
+
+
+class Step(NamedTuple):
+    """Where a capture is: ``done`` of ``total`` units of ``phase`` (one of ``schema.PHASES``).
+
+    ``done == 0`` announces the phase; ``warmup`` then counts passes and ``pass`` recorded
+    samples (calls of the function); the other phases are one unit each.
+    """
+
+    phase: str
+    done: int
+    total: int
+
+
+OnProgress = Callable[[Step], object]
+
+
+class SampleError(ValueError):
+    """A ``data`` item is not an ``(args, kwargs)`` pair; the message names the item."""
+
+
+def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
+    """``data`` as a list of ``(args tuple, kwargs dict)``.
+
+    Parameters
+    ----------
+    data:
+        An iterable of ``(args, kwargs)`` pairs such as ``[((x,), {})]``, or None (call the function
+        without arguments).
+
+    Returns
+    -------
+    list or None
+        The samples, copied into tuples and dicts.
+
+    Raises
+    ------
+    SampleError
+        A malformed item (a ValueError that names it).
+    """
+    if data is None:
+        return None
+    samples = []
+    for index, item in enumerate(data):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise SampleError(
+                f"data[{index}] must be an (args, kwargs) pair such as ((x,), {{}}); got {type(item).__name__}"
+            )
+        args, kwargs = item
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+            raise SampleError(
+                f"data[{index}] must be (args tuple, kwargs dict); got ({type(args).__name__}, {type(kwargs).__name__})"
+            )
+        samples.append((tuple(args), dict(kwargs)))
+    return samples
+
+
+def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
+    """The module whose hierarchy is profiled: ``module``, or ``function`` itself when it is one.
+
+    Parameters
+    ----------
+    function:
+        The callable profiled; a ``torch.compile``'d model stands for the model it wraps.
+    module:
+        The ``nn.Module`` to observe when ``function`` is not that module, or None.
+
+    Returns
+    -------
+    torch.nn.Module
+        The root of the profiled hierarchy.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``function`` is not callable, ``module`` is not a module, or it is missing for a plain function.
+    """
+    if not callable(function):
+        raise TypeError(f"function must be callable; got {type(function).__name__}")
+    if module is None:
+        if isinstance(function, nn.Module):
+            # torch.compile(model) profiles the hierarchy of the model it wraps
+            original = getattr(function, "_orig_mod", None)
+            return original if isinstance(original, nn.Module) else function
+        raise ValueError(
+            "module must be provided when function is not an nn.Module. Pass module=<the nn.Module "
+            "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
+        )
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be an nn.Module; got {type(module).__name__}")
+    return module
+
+
+def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sample] | None:
+    """``profile()``'s ``data`` as samples, after checking ``warmup_iterations``.
+
+    Parameters
+    ----------
+    data:
+        As :func:`normalize_samples` takes it.
+    warmup_iterations:
+        Must be an int >= 0.
+
+    Returns
+    -------
+    list or None
+        What :func:`normalize_samples` returns.
+
+    Raises
+    ------
+    ValueError
+        ``warmup_iterations`` is not an int >= 0 (the reference's message, then what to pass), or
+        a ``data`` item is malformed (:class:`SampleError`).
+    """
+    if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
+        raise ValueError(
+            "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
+            f"warmup); got {warmup_iterations!r}"
+        )
+    return normalize_samples(data)
+
+
+def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
+    """Warn when ``function_names`` names functions that are not intercepted (no samples for them).
+
+    Parameters
+    ----------
+    function_names:
+        The profiler's ``function_names``; names under ``torch.`` (torch-level calls) are fine.
+
+    Returns
+    -------
+    bool
+        Whether there was anything to check (the profiler warns once).
+    """
+    if function_names is None:
+        return False
+    unknown = sorted(n for n in function_names - functional_names() if not n.startswith("torch."))
+    if unknown:
+        warnings.warn(
+            "function_names has names that are not torch.nn.functional functions this profiler "
+            f"intercepts, so no samples will be collected for them: {unknown}",
+            stacklevel=3,
+        )
+    return True
+
+
+def run_pass(
+    function: Callable[..., Any], samples: list[Sample] | None, after_each: Callable[[int, int], object] | None = None
+) -> None:
+    """One pass: ``function(*args, **kwargs)`` for every sample, or ``function()`` without samples.
+
+    Parameters
+    ----------
+    function:
+        What is profiled.
+    samples:
+        What :func:`normalize_samples` returned.
+    after_each:
+        Called as ``after_each(done, total)`` after each call, when given.
+
+    Returns
+    -------
+    None
+    """
+    calls: list[Sample] = [((), {})] if samples is None else samples
+    for done, (args, kwargs) in enumerate(calls, start=1):
+        function(*args, **kwargs)
+        if after_each is not None:
+            after_each(done, len(calls))
+
+
+class PhaseClock:
+    """Seconds spent in each phase of a run (kept in the metadata), and the run's progress reports."""
+
+    def __init__(self, on_progress: OnProgress | None) -> None:
+        self._on_progress = on_progress
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def tell(self, phase: str, done: int, total: int = 1) -> None:
+        """Report ``Step(phase, done, total)`` to ``on_progress``, if there is one."""
+        if self._on_progress is not None:
+            self._on_progress(Step(phase, done, total))
+
+    def reporter(self, phase: str) -> Callable[[int, int], object] | None:
+        """``(done, total) -> tell(phase, done, total)``, or None without ``on_progress`` (nothing to call)."""
+        return None if self._on_progress is None else functools.partial(self.tell, phase)
+
+    def restart(self) -> None:
+        """Start timing the next phase now."""
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """``phase`` has ended: keep its seconds (since the previous lap) and log them."""
+        now = time.perf_counter()
+        self.laps[phase] = now - self._last
+        self._last = now
+        _log.debug("phase %s: %.6f s", phase, self.laps[phase])
+
+    def metadata(self) -> dict[str, str]:
+        """``seconds_<phase>`` of every phase timed so far."""
+        return {schema.seconds_key(phase): f"{seconds:.6f}" for phase, seconds in self.laps.items()}
+
+
+@contextmanager
+def _one_capture() -> Iterator[None]:
+    if not _process_lock.acquire(blocking=False):
+        raise RuntimeError(
+            "profile() is already running in this process (called from inside a profiled "
+            "function, or from another thread); profile one thing at a time"
+        )
+    try:
+        yield
+    finally:
+        _process_lock.release()
+
+
+def make_source(config: ProfileConfig) -> collection.ActivitySource:
+    """The activity source of ``config``: CUPTI on CUDA, the CPU op timer on ``device="cpu"``.
+
+    Parameters
+    ----------
+    config:
+        The validated options (``device``, ``decoder``, ``op_tracer``).
+
+    Returns
+    -------
+    collection.ActivitySource
+        A source for one pass.
+
+    Raises
+    ------
+    RuntimeError
+        CUDA unavailable with the default device (the message names ``device='cpu'``).
+    """
+    if not config.cuda:
+        _log.info("activity source: CPU op timer; tracer: %s", config.op_tracer)
+        return collection.CpuOpTimer()
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
+            "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
+        )
+    source = collection.make_cuda_source(config.decoder)
+    _log.info("activity source: %s; tracer: %s", type(source).__name__, config.op_tracer)
+    return source
+
+
+def record(
+    config: ProfileConfig,
+    function: Callable[..., Any],
+    samples: list[Sample] | None,
+    root: nn.Module,
+    on_progress: OnProgress | None = None,
+    *,
+    warmup_iterations: int = 0,
+) -> ProfileResult:
+    """Warm up, then record one pass of ``function`` over ``samples`` while ``root``'s hierarchy is observed.
+
+    Parameters
+    ----------
+    config:
+        The validated options (an unresolved ``op_tracer=None`` is resolved here).
+    function:
+        The callable profiled (``root`` itself, a wrapper standing for it, or a pipeline function).
+    samples:
+        What :func:`normalize_samples` returned.
+    root:
+        The ``nn.Module`` whose hierarchy is profiled.
+    on_progress:
+        Told a :class:`Step` as each phase begins and after each warm-up pass and recorded sample.
+    warmup_iterations:
+        Uninstrumented passes before the recorded one (the caller validated it: an int >= 0).
+
+    Returns
+    -------
+    ProfileResult
+        Every recorded kernel, attributed or not, with the trace, the samples and the metadata.
+
+    Raises
+    ------
+    RuntimeError
+        Another capture is running, CUDA is unavailable on ``device="cuda"``, or another CUPTI
+        client took the activity callbacks; the message says what to do.
+    """
+    if config.op_tracer is None:
+        config = replace(config, op_tracer=resolve_backend(None))
+    with _one_capture():
+        source = make_source(config)
+        clock = PhaseClock(on_progress)
+        with torch.no_grad():
+            _warm_up(function, samples, warmup_iterations, clock)
+            return _recorded(config, function, samples, root, source, clock)
+
+
+def _warm_up(function: Callable[..., Any], samples: list[Sample] | None, passes: int, clock: PhaseClock) -> None:
+    clock.tell("warmup", 0, passes)
+    started = time.perf_counter()
+    for done in range(1, passes + 1):
+        run_pass(function, samples)
+        clock.tell("warmup", done, passes)
+    clock.laps["warmup"] = time.perf_counter() - started
+
+
+def _recorded(
+    config: ProfileConfig,
+    function: Callable[..., Any],
+    samples: list[Sample] | None,
+    root: nn.Module,
+    source: collection.ActivitySource,
+    clock: PhaseClock,
+) -> ProfileResult:
+    aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
+    modules = ModuleTracker(root, aliases)
+    backend = str(config.op_tracer)
+    tracer = make_tracer(backend, modules.module_ids(), config.function_names, source, config.all_functions)
+    session = TraceSession(modules, tracer)
+    _traced_pass(function, samples, session, source, clock, config.cuda)
+    clock.tell("decode", 0)
+    trace = session.tables()
+    trace_messages = trace_warnings(trace, modules)
+    for message in trace_messages:
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
+    modules_table = session.modules_table()
+    activity = source.activity(trace.ops)
+    clock.lap("decode")
+    clock.tell("join", 0)
+    joined = join_activity(
+        activity.kernels,
+        activity.correlation,
+        trace.ops,
+        trace.calls,
+        modules_table,
+        activity.scope_correlation,
+        trace.contexts,
+    )
+    clock.lap("join")
+    _log.info(
+        "recorded %d activity rows (%s source, %s tracer) in %.3f s",
+        joined.num_rows,
+        activity.source,
+        config.op_tracer,
+        sum(clock.laps.values()),
+    )
+    return ProfileResult(
+        activity=joined,
+        ops=trace.ops,
+        calls=trace.calls,
+        modules=modules_table,
+        module_calls=trace.module_calls,
+        function_data=session.function_data(),
+        source=activity.source,
+        module_objects=tuple(session.modules.modules),
+        dropped_records=activity.dropped_records,
+        warnings=(*activity.warnings, *trace_messages),
+        metadata=run_metadata(config, source, trace, activity, clock),
+    )
+
+
+def _traced_pass(
+    function: Callable[..., Any],
+    samples: list[Sample] | None,
+    session: TraceSession,
+    source: collection.ActivitySource,
+    clock: PhaseClock,
+    cuda: bool,
+) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+    clock.tell("start", 0)
+    clock.restart()
+    source.start()
+    clock.lap("start")
+    try:
+        clock.tell("pass", 0, 1 if samples is None else len(samples))
+        with session:
+            run_pass(function, samples, clock.reporter("pass"))
+        if cuda:
+            torch.cuda.synchronize()
+        clock.lap("pass")
+        clock.tell("flush", 0)
+    finally:
+        source.stop()
+    clock.lap("flush")
+
+
+def _gpu_metadata() -> dict[str, str]:
+    """The current GPU's name, compute capability, memory and SM count (the trace's deviceProperties)."""
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except (RuntimeError, AssertionError):  # no usable device: leave the facts out
+        return {}
+    return {
+        schema.META_GPU_NAME: str(props.name),
+        schema.META_GPU_CAPABILITY: f"{props.major}.{props.minor}",
+        schema.META_GPU_MEMORY: str(int(props.total_memory)),
+        schema.META_GPU_SMS: str(int(props.multi_processor_count)),
+    }
+
+
+def run_metadata(
+    config: ProfileConfig,
+    source: collection.ActivitySource,
+    trace: TraceTables,
+    activity: collection.Activity,
+    clock: PhaseClock,
+) -> dict[str, str]:
+    """The run's facts in words: versions, options, backends, GPU, clock and phase seconds.
+
+    Parameters
+    ----------
+    config, source, trace, activity, clock:
+        The run's options, activity source, traced tables, decoded activity and phase clock.
+
+    Returns
+    -------
+    dict[str, str]
+        ``ProfileResult.metadata`` (keys ``schema.META_*`` and ``seconds_<phase>``).
+    """
+    return {
+        schema.META_TORCH: torch.__version__,
+        schema.META_DEVICE: config.device,
+        schema.META_OP_TRACER: str(config.op_tracer),
+        schema.META_TRACER: str(config.op_tracer),
+        schema.META_DECODER: getattr(source, "sink_name", "none"),
+        schema.META_THREADS_TRACED: str(sum(thread.traced for thread in trace.threads)),
+        schema.META_CORRELATION_PUSHES: str(trace.ops_pushed + trace.scopes_pushed),
+        schema.META_FUNCTIONS: config.functions,
+        **(_gpu_metadata() if config.cuda else {}),
+        schema.META_CLOCK_OFFSET: "0",  # activity timestamps are converted to the host clock (collection)
+        schema.META_TICKS_PER_NS: f"{activity.clock_ticks_per_ns:.9f}",
+        **clock.metadata(),
+    }
