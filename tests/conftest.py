@@ -44,6 +44,25 @@ def bare_ops_fixture() -> Callable[..., collections.Counter[str]]:
     return bare_ops
 
 
+# -- the shared results every renderer is tested against (tests/fixture_results.py) -------------------
+@pytest.fixture(scope="session")
+def demo_result():
+    """The demo model profiled on CPU (one warm-up pass), once per session."""
+    import fixture_results
+
+    return fixture_results.demo_result()
+
+
+@pytest.fixture(scope="session")
+def h200_result():
+    """The demo recorded on the lent H200 (tests/data/h200_demo_result), loaded once per session."""
+    import fixture_results
+
+    from aitune_dispatch import load
+
+    return load(fixture_results.H200_RESULT)
+
+
 @pytest.fixture
 def cpu_profiler():
     from aitune_dispatch import ModuleFunctionKernelProfiler

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixture_results import H200_RESULT
 
 from aitune_dispatch import cli
 from aitune_dispatch.cli import main
@@ -383,7 +384,7 @@ def test_help_lists_every_subcommand():
 
 
 # -- readable output, help, early checks -----------------------------------------------------------------
-H200 = Path(__file__).parent / "data" / "h200_demo_result"
+H200 = H200_RESULT
 
 
 def test_tables_fit_the_terminal_width(monkeypatch):

@@ -1,7 +1,8 @@
 """Reports: the Perfetto trace's structure and the HTML report's content, on CPU.
 
-One shared CPU result of the demo model checks the trace's invariants (nesting, timestamps, flow
-pairs, track separation); a hand-made result checks exact numbers, with the arithmetic shown.
+The shared CPU result of the demo model (``demo_result``) checks the trace's invariants (nesting,
+timestamps, flow pairs, track separation); the shared hand-made result (``synthetic_result``, in
+tests/fixture_results.py) checks exact numbers, with the arithmetic shown.
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ from html.parser import HTMLParser
 from types import SimpleNamespace
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import torch
+from fixture_results import empty_result, synthetic_result
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
-from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.joining import join_activity
 from aitune_dispatch.reports import (
     HtmlRenderer,
     PerfettoRenderer,
@@ -33,83 +31,15 @@ from aitune_dispatch.reports import (
 from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
 from aitune_dispatch.reports.perfetto import CPU_PID, GPU_PID_BASE, device_properties, gpu_clock_offset
 from aitune_dispatch.results import ProfileResult
-from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES
 
 HOST_CATS = {"module", "functional", "cpu_op"}
 EVIL = "fc<script>alert(1)</script>"
 
 
-# -- fixtures ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def demo_result() -> ProfileResult:
-    model, samples = demo_workload("cpu")
-    profiler = ModuleFunctionKernelProfiler(device="cpu")
-    profiler.profile(model, samples, warmup_iterations=1)
-    assert profiler.last_result is not None
-    return profiler.last_result
-
-
+# -- fixtures: demo_result (conftest) and the hand-made results of tests/fixture_results.py -----------
 @pytest.fixture(scope="module")
 def demo_trace(demo_result: ProfileResult) -> dict[str, Any]:
     return perfetto_events(demo_result)
-
-
-OPS_TIMED = pa.schema(
-    [
-        ("op_id", pa.int64()),
-        ("op", pa.string()),
-        ("module_id", pa.int64()),
-        ("call_id", pa.int64()),
-        ("thread", pa.int64()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-    ]
-)
-
-
-def synthetic_result(
-    cupti_offset_ns: int = 1_000_000, metadata: dict[str, str] | None = None, fc_name: str = "fc"
-) -> ProfileResult:
-    """Net (root) > fc (Linear) > linear call > aten::addmm > gemm on GPU 0 stream 7.
-
-    Host clock (ns): root 1,000-9,000; fc 2,000-8,000; linear 3,000-7,000; addmm 4,000-6,000;
-    aten::copy_ (root, no functional call) 8,200-8,800. CUPTI clock = host + ``cupti_offset_ns``:
-    gemm 5,000-5,500 (addmm), memcpy 8,500-9,500 on stream 13 (copy_), memset 9,600-9,700 on
-    stream 7 that no op claimed.
-    """
-    off = cupti_offset_ns
-    modules = pa.table([[0, 1], ["", fc_name], ["Net", "Linear"], [-1, 0]], schema=MODULES)
-    module_calls = pa.table([[0, 1], [1_000, 2_000], [9_000, 8_000], [0, 0]], schema=MODULE_CALLS)
-    calls = pa.table([[0], ["linear"], [-1], [1], [3_000], [7_000], [0], [0]], schema=CALLS)
-    ops = pa.table(
-        [[0, 1], ["aten::addmm", "aten::copy_"], [1, 0], [0, -1], [0, 0], [4_000, 8_200], [6_000, 8_800]],
-        schema=OPS_TIMED,
-    )
-    kernels = pa.table(
-        [
-            [10, 11, 12],
-            ["gemm", "Memcpy HtoD", "Memset"],
-            [off + 5_000, off + 8_500, off + 9_600],
-            [off + 5_500, off + 9_500, off + 9_700],
-            [0, 0, 0],
-            [7, 13, 7],
-            ["kernel", "memcpy", "memset"],
-        ],
-        schema=KERNELS,
-    )
-    correlation = pa.table([[10, 11], [0, 1]], schema=CORRELATION)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
-    sample = ((SimpleNamespace(shape=(2, 3), dtype="float16", stride=(3, 1)), torch.ones(5, 3).t()), {"bias": None})
-    return ProfileResult(
-        activity=activity,
-        ops=ops,
-        calls=calls,
-        modules=modules,
-        module_calls=module_calls,
-        function_data={"linear": [(1, sample)]},
-        source="cupti/test",
-        metadata=metadata or {},
-    )
 
 
 # -- helpers over trace events ---------------------------------------------------------------------------
@@ -337,16 +267,7 @@ def test_small_clock_difference_is_taken_as_the_same_clock():
 
 
 def test_empty_result_gives_an_empty_trace():
-    empty = synthetic_result()
-    empty = ProfileResult(
-        activity=empty.activity.slice(0, 0),
-        ops=empty.ops.slice(0, 0),
-        calls=empty.calls.slice(0, 0),
-        modules=empty.modules.slice(0, 0),
-        module_calls=empty.module_calls.slice(0, 0),
-        function_data={},
-        source="cpu",
-    )
+    empty = empty_result()
     assert perfetto_events(empty)["traceEvents"] == []
     assert 'id="icicle"' in HtmlRenderer().render(empty)  # the page renders with nothing to show
 

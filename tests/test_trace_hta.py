@@ -18,22 +18,20 @@ from pathlib import Path
 
 import pytest
 
-import aitune_dispatch
 from aitune_dispatch.reports import write_perfetto
 
-SAVED = Path(__file__).parent / "data" / "h200_demo_result"
 GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 
 
 @pytest.fixture(scope="module")
-def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trace_dir(tmp_path_factory: pytest.TempPathFactory, h200_result) -> Path:
     directory = tmp_path_factory.mktemp("hta")
-    write_perfetto(aitune_dispatch.load(SAVED), directory / "rank-0.json.gz")
+    write_perfetto(h200_result, directory / "rank-0.json.gz")
     return directory
 
 
-def test_trace_has_the_fields_htas_parser_reads(trace_dir):
-    result = aitune_dispatch.load(SAVED)
+def test_trace_has_the_fields_htas_parser_reads(trace_dir, h200_result):
+    result = h200_result
     trace = json.loads(gzip.decompress((trace_dir / "rank-0.json.gz").read_bytes()))
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert all(isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["cat"] for e in events)
