@@ -207,6 +207,36 @@ def test_a_folder_without_results_says_so(tmp_path):
         load(tmp_path / "empty")
 
 
+# -- a collective, in one process --------------------------------------------------------------------------
+class Sync(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.distributed.all_reduce(x)
+        return x
+
+
+@pytest.mark.parametrize("functions", ["functional", "all"])
+def test_a_collective_goes_to_its_module_and_op(functions, op_tracer, tmp_path):
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), Sync()).eval()
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        profiler = ModuleFunctionKernelProfiler(device="cpu", op_tracer=op_tracer, functions=functions)
+        profiler.profile(model, [((torch.randn(2, WIDTH),), {})], warmup_iterations=0)
+    finally:
+        torch.distributed.destroy_process_group()
+    result = profiler.last_result
+    (row,) = collectives(result).itertuples()
+    assert (row.rank, row.module_name, row.op, row.kernel, row.calls) == (
+        0,
+        "1",
+        "c10d::allreduce_",
+        "cpu::c10d::allreduce_",
+        1,
+    )
+    functional = set(result.profiling_df()["function_name"])
+    # no torch.nn.functional call encloses it; functions="all" names the torch.distributed call
+    assert functional == ({"linear"} if functions == "functional" else {"linear", "all_reduce"})
+
+
 # -- the views, to the microsecond --------------------------------------------------------------------------
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 

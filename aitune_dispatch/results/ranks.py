@@ -431,21 +431,22 @@ def _activity_ranks(result: ProfileResult) -> np.ndarray:
     return np.full(result.activity.num_rows, own_rank(result), np.int64)
 
 
+def _mask(values: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _activity_frame(result: ProfileResult) -> pd.DataFrame:
     activity = result.activity
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "rank": _activity_ranks(result),
             "kernel_us": activity["kernel_us"].to_numpy(),
             "device": activity["device"].to_numpy(),
             "kind": np.asarray(activity["kind"].to_numpy(zero_copy_only=False), dtype=object),
-            "attributed": np.asarray(attributed_mask(activity).to_numpy(zero_copy_only=False), dtype=bool),
-            "collective": np.asarray(collective_mask(activity).to_numpy(zero_copy_only=False), dtype=bool)
-            if activity.num_rows
-            else np.zeros(0, bool),
+            "attributed": _mask(attributed_mask(activity)),
+            "collective": _mask(collective_mask(activity)),
         }
     )
-    return frame
 
 
 def _hosts(result: ProfileResult) -> dict[int, str]:
@@ -516,7 +517,7 @@ def function_ranks(result: ProfileResult) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.RANK_FUNCTION_COLUMNS})
     frame = pd.DataFrame(
         {
-            "rank": _activity_ranks(result)[np.asarray(attributed_mask(result.activity).to_numpy(), dtype=bool)],
+            "rank": _activity_ranks(result)[_mask(attributed_mask(result.activity))],
             "function_name": np.asarray(attributed["function_name"].to_numpy(zero_copy_only=False), dtype=object),
             "kernel_us": attributed["kernel_us"].to_numpy(),
         }
@@ -557,7 +558,7 @@ def collectives(result: ProfileResult) -> pd.DataFrame:
     activity = result.activity
     if activity.num_rows == 0:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.COLLECTIVE_COLUMNS})
-    mask = np.asarray(collective_mask(activity).to_numpy(zero_copy_only=False), dtype=bool)
+    mask = _mask(collective_mask(activity))
     rows = activity.filter(pa.array(mask))
     frame = pd.DataFrame(
         {
