@@ -251,8 +251,8 @@ def synthetic(rows: list[tuple[str | None, str, str, str, float]], rank: int) ->
             "correlation_id": list(range(n)),
             "kernel": [kernel for _, kernel, _, _, _ in rows],
             "kind": ["kernel"] * n,
-            "start_ns": [1000 * i for i in range(n)],
-            "end_ns": [1000 * i + int(r[4] * 1000) for i, r in enumerate(rows)],
+            "start_ns": [10_000 + 1000 * i for i in range(n)],
+            "end_ns": [10_000 + 1000 * i + int(r[4] * 1000) for i, r in enumerate(rows)],
             "kernel_us": [r[4] for r in rows],
             "device": pa.array([rank] * n, pa.int32()),
             "stream": [7] * n,
@@ -274,7 +274,19 @@ def synthetic(rows: list[tuple[str | None, str, str, str, float]], rank: int) ->
             "parent_module_id": pa.array([-1, 0, 0], pa.int64()),
         }
     )
-    ops, calls, forwards = (schema.empty(s) for s in (schema.OPS, schema.CALLS, schema.MODULE_CALLS))
+    ops = pa.table(  # each op starts 100 ns before its kernel, so the trace draws its launch arrow
+        {
+            "op_id": activity["op_id"],
+            "op": activity["op"],
+            "module_id": activity["module_id"],
+            "call_id": activity["call_id"],
+            "thread": activity["thread"],
+            "start_ns": pc.subtract(activity["start_ns"], 100),
+            "end_ns": pc.add(activity["start_ns"], 50),
+        },
+        schema=schema.OPS,
+    )
+    calls, forwards = (schema.empty(s) for s in (schema.CALLS, schema.MODULE_CALLS))
     metadata = {"rank": str(rank), "world_size": "2", "host": f"node{rank}"}
     return ProfileResult(activity, ops, calls, modules, forwards, {}, "cupti/native", metadata=metadata)
 
@@ -384,6 +396,8 @@ def test_the_trace_has_one_process_per_rank(ranks):
     trace = perfetto_events(merged)
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     assert names == {1: "rank 0 CPU (node0)", RANK_PID_STRIDE + 1: "rank 1 CPU (node1)"}
+    threads = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert threads == {(1, "thread 0"), (RANK_PID_STRIDE + 1, "thread 0")}  # host threads, not GPU streams
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     for rank, result in enumerate((rank0, rank1)):
         own = [e for e in slices if e["pid"] == rank * RANK_PID_STRIDE + 1]
@@ -401,7 +415,18 @@ def test_the_gpu_processes_of_each_rank(job):
     trace = perfetto_events(job, gpu_clock_offset_ns=0)
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     # rank 0 ran on cuda:0 (pid 0 * 1000 + 100 + 0), rank 1 on cuda:1 (pid 1 * 1000 + 100 + 1)
-    assert names == {100: "rank 0 GPU 0", RANK_PID_STRIDE + 101: "rank 1 GPU 1"}
+    assert names == {
+        1: "rank 0 CPU (node0)",
+        100: "rank 0 GPU 0",
+        RANK_PID_STRIDE + 1: "rank 1 CPU (node1)",
+        RANK_PID_STRIDE + 101: "rank 1 GPU 1",
+    }
+    # one launch arrow per kernel (4 + 4), each from its rank's CPU process to that rank's GPU
+    starts = [e["pid"] for e in trace["traceEvents"] if e["ph"] == "s"]
+    ends = [e["pid"] for e in trace["traceEvents"] if e["ph"] == "f"]
+    assert starts == [1] * 4 + [RANK_PID_STRIDE + 1] * 4
+    assert ends == [100] * 4 + [RANK_PID_STRIDE + 101] * 4
+    assert trace["otherData"]["flows_skipped"] == 0
 
 
 def test_the_html_report_has_a_rank_view_for_merges_only(job, tmp_path):
@@ -411,6 +436,17 @@ def test_the_html_report_has_a_rank_view_for_merges_only(job, tmp_path):
     assert "node1" in section and "c10d::allreduce_" in section and "1.11\u00d7" in section  # 20 / 18
     single = write_report(synthetic(RANK0, 0), tmp_path / "one.html").read_text()
     assert 'id="ranks"' not in single
+
+
+def test_the_command_line_needs_a_merge(tmp_path, capsys):
+    from aitune_dispatch import cli
+
+    synthetic(RANK0, 0).save(tmp_path / "one")
+    assert cli.main(["ranks", str(tmp_path / "one")]) == 1
+    assert "holds one rank's result; pass a directory into which every rank saved" in capsys.readouterr().err
+    merge([synthetic(RANK0, 0), synthetic(RANK1, 1)]).save(tmp_path / "job.parquet")
+    assert cli.main(["ranks", str(tmp_path / "job.parquet"), "--compare", "0", "3"]) == 1
+    assert "rank 3 is not in this result; it holds ranks [0, 1]" in capsys.readouterr().err
 
 
 def test_rank_text(job):
