@@ -1,9 +1,9 @@
 """The per-rank view of a merged result, as an HTML report section and as terminal text.
 
-Renders :func:`~aitune_dispatch.results.ranks.rank_summary` (each rank's host, devices, kernel
-time, coverage and time in collectives), :func:`~aitune_dispatch.results.ranks.function_ranks`
+Renders :func:`~aitune_dispatch.results.rank_views.rank_summary` (each rank's host, devices, kernel
+time, coverage and time in collectives), :func:`~aitune_dispatch.results.rank_views.function_ranks`
 (each functional call's mean, min and max kernel time across ranks and the slowest rank) and
-:func:`~aitune_dispatch.results.ranks.collectives` (the collective kernels with the module and op
+:func:`~aitune_dispatch.results.rank_views.collectives` (the collective kernels with the module and op
 that launched them). A result that is not a merge has no per-rank view: the section and the text
 are empty, so single-rank reports are unchanged. Hooked into the page by one line of ``html.py``'s
 ``SECTIONS``. No torch.
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..results import ranks as rank_views
+from ..results import rank_views, ranks
 from .base import human_time, short_kernel_name
 from .text import DEFAULT_WIDTH, Column, format_table
 
@@ -146,7 +146,7 @@ def ranks_section(result: ProfileResult) -> str:
         Escaped HTML: the per-rank table, the per-function table across ranks (the top
         ``TOP_FUNCTIONS`` by their slowest rank) and the collectives (the top ``TOP_COLLECTIVES``).
     """
-    if not rank_views.is_merged(result):
+    if not ranks.is_merged(result):
         return ""
     summary = rank_views.rank_summary(result)
     functions = rank_views.function_ranks(result)
@@ -187,7 +187,7 @@ def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) 
     str
         Two tables, each under a title line.
     """
-    if not rank_views.is_merged(result):
+    if not ranks.is_merged(result):
         return ""
     summary = rank_views.rank_summary(result)
     rows = [

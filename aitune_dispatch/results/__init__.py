@@ -6,7 +6,8 @@ Importing this package, loading a saved result, describing and comparing need no
 from .comparison import compare
 from .persist import OpaqueValue, ResultFormatError, TensorMeta, load_result, save_result
 from .profile_result import ProfileResult
-from .ranks import collectives, compare_ranks, function_ranks, load, merge, rank_summary, select_rank
+from .rank_views import collectives, compare_ranks, function_ranks, rank_summary
+from .ranks import load, merge, select_rank
 from .summary import describe_results, empty_summary, logical_bytes
 
 __all__ = [
