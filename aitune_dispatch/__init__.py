@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
-    from .results import ProfileResult, TensorMeta, describe_results, load
+    from .results import ProfileResult, TensorMeta, describe_results, load, merge
     from .results.comparison import compare
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -35,6 +35,7 @@ __all__ = [
     "compare",
     "describe_results",
     "load",
+    "merge",
 ]
 __version__ = "0.1.0"
 
@@ -47,6 +48,7 @@ _LAZY = {
     "compare": ".results",
     "describe_results": ".results",
     "load": ".results",
+    "merge": ".results",
 }
 
 

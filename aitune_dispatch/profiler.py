@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from . import collection
+from .collection.devices import device_metadata
+from .collection.distributed import rank_metadata
 from .joining import join_activity
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
@@ -423,6 +425,8 @@ class ModuleFunctionKernelProfiler:
                 "correlation_pushes": str(trace.ops_pushed + trace.scopes_pushed),
                 "functions": self.functions,
                 **(_gpu_metadata() if cuda else {}),
+                **(device_metadata(joined) if cuda else {}),  # only when kernels ran on several GPUs
+                **rank_metadata(),  # only under an initialised torch.distributed process group
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
                 **clock.metadata(),

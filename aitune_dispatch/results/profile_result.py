@@ -118,8 +118,27 @@ class ProfileResult:
             columns=schema.PROFILING_COLUMNS,
         )
 
-    def describe(self, top_k: int = 10) -> pd.DataFrame:
-        """The spec's ``describe_results`` for this run."""
+    def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
+        """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
+
+        Parameters
+        ----------
+        top_k:
+            The most rows (per part when split).
+        by:
+            None: the spec's summary. ``"device"``: one summary per GPU device, ``"rank"``: one per
+            rank of a merged result, stacked under a ``device`` / ``rank`` column
+            (:mod:`aitune_dispatch.results.split`).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
+        """
+        if by is not None:
+            from .split import describe_by
+
+            return describe_by(self, by, top_k)
         return describe_results(self.profiling_df(), self.function_data, top_k)
 
     def samples(self) -> pd.DataFrame:
@@ -201,8 +220,9 @@ class ProfileResult:
     ) -> ProfileResult:
         """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
 
-        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``.
+        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
+        directory of per-rank results loads as their merge (:func:`aitune_dispatch.results.ranks.load`).
         """
-        from .persist import load_result
+        from .ranks import load
 
-        return load_result(path, with_tensors=with_tensors, map_location=map_location)
+        return load(path, with_tensors=with_tensors, map_location=map_location)
