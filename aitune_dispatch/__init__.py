@@ -23,7 +23,7 @@ from . import display
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
-    from .results import ProfileResult, TensorMeta, describe_results, load
+    from .results import ProfileResult, TensorMeta, describe_results, load, merge
     from .results.comparison import compare
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
@@ -48,6 +48,7 @@ __all__ = [
     "compare",
     "describe_results",
     "load",
+    "merge",
 ]
 
 _LAZY = {
@@ -60,6 +61,7 @@ _LAZY = {
     "compare": ".results",
     "describe_results": ".results",
     "load": ".results",
+    "merge": ".results",
 }
 
 _RENAMED = {"__version__": "PACKAGE_VERSION"}  # where the attribute's name differs in its module

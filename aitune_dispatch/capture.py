@@ -22,10 +22,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+import pyarrow as pa
 import torch
 from torch import nn
 
 from . import collection, schema
+from .collection import devices
+from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join_activity
 from .results import ProfileResult
@@ -398,7 +401,7 @@ def _recorded(
         module_objects=tuple(session.modules.modules),
         dropped_records=activity.dropped_records,
         warnings=(*activity.warnings, *trace_messages),
-        metadata=run_metadata(config, source, trace, activity, clock),
+        metadata=run_metadata(config, source, trace, activity, joined, clock),
     )
 
 
@@ -429,33 +432,21 @@ def _traced_pass(
     clock.lap("flush")
 
 
-def _gpu_metadata() -> dict[str, str]:
-    """The current GPU's name, compute capability, memory and SM count (the trace's deviceProperties)."""
-    try:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    except (RuntimeError, AssertionError):  # no usable device: leave the facts out
-        return {}
-    return {
-        schema.META_GPU_NAME: str(props.name),
-        schema.META_GPU_CAPABILITY: f"{props.major}.{props.minor}",
-        schema.META_GPU_MEMORY: str(int(props.total_memory)),
-        schema.META_GPU_SMS: str(int(props.multi_processor_count)),
-    }
-
-
 def run_metadata(
     config: ProfileConfig,
     source: collection.ActivitySource,
     trace: TraceTables,
     activity: collection.Activity,
+    joined: pa.Table,
     clock: PhaseClock,
 ) -> dict[str, str]:
-    """The run's facts in words: versions, options, backends, GPU, clock and phase seconds.
+    """The run's facts in words: versions, options, backends, GPUs, ranks, clock and phase seconds.
 
     Parameters
     ----------
-    config, source, trace, activity, clock:
-        The run's options, activity source, traced tables, decoded activity and phase clock.
+    config, source, trace, activity, joined, clock:
+        The run's options, activity source, traced tables, decoded activity, joined activity
+        (the GPUs its kernels ran on) and phase clock.
 
     Returns
     -------
@@ -471,7 +462,9 @@ def run_metadata(
         schema.META_THREADS_TRACED: str(sum(thread.traced for thread in trace.threads)),
         schema.META_CORRELATION_PUSHES: str(trace.ops_pushed + trace.scopes_pushed),
         schema.META_FUNCTIONS: config.functions,
-        **(_gpu_metadata() if config.cuda else {}),
+        **(devices.current_gpu_metadata() if config.cuda else {}),
+        **(devices.device_metadata(joined) if config.cuda else {}),  # only when kernels ran on several GPUs
+        **rank_metadata(),  # only under an initialised torch.distributed process group
         schema.META_CLOCK_OFFSET: "0",  # activity timestamps are converted to the host clock (collection)
         schema.META_TICKS_PER_NS: f"{activity.clock_ticks_per_ns:.9f}",
         **clock.metadata(),

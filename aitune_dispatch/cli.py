@@ -5,6 +5,7 @@
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
   aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
+  aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
   aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
@@ -25,6 +26,9 @@ compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table and the weighted total per function.
+RESULT may also be a directory into which each rank of a torch.distributed job saved its result:
+it loads as their merge; ranks prints the per-rank view of such a merge (and --compare R1 R2 the
+time difference between two ranks).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 from . import config
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
-from .results import ProfileResult, compare, load_result
+from .reports.ranks import rank_text
+from .results import ProfileResult, compare, compare_ranks, load, load_result
 from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
@@ -298,7 +303,7 @@ def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
 
 def _load(path: str) -> ProfileResult:
     try:
-        return load_result(path)
+        return load(path)  # a saved result, or a directory of per-rank results (merged)
     except (OSError, ValueError) as error:
         raise CliError(str(error)) from error
 
@@ -359,6 +364,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Load a saved result, print its summary and write the requested reports."""
     result = _load(args.result)
     _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source; shares of all kernel time)")
+    ranks = rank_text(result, args.top_k, _width())  # merged results only
+    if ranks:
+        print(f"\n{ranks}")
     html = args.html or (args.out / "report.html" if args.out else None)
     perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
     for path in (html, perfetto):
@@ -386,6 +394,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
         table.round(CSV_DIGITS).to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     return 0
+
+
+def cmd_ranks(args: argparse.Namespace) -> int:
+    """Print the per-rank view of a merged result, and optionally the difference between two ranks."""
+    result = _load(args.result)
+    text_of_ranks = rank_text(result, args.top, _width())
+    if not text_of_ranks:
+        raise CliError(
+            f"{args.result} holds one rank's result; pass a directory into which every rank saved its "
+            "result (result.save(f'DIR/rank{rank}')) or a result saved from aitune_dispatch.merge()"
+        )
+    print(text_of_ranks)
+    if args.compare is not None:
+        before, after = args.compare
+        try:
+            table = compare_ranks(result, before, after)
+        except ValueError as error:
+            raise CliError(str(error)) from error
+        print(f"\nrank {before} vs rank {after}:")
+        for level in ("function", "kernel"):
+            print()
+            print(text.comparison_text(table, level, args.top, _width()))
+    return 0
+
+
+def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
+    ranks = commands.add_parser(
+        "ranks",
+        parents=[common],
+        help="the per-rank view of a torch.distributed job",
+        description="Per rank, and per functional call across ranks, of a merged result (a directory of "
+        "per-rank results or a saved merge). Needs no torch.",
+    )
+    ranks.add_argument("result", metavar="RESULT", help="a directory of per-rank results, or a saved merge")
+    ranks.add_argument("--top", type=_non_negative, default=10, metavar="N", help="rows per table (default: 10)")
+    ranks.add_argument(
+        "--compare", type=_non_negative, nargs=2, metavar=("R1", "R2"), help="also compare rank R1 (before) with R2"
+    )
+    ranks.set_defaults(run=cmd_ranks)
 
 
 def _load_for_bench(path: str) -> ProfileResult:
@@ -591,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
+    _add_ranks(commands, common)
     _add_bench(commands, common)
     return parser
 

@@ -257,6 +257,55 @@ def seconds_key(phase: str) -> str:
     """The metadata key of a phase's seconds: ``seconds_pass`` for ``"pass"``."""
     return f"seconds_{phase}"
 
+
+# -- several GPUs and several ranks (torch.distributed) ----------------------------------------------
+# Written into ``result.metadata`` by the capture when a torch.distributed process group is
+# initialised (one result per rank); absent otherwise.
+RANK_KEY = "rank"  # this process's rank in the default process group
+WORLD_SIZE_KEY = "world_size"
+HOST_KEY = "host"  # socket.gethostname() of the rank's machine
+LOCAL_RANK_KEY = "local_rank"  # the LOCAL_RANK environment variable (torchrun), where set
+DISTRIBUTED_BACKEND_KEY = "distributed_backend"  # "nccl", "gloo", ...
+# Written only when the recorded kernels ran on more than one GPU: the devices, comma-separated
+# ("0,1"), and JSON {device: {gpu_name, gpu_compute_capability, gpu_memory_bytes, gpu_sm_count}}.
+GPU_DEVICES_KEY = "gpu_devices"
+GPU_PROPERTIES_KEY = "gpu_properties"
+# Written by merge(): the merged ranks, comma-separated ("0,1"), and JSON {rank: {"source",
+# "dropped_records", "metadata"}} keeping what each rank's own result said.
+MERGED_RANKS_KEY = "merged_ranks"
+RANK_METADATA_KEY = "rank_metadata"
+# merge() adds this column to every table of the merged result: the rank each row comes from
+RANK_COLUMN = "rank"
+
+RANK_SUMMARY_COLUMNS = [
+    "rank",
+    "host",  # metadata["host"] of the rank; "" where unknown
+    "devices",  # GPU devices its activity ran on, comma-separated ("" for the CPU source)
+    "activity_rows",
+    "total_us",  # all kernel time of the rank
+    "attributed_us",  # the part profiling_df() reports
+    "coverage",  # attributed_us / total_us (NaN when nothing ran)
+    "collective_us",  # kernel time of collective ops (c10d::*, _c10d_functional::*, nccl* kernels)
+]
+RANK_FUNCTION_COLUMNS = [
+    "function_name",
+    "ranks",  # ranks on which the function launched attributed kernels
+    "mean_us",  # attributed kernel time per rank, averaged over every merged rank (absent = 0)
+    "min_us",
+    "max_us",
+    "slowest_rank",  # the rank with max_us (the lowest such rank on a tie)
+    "imbalance",  # max_us / mean_us: 1.0 when every rank spends the same
+]
+COLLECTIVE_COLUMNS = [
+    "rank",
+    "module_name",  # the module whose forward launched it; None outside the hierarchy
+    "op",  # the collective op (c10d::allreduce_, ...); None when no op claimed the kernel
+    "kernel",
+    "calls",  # activity rows
+    "total_us",
+]
+
+
 # -- what each column means: unit and sentinel, written as Arrow field metadata into saved results --
 # column name -> (unit, sentinel); "" where none applies. Names mean the same in every table.
 COLUMN_UNITS: dict[str, tuple[str, str]] = {
@@ -285,6 +334,7 @@ COLUMN_UNITS: dict[str, tuple[str, str]] = {
     "count": ("calls", ""),
     "sample_json": ("", "JSON; tensors as {'__tensor__': metadata}"),
     "torch_save": ("bytes", "torch.save of the sample tensors"),
+    "rank": ("", "torch.distributed rank the row comes from (merged results only)"),
 }
 
 

@@ -7,6 +7,11 @@ while we collect and switched back on afterwards). The op id is pushed as an ext
 id around each aten op. Buffer callbacks are process-global (last registration wins), so they are
 registered again at every start; the decoder backend that owns them is a :class:`RecordSink`.
 Timestamps are converted onto the host clock here (:mod:`.clock`; ``docs/design.md``, "The clock").
+
+Several GPUs (:mod:`.devices`): one session records every device. Devices other than the current
+one that have a CUDA context are synchronised before collection starts and at its end, and each
+gets its own canary kernel, so a device whose records were lost fails the run by name. With one
+GPU none of that adds a call.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 from .. import schema
 from ..schema import SCOPE_BASE
+from . import devices
 from .base import Activity
 from .clock import HostClock, host_clock
 from .records import DecodedRecords
@@ -116,6 +122,8 @@ class CuptiSource:
         self._clock_end: tuple[int, int] | None = None
         self._warnings: list[str] = []
         self._canary: torch.Tensor | None = None
+        # one canary per other device with a CUDA context (none with one GPU), by device ordinal
+        self._device_canaries: dict[int, torch.Tensor] = {}
         push = self._cupti.activity_push_external_correlation_id
         pop = self._cupti.activity_pop_external_correlation_id
         kind = self._kind
@@ -141,6 +149,9 @@ class CuptiSource:
             )
         self._started = True
         self._canary = torch.zeros(1, device="cuda")  # allocated before collection starts
+        others = devices.other_devices_in_use()
+        devices.synchronize(others)  # the current device was synchronised by the caller
+        self._add_device_canaries(others)
         cupti = self._cupti
         kinds = cupti.ActivityKind
         try:
@@ -222,16 +233,26 @@ class CuptiSource:
             time.sleep(wait_ns / 1e9)
         return self._clock_pair()
 
+    def _add_device_canaries(self, others: tuple[int, ...]) -> None:
+        """A canary tensor on each of ``others`` that has none (``empty``: allocating launches nothing)."""
+        for device in others:
+            if device not in self._device_canaries:
+                self._device_canaries[device] = torch.empty(1, device=f"cuda:{device}")
+
     def _launch_canary(self) -> None:
-        """One tagged kernel: if its record never reaches our sink, another client took CUPTI."""
+        """One tagged kernel per device in use: if one's record never reaches our sink, CUPTI was taken."""
         if self._canary is None:
             return
+        self._add_device_canaries(devices.other_devices_in_use())  # devices first used during the pass
         self._cupti.activity_push_external_correlation_id(self._kind, CANARY_ID)
         try:
             self._canary.fill_(1.0)
+            for canary in self._device_canaries.values():
+                canary.fill_(1.0)
         finally:
             self._cupti.activity_pop_external_correlation_id(self._kind)
         torch.cuda.synchronize()
+        devices.synchronize(self._device_canaries)  # every kernel of the pass is complete, on every GPU
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)
@@ -252,7 +273,10 @@ class CuptiSource:
         """Decoded kernel and correlation tables of the pass (without the canary); ``ops`` is unused."""
         records = self._sink.take()
         clock = host_clock(self._clock_start, self._clock_end)
-        kernels, correlation = clock.convert(records.kernels_table()), records.correlation_table()
+        raw = records.kernels_table()
+        if self._clock_start is not None and self._clock_end is not None:
+            self._warnings += devices.clock_coverage_warnings(raw, self._clock_start[1], self._clock_end[1])
+        kernels, correlation = clock.convert(raw), records.correlation_table()
         if self._canary is not None:
             kernels, correlation = self._drop_canary(kernels, correlation)
         correlation, scope_correlation = split_scopes(correlation)
@@ -276,5 +300,13 @@ class CuptiSource:
                 "disabled collection during profile(), so this run's kernels are incomplete; "
                 "run torch.profiler and profile() one after the other, never nested"
             )
-        keep = pc.invert(pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks()))
-        return kernels.filter(keep), correlation.filter(pc.invert(is_canary))
+        is_canary_kernel = pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks())
+        missing = sorted(set(self._device_canaries) - set(devices.activity_devices(kernels.filter(is_canary_kernel))))
+        if missing:
+            names = ", ".join(f"cuda:{device}" for device in missing)
+            raise RuntimeError(
+                f"the canary kernel launched on {names} at the end of profile() never reached our CUPTI "
+                "buffers, so that device's kernels are incomplete; another CUPTI client (torch.profiler, "
+                "Nsight, ...) may have taken the callbacks: run them one after the other, never nested"
+            )
+        return kernels.filter(pc.invert(is_canary_kernel)), correlation.filter(pc.invert(is_canary))

@@ -7,7 +7,8 @@ without touching the others. Sections: headline numbers; kernel time per functio
 chart beside the summary table, both in one unit and both as shares of **all** kernel time);
 the top kernels with their op, functional call and module; a module table with repeated layers
 grouped by name pattern (``blocks.*.qkv``) and an icicle of the module tree; coverage (the
-largest unattributed ops, why, and what to do); the distinct input samples; the run in words.
+largest unattributed ops, why, and what to do); for a merged result of several ranks only, the
+per-rank view (``reports/ranks.py``); the distinct input samples; the run in words.
 
 Tables are rendered here (escaped); the two charts are drawn by the inline script from the
 embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
@@ -34,6 +35,7 @@ from ..results.views import UNATTRIBUTED, module_tree
 from ..schema import seconds_key, tensor_strides
 from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
+from .ranks import ranks_section
 from .sample_time import sample_time_section
 
 if TYPE_CHECKING:
@@ -466,6 +468,11 @@ def _seconds(text: str) -> str:
         return text
 
 
+def _per_device(text: str) -> str:
+    """``0: NVIDIA H200, 1: NVIDIA H200`` from the ``gpu_properties`` JSON."""
+    return ", ".join(f"{device}: {facts.get('gpu_name', '?')}" for device, facts in sorted(json.loads(text).items()))
+
+
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
 _FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
 METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
@@ -483,6 +490,15 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     seconds_key("join"): ("joining kernels to ops, calls and modules", _seconds),
     schema.META_CLOCK_OFFSET: ("activity clock minus host clock", lambda v: f"{v} ns"),
     schema.META_TICKS_PER_NS: ("activity clock ticks per ns", str),
+    schema.GPU_DEVICES_KEY: ("GPUs used", str),
+    schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
+    schema.RANK_KEY: ("rank", str),
+    schema.WORLD_SIZE_KEY: ("world size", str),
+    schema.HOST_KEY: ("host", str),
+    schema.LOCAL_RANK_KEY: ("local rank", str),
+    schema.DISTRIBUTED_BACKEND_KEY: ("torch.distributed backend", str),
+    schema.MERGED_RANKS_KEY: ("merged ranks", str),
+    schema.RANK_METADATA_KEY: ("each rank's metadata", lambda v: f"{len(json.loads(v))} ranks; kept in the result"),
 }
 
 
@@ -523,6 +539,7 @@ SECTIONS: tuple[Section, ...] = (
     kernels_section,
     modules_section,
     coverage_section,
+    lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
     lambda page: sample_time_section(page.result),  # the most expensive distinct samples
     samples_section,
     run_section,

@@ -12,7 +12,14 @@ where the kernel starts, so no arrow goes back in time (a kernel that starts bef
 mapped clock gets no arrow; ``otherData.flows_skipped`` counts them). The collector keeps no
 runtime/driver API records, so the trace has no ``cuda_runtime`` launch slices: arrows start on the
 op. ``deviceProperties`` lists the GPUs whose properties the result's metadata names
-(``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``).
+(``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``; per device from
+``gpu_properties`` when the run used several GPUs).
+
+Several GPUs in one process: one process (track group) ``GPU <device>`` per device. A merged
+result (:func:`aitune_dispatch.merge`, a ``rank`` column) lays every rank out as its own processes:
+``rank <r> CPU`` (pid ``r * RANK_PID_STRIDE + 1``) and ``rank <r> GPU <device>`` (pid
+``r * RANK_PID_STRIDE + 100 + device``), sorted by rank. Ranks on one host share its monotonic
+clock, so their timelines line up; ranks on other hosts are each on their own host's clock.
 
 With the CPU activity source each op is written once, as its ``cpu_op`` slice on its thread (the
 op's measured time; the activity row's name is in ``args.kernel``), with no GPU tracks and no
@@ -31,7 +38,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -41,6 +48,7 @@ import pyarrow.compute as pc
 from .. import schema
 from ..collection.clock import activity_minus_host_ns
 from ..results.views import module_labels, op_times
+from ..schema import GPU_PROPERTIES_KEY, HOST_KEY, RANK_COLUMN, RANK_METADATA_KEY
 from .base import Renderer
 
 if TYPE_CHECKING:
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
 GPU_CLOCK_OFFSET_KEY = schema.META_CLOCK_OFFSET  # written by the capture: activity clock − host clock
 CPU_PID = 1
 GPU_PID_BASE = 100
+RANK_PID_STRIDE = 1000  # a merged result's rank r has the pids r * RANK_PID_STRIDE + (CPU_PID | GPU_PID_BASE + device)
 FLOW_CAT = "ac2g"  # Kineto's name for launch-to-GPU flows
 KINETO_CATS = {  # activity kind -> Kineto's category
     schema.KIND_KERNEL: "kernel",
@@ -83,12 +92,25 @@ def _is_gpu(kind: str | None, device: int | None) -> bool:
     return kind != schema.KIND_CPU_OP and device is not None and device >= 0
 
 
+def _pid(rank: int | None, base: int) -> int:
+    return (rank or 0) * RANK_PID_STRIDE + base
+
+
+def _is_gpu_pid(pid: int) -> bool:
+    return pid % RANK_PID_STRIDE >= GPU_PID_BASE
+
+
+def _ranks(table: pa.Table) -> list[int | None]:
+    """Each row's rank (a merged result's ``rank`` column), None for every row of an unmerged one."""
+    return table[RANK_COLUMN].to_pylist() if RANK_COLUMN in table.column_names else [None] * table.num_rows
+
+
 # -- host slices -----------------------------------------------------------------------------------------
 def _module_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> list[Slice]:
     rows = result.module_calls.to_pydict()
     return [
         Slice(
-            CPU_PID,
+            _pid(rank, CPU_PID),
             _tid(thread),
             start,
             max(end, start),
@@ -96,18 +118,26 @@ def _module_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) ->
             "module",
             {"module_id": mid, "module_type": labels.get(mid, ("", ""))[1]},
         )
-        for mid, start, end, thread in zip(rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"])
+        for mid, start, end, thread, rank in zip(
+            rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"], _ranks(result.module_calls)
+        )
     ]
 
 
 def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> list[Slice]:
     rows = result.calls.to_pydict()
     fields = zip(
-        rows["call_id"], rows["function_name"], rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"]
+        rows["call_id"],
+        rows["function_name"],
+        rows["module_id"],
+        rows["start_ns"],
+        rows["end_ns"],
+        rows["thread"],
+        _ranks(result.calls),
     )
     return [
         Slice(
-            CPU_PID,
+            _pid(rank, CPU_PID),
             _tid(thread),
             start,
             max(end, start),
@@ -115,7 +145,7 @@ def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> l
             "functional",
             {"call_id": cid, "module_id": mid, "module": labels.get(mid, ("", ""))[0]},
         )
-        for cid, name, mid, start, end, thread in fields
+        for cid, name, mid, start, end, thread, rank in fields
     ]
 
 
@@ -124,13 +154,15 @@ def _op_slices(
 ) -> list[Slice]:
     rows = result.ops.select(["op_id", "op", "call_id", "module_id"]).to_pydict()
     out = []
-    for op_id, name, call_id, module_id in zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"]):
+    ops = zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"], _ranks(result.ops))
+    for op_id, name, call_id, module_id, rank in ops:
         if op_id in timed:
             start, end, thread = timed[op_id]
             args = {"External id": op_id, "op_id": op_id, "call_id": call_id, "module_id": module_id}
             if op_id in cpu_rows:  # the CPU source's own row for this op: its name and time, once
                 args |= {"kernel": cpu_rows[op_id]["kernel"], "kernel_us": cpu_rows[op_id]["kernel_us"]}
-            out.append(Slice(CPU_PID, _tid(thread), start, end, name, KINETO_CATS[schema.KIND_CPU_OP], args))
+            cat = KINETO_CATS[schema.KIND_CPU_OP]
+            out.append(Slice(_pid(rank, CPU_PID), _tid(thread), start, end, name, cat, args))
     return out
 
 
@@ -161,7 +193,8 @@ _ACTIVITY_COLUMNS = [
 
 
 def _activity_rows(result: ProfileResult) -> list[dict[str, Any]]:
-    return result.activity.select(_ACTIVITY_COLUMNS).to_pylist()
+    columns = _ACTIVITY_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.activity.column_names else [])
+    return result.activity.select(columns).to_pylist()
 
 
 def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -176,7 +209,9 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
         if not gpu and row["op_id"] in cpu_ops and cpu_ops[row["op_id"]] is row:
             continue  # already the op's slice
         shift = offset_ns if gpu else 0
-        pid, tid = (GPU_PID_BASE + row["device"], row["stream"]) if gpu else (CPU_PID, _tid(row["thread"]))
+        rank = row.get(RANK_COLUMN)
+        pid = _pid(rank, GPU_PID_BASE + row["device"] if gpu else CPU_PID)
+        tid = row["stream"] if gpu else _tid(row["thread"])
         args: dict[str, Any] = {
             "device": row["device"],
             "stream": row["stream"] if gpu else -1,
@@ -231,7 +266,7 @@ def _flows(ops: list[Slice], kernels: list[Slice], origin_ns: int) -> tuple[list
     events: list[dict[str, Any]] = []
     skipped = 0
     for kernel in kernels:
-        op = by_op.get(kernel.args.get("External id")) if kernel.pid >= GPU_PID_BASE else None
+        op = by_op.get(kernel.args.get("External id")) if _is_gpu_pid(kernel.pid) else None
         if op is None:
             continue
         if kernel.start_ns < op.start_ns:  # the clocks disagree: an arrow would go back in time
@@ -246,19 +281,34 @@ def _flows(ops: list[Slice], kernels: list[Slice], origin_ns: int) -> tuple[list
     return events, skipped
 
 
-def _process_name(pid: int) -> str:
-    return "CPU" if pid == CPU_PID else f"GPU {pid - GPU_PID_BASE}"
+def _process_name(pid: int, hosts: dict[int, str] | None = None) -> str:
+    """``CPU`` / ``GPU <d>``; in a merged result ``rank <r> CPU (<host>)`` / ``rank <r> GPU <d>``."""
+    rank, local = divmod(pid, RANK_PID_STRIDE)
+    name = "CPU" if local == CPU_PID else f"GPU {local - GPU_PID_BASE}"
+    if hosts is None:
+        return name
+    host = hosts.get(rank, "") if local == CPU_PID else ""
+    return f"rank {rank} {name}" + (f" ({host})" if host else "")
 
 
 def _thread_name(pid: int, tid: int) -> str:
-    return f"stream {tid}" if pid >= GPU_PID_BASE else f"thread {tid - 1}"
+    return f"stream {tid}" if _is_gpu_pid(pid) else f"thread {tid - 1}"
 
 
-def _track_metadata(slices: Iterable[Slice]) -> list[dict[str, Any]]:
+def _rank_hosts(result: ProfileResult) -> dict[int, str] | None:
+    """``rank -> host`` of a merged result (None for an unmerged one: its processes keep plain names)."""
+    if RANK_COLUMN not in result.activity.column_names:
+        return None
+    records = json.loads(result.metadata.get(RANK_METADATA_KEY) or "{}")
+    return {int(rank): str(entry.get("metadata", {}).get(HOST_KEY, "")) for rank, entry in records.items()}
+
+
+def _track_metadata(slices: Iterable[Slice], hosts: dict[int, str] | None = None) -> list[dict[str, Any]]:
     tracks = sorted({(piece.pid, piece.tid) for piece in slices})
     events: list[dict[str, Any]] = []
     for pid in sorted({pid for pid, _ in tracks}):
-        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": _process_name(pid)}})
+        name = _process_name(pid, hosts)
+        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}})
         events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": pid}})
     for pid, tid in tracks:
         events.append(
@@ -279,6 +329,20 @@ def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice]
     return host, ops, _activity_slices(rows, offset_ns, cpu_ops)
 
 
+def _kineto_fields(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """``deviceProperties`` fields from ``gpu_name``, ``gpu_compute_capability``, ... entries."""
+    known = {field: facts[key] for key, field in DEVICE_PROPERTIES.items() if key in facts}
+    capability = str(facts.get(schema.META_GPU_CAPABILITY, ""))
+    if "." in capability:
+        major, minor = capability.split(".", 1)
+        if major.isdigit() and minor.isdigit():
+            known |= {"computeMajor": int(major), "computeMinor": int(minor)}
+    for field in ("totalGlobalMem", "numSms"):
+        if field in known and str(known[field]).isdigit():
+            known[field] = int(known[field])
+    return known
+
+
 def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     """Kineto's ``deviceProperties`` for the GPUs of ``result``, from what its metadata names.
 
@@ -286,28 +350,24 @@ def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     ----------
     result:
         The result; its ``metadata`` may hold ``gpu_name``, ``gpu_compute_capability`` (``"9.0"``),
-        ``gpu_memory_bytes`` and ``gpu_sm_count`` (written by the profiler on CUDA runs).
+        ``gpu_memory_bytes`` and ``gpu_sm_count`` (written by the profiler on CUDA runs), and, for a
+        run on several GPUs, ``gpu_properties`` (the same facts per device, JSON).
 
     Returns
     -------
     list[dict]
-        One entry per GPU device in the activity (``id`` plus the known fields); empty when the
-        metadata names none of them (results recorded before these keys existed, CPU runs).
+        One entry per GPU device in the activity (``id`` plus the known fields, a device's own
+        where ``gpu_properties`` has them); empty when the metadata names none of them (results
+        recorded before these keys existed, CPU runs).
     """
-    known = {field: result.metadata[key] for key, field in DEVICE_PROPERTIES.items() if key in result.metadata}
-    capability = str(result.metadata.get(schema.META_GPU_CAPABILITY, ""))
-    if "." in capability:
-        major, minor = capability.split(".", 1)
-        if major.isdigit() and minor.isdigit():
-            known |= {"computeMajor": int(major), "computeMinor": int(minor)}
-    if not known or result.activity.num_rows == 0:
+    if result.activity.num_rows == 0:
         return []
-    for field in ("totalGlobalMem", "numSms"):
-        if field in known and str(known[field]).isdigit():
-            known[field] = int(known[field])
+    shared = _kineto_fields(result.metadata)
+    per_device = json.loads(result.metadata.get(GPU_PROPERTIES_KEY) or "{}")
     gpu = pc.filter(result.activity["device"], pc.greater_equal(result.activity["device"], 0))
     devices = sorted(d for d in pc.unique(gpu).to_pylist() if d is not None)
-    return [{"id": device, **known} for device in devices]
+    entries = [{"id": device, **(_kineto_fields(per_device.get(str(device), {})) or shared)} for device in devices]
+    return [entry for entry in entries if len(entry) > 1]
 
 
 def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = None) -> dict[str, Any]:
@@ -331,7 +391,7 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
     origin_ns = min((piece.start_ns for piece in slices), default=0)
     ordered = sorted(slices, key=lambda p: (p.pid, p.tid, p.start_ns, p.start_ns - p.end_ns))  # parents first
     flows, skipped = _flows(ops, device, origin_ns)
-    events = _track_metadata(slices) + [_complete(p, origin_ns) for p in ordered] + flows
+    events = _track_metadata(slices, _rank_hosts(result)) + [_complete(p, origin_ns) for p in ordered] + flows
     other = {
         "source": result.source,
         "gpu_clock_offset_ns": offset_ns,

@@ -21,12 +21,13 @@ import pyarrow.compute as pc
 
 from .. import display, schema
 from ..schema import FunctionData
-from . import persist, views
+from . import persist, ranks, views
 from .samples import no_sample_column, sample_table
+from .split import describe_by
 from .summary import describe_results
 from .values import check_tensors_savable, function_data_from_table, function_data_table
 
-__all__ = ["FunctionData", "ProfileResult", "load_result", "save_result"]
+__all__ = ["FunctionData", "ProfileResult", "load", "load_result", "save_result"]
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -125,8 +126,25 @@ class ProfileResult:
             columns=schema.PROFILING_COLUMNS,
         )
 
-    def describe(self, top_k: int = 10) -> pd.DataFrame:
-        """The spec's ``describe_results`` for this run."""
+    def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
+        """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
+
+        Parameters
+        ----------
+        top_k:
+            The most rows (per part when split).
+        by:
+            None: the spec's summary. ``"device"``: one summary per GPU device, ``"rank"``: one per
+            rank of a merged result, stacked under a ``device`` / ``rank`` column
+            (:mod:`aitune_dispatch.results.split`).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
+        """
+        if by is not None:
+            return describe_by(self, by, top_k)
         return describe_results(self.profiling_df(), self.function_data, top_k)
 
     def samples(self) -> pd.DataFrame:
@@ -201,9 +219,10 @@ class ProfileResult:
     ) -> ProfileResult:
         """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
 
-        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``.
+        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
+        directory of per-rank results loads as their merge (:func:`load`).
         """
-        return load_result(path, with_tensors=with_tensors, map_location=map_location)
+        return load(path, with_tensors=with_tensors, map_location=map_location)
 
 
 # -- keep: a result as persist's tables and manifest, and back ----------------------------------------
@@ -289,3 +308,39 @@ def load_result(
         No saved result at ``path``, or one saved by a newer version (the message says which).
     """
     return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location))
+
+
+def load(
+    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> ProfileResult:
+    """Read a saved result, or a directory of saved per-rank results as their :func:`~.ranks.merge`.
+
+    Parameters
+    ----------
+    path:
+        A ``.parquet`` file or a directory written by ``save``; or a directory holding several of
+        them (one per rank, any names: :func:`~.ranks.rank_result_paths`), which are loaded and merged.
+    with_tensors, map_location:
+        As for :func:`load_result`.
+
+    Returns
+    -------
+    ProfileResult
+        The result; a merged one when ``path`` holds per-rank results.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path`` nor inside it, or one saved by a newer version.
+    """
+    folder = Path(path)
+    if folder.is_dir() and not (folder / persist.MANIFEST_FILE).exists():
+        parts = ranks.rank_result_paths(folder)
+        if not parts:
+            raise persist.ResultFormatError(
+                f"{folder} is not a result saved by aitune_dispatch (no {persist.MANIFEST_FILE}) and holds no "
+                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
+                "save() wrote"
+            )
+        return ranks.merge([load_result(part, with_tensors=with_tensors, map_location=map_location) for part in parts])
+    return load_result(path, with_tensors=with_tensors, map_location=map_location)

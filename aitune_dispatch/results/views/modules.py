@@ -84,9 +84,11 @@ def modules_frame(result: ResultTables) -> pd.DataFrame:
 
 def pattern_labels(modules: pd.DataFrame) -> pd.Series:
     """``module_id -> group label``: the layer pattern where several modules of one type share it, else the name."""
-    patterns = pd.Series([layer_pattern(n) for n in modules["module_name"]], index=modules.index, dtype=object)
-    shared = patterns.groupby([patterns, modules["module_type"]]).transform("size") > 1
     names = [module_label(n, t) for n, t in zip(modules["module_name"], modules["module_type"])]
+    # the root keeps its label also where several roots share it (the ranks of a merged result)
+    own = [layer_pattern(n) or label for n, label in zip(modules["module_name"], names)]
+    patterns = pd.Series(own, index=modules.index, dtype=object)
+    shared = patterns.groupby([patterns, modules["module_type"]]).transform("size") > 1
     return patterns.where(shared, pd.Series(names, index=modules.index, dtype=object))
 
 
