@@ -1,4 +1,4 @@
-"""The profiler's options, validated once: the only home of every option's vocabulary.
+"""The profiler's options, validated once, and the only home of every option's vocabulary.
 
 :class:`ProfileConfig` is frozen and checks itself in ``__post_init__`` (as Triton Proton's
 ``mode.py`` does): an invalid value raises at construction with a message that names the values
@@ -18,6 +18,7 @@ DEVICES = ("cuda", "cpu")  # where kernels are timed: CUPTI on the GPU, or aten 
 DECODERS = ("native", "python")  # CUPTI record decoders: native_shims/cupti_decoder.c, or cupti-python
 OP_TRACERS = ("native", "python")  # tracing backends: native_shims/tracer/, or Python modes
 FUNCTIONS = ("functional", "all")  # what counts as a call: torch.nn.functional only, or torch-level APIs too
+SPLITS = ("device", "rank")  # ProfileResult.describe(by=...): one summary per GPU device, or per rank
 
 _DEVICE_TEXT = re.compile(r"^(cuda|cpu)(:\d+)?$")
 

@@ -3,8 +3,9 @@
 ``demo_result`` (a conftest fixture, session-scoped): the demo model profiled on CPU, one warm-up.
 ``h200_result`` (fixture) / :data:`H200_RESULT` (path): the demo recorded on the lent H200 and
 committed under tests/data. :func:`synthetic_result` and :func:`layered_result` are hand-made
-results whose every number is known (their docstrings show the arithmetic); :func:`empty_result`
-has every table and no row. Renderer tests take these; no test file builds its own.
+results whose every number is known (their docstrings show the arithmetic); :func:`empty_result` has
+every table and no row; :func:`merged_result` is the two hand-made ones merged as ranks 0 and 1.
+Renderer tests take these; no test file builds its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.joining import join_activity
-from aitune_dispatch.results import ProfileResult
+from aitune_dispatch.results import ProfileResult, merge
 from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES, OPS
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
@@ -153,3 +154,8 @@ def empty_result() -> ProfileResult:
         function_data={},
         source="cpu",
     )
+
+
+def merged_result() -> ProfileResult:
+    """:func:`synthetic_result` as rank 0 and :func:`layered_result` as rank 1, merged (a ``rank`` column)."""
+    return merge([synthetic_result(), layered_result()], ranks=[0, 1])

@@ -1,8 +1,9 @@
 """Every renderer against every shared result (tests/fixture_results.py), as pyinstrument tests its renderers.
 
 The renderers are the file formats of ``reports.RENDERERS`` (picked by ``renderer_for``), the
-terminal tables of ``reports.text`` and the notebook view. Each must render each result, say the
-same numbers the views compute, and render the same input to the same output.
+terminal tables of ``reports.text`` (and ``reports.ranks`` for merges) and the notebook view. Each
+must render each result, say the same numbers the views compute, and render the same input to the
+same output.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 
 import pytest
-from fixture_results import empty_result, layered_result, synthetic_result
+from fixture_results import empty_result, layered_result, merged_result, synthetic_result
 
 from aitune_dispatch.reports import RENDERERS, renderer_for, text
 from aitune_dispatch.reports.base import human_time
 from aitune_dispatch.reports.html import notebook_html
+from aitune_dispatch.reports.ranks import rank_text
 from aitune_dispatch.results import ProfileResult, views
 
 pytestmark = pytest.mark.single_backend  # the results are built once; no tracing backend involved
@@ -27,6 +29,7 @@ RESULTS: dict[str, Callable[[pytest.FixtureRequest], ProfileResult]] = {
     "synthetic": lambda request: synthetic_result(),
     "layered": lambda request: layered_result(),
     "empty": lambda request: empty_result(),
+    "merged": lambda request: merged_result(),
 }
 
 
@@ -59,6 +62,7 @@ def _check_html(page: str, result: ProfileResult) -> None:
     assert set(parser.depth.values()) == {0}, parser.depth
     for name in result.describe(top_k=3)["function_name"]:
         assert f"<code>{name}</code>" in page
+    assert ('<section id="ranks">' in page) == ("rank" in result.activity.column_names)  # merges only
 
 
 def _check_trace(page: str, result: ProfileResult) -> None:
@@ -90,6 +94,7 @@ def test_the_terminal_tables_render_every_result(result):
         assert name[:8] in summary  # the function column may be cut to fit
     hints = text.unattributed_text(result, width=80)
     assert bool(hints) == (views.unattributed(result.activity).num_rows > 0)
+    assert bool(rank_text(result, width=80)) == ("rank" in result.activity.column_names)  # merges only
 
 
 def test_the_notebook_view_renders_every_result(result):

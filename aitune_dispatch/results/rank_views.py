@@ -103,7 +103,7 @@ def rank_summary(result: ProfileResult) -> pd.DataFrame:
     rows = []
     for rank in result_ranks(result):
         own = frame[frame["rank"] == rank]
-        gpu = own[(own["device"] >= 0) & (own["kind"] != "cpu_op")]
+        gpu = own[(own["device"] >= 0) & (own["kind"] != schema.KIND_CPU_OP)]
         total = float(own["kernel_us"].sum())
         attributed = float(own.loc[own["attributed"], "kernel_us"].sum())
         rows.append(

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .. import schema
+from ..config import SPLITS
 from ..schema import FunctionData
 from .ranks import result_ranks, select_rank
 from .summary import describe_results, empty_summary
@@ -30,7 +31,6 @@ from .values import iter_tensor_likes
 if TYPE_CHECKING:
     from .profile_result import ProfileResult
 
-SPLITS = ("device", "rank")
 
 
 def sample_device(sample: Any) -> int | None:
