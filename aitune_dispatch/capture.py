@@ -1,13 +1,13 @@
 """One recorded run, start to finish: the lock, warm-up, start/stop, phases, decode, join, metadata.
 
 :func:`record` is the whole pipeline behind ``ModuleFunctionKernelProfiler.profile()``: it takes a
-validated :class:`~.config.ProfileConfig`, the callable, its samples (:func:`normalize_samples`)
+validated :class:`~.config.ProfileConfig`, the callable, its samples (checked by :mod:`.arguments`)
 and the root module, and returns the immutable :class:`~.results.ProfileResult`. It runs the
 warm-up passes uninstrumented (under ``torch.no_grad()``, like the recorded pass), brackets the
 recorded pass with the activity source and the trace session, decodes, joins, and keeps the
 seconds of every phase in ``metadata["seconds_<phase>"]`` (``schema.PHASES``). Whoever wants to
-follow it passes ``on_progress``: a :class:`Step` at the start of every phase and after every warm-up
-pass and recorded sample. One run at a time per process (activity sources are process-global).
+follow it passes ``on_progress``: a :class:`Step` at the start of every phase and after every
+warm-up pass and recorded sample. One run at a time per process (activity sources are global).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -37,7 +37,6 @@ from .tracing import (
     ModuleTracker,
     TraceSession,
     TraceTables,
-    functional_names,
     make_tracer,
     resolve_backend,
     trace_warnings,
@@ -62,136 +61,6 @@ class Step(NamedTuple):
 OnProgress = Callable[[Step], object]
 
 
-class SampleError(ValueError):
-    """A ``data`` item is not an ``(args, kwargs)`` pair; the message names the item."""
-
-
-def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
-    """``data`` as a list of ``(args tuple, kwargs dict)``.
-
-    Parameters
-    ----------
-    data:
-        An iterable of ``(args, kwargs)`` pairs such as ``[((x,), {})]``, or None (call the function
-        without arguments).
-
-    Returns
-    -------
-    list or None
-        The samples, copied into tuples and dicts.
-
-    Raises
-    ------
-    SampleError
-        A malformed item (a ValueError that names it).
-    """
-    if data is None:
-        return None
-    samples = []
-    for index, item in enumerate(data):
-        if not (isinstance(item, (tuple, list)) and len(item) == 2):
-            raise SampleError(
-                f"data[{index}] must be an (args, kwargs) pair such as ((x,), {{}}); got {type(item).__name__}"
-            )
-        args, kwargs = item
-        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
-            raise SampleError(
-                f"data[{index}] must be (args tuple, kwargs dict); got ({type(args).__name__}, {type(kwargs).__name__})"
-            )
-        samples.append((tuple(args), dict(kwargs)))
-    return samples
-
-
-def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
-    """The module whose hierarchy is profiled: ``module``, or ``function`` itself when it is one.
-
-    Parameters
-    ----------
-    function:
-        The callable profiled; a ``torch.compile``'d model stands for the model it wraps.
-    module:
-        The ``nn.Module`` to observe when ``function`` is not that module, or None.
-
-    Returns
-    -------
-    torch.nn.Module
-        The root of the profiled hierarchy.
-
-    Raises
-    ------
-    TypeError, ValueError
-        ``function`` is not callable, ``module`` is not a module, or it is missing for a plain function.
-    """
-    if not callable(function):
-        raise TypeError(f"function must be callable; got {type(function).__name__}")
-    if module is None:
-        if isinstance(function, nn.Module):
-            # torch.compile(model) profiles the hierarchy of the model it wraps
-            original = getattr(function, "_orig_mod", None)
-            return original if isinstance(original, nn.Module) else function
-        raise ValueError(
-            "module must be provided when function is not an nn.Module. Pass module=<the nn.Module "
-            "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
-        )
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be an nn.Module; got {type(module).__name__}")
-    return module
-
-
-def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sample] | None:
-    """``profile()``'s ``data`` as samples, after checking ``warmup_iterations``.
-
-    Parameters
-    ----------
-    data:
-        As :func:`normalize_samples` takes it.
-    warmup_iterations:
-        Must be an int >= 0.
-
-    Returns
-    -------
-    list or None
-        What :func:`normalize_samples` returns.
-
-    Raises
-    ------
-    ValueError
-        ``warmup_iterations`` is not an int >= 0 (the reference's message, then what to pass), or
-        a ``data`` item is malformed (:class:`SampleError`).
-    """
-    if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
-        raise ValueError(
-            "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
-            f"warmup); got {warmup_iterations!r}"
-        )
-    return normalize_samples(data)
-
-
-def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
-    """Warn when ``function_names`` names functions that are not intercepted (no samples for them).
-
-    Parameters
-    ----------
-    function_names:
-        The profiler's ``function_names``; names under ``torch.`` (torch-level calls) are fine.
-
-    Returns
-    -------
-    bool
-        Whether there was anything to check (the profiler warns once).
-    """
-    if function_names is None:
-        return False
-    unknown = sorted(n for n in function_names - functional_names() if not n.startswith("torch."))
-    if unknown:
-        warnings.warn(
-            "function_names has names that are not torch.nn.functional functions this profiler "
-            f"intercepts, so no samples will be collected for them: {unknown}",
-            stacklevel=3,
-        )
-    return True
-
-
 def run_pass(
     function: Callable[..., Any], samples: list[Sample] | None, after_each: Callable[[int, int], object] | None = None
 ) -> None:
@@ -202,7 +71,7 @@ def run_pass(
     function:
         What is profiled.
     samples:
-        What :func:`normalize_samples` returned.
+        What :func:`.arguments.normalize_samples` returned.
     after_each:
         Called as ``after_each(done, total)`` after each call, when given.
 
@@ -312,7 +181,7 @@ def record(
     function:
         The callable profiled (``root`` itself, a wrapper standing for it, or a pipeline function).
     samples:
-        What :func:`normalize_samples` returned.
+        What :func:`.arguments.normalize_samples` returned.
     root:
         The ``nn.Module`` whose hierarchy is profiled.
     on_progress:

@@ -256,7 +256,7 @@ class _Following:
 
     def failure(self, error: Exception, spec: str) -> CliError:
         """The one-line error for ``error``, raised while following (its phase says whose it is)."""
-        from .capture import SampleError
+        from .arguments import SampleError
 
         if isinstance(error, SampleError):
             return CliError(f"factory {spec} returned bad samples: {error}")

@@ -1,4 +1,4 @@
-"""``ModuleFunctionKernelProfiler``: the spec's facade; :func:`.capture.record` does the work."""
+"""``ModuleFunctionKernelProfiler``: the spec's facade; :mod:`.arguments` checks, :func:`.capture.record` works."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import capture
+from . import arguments, capture
 from .config import ProfileConfig
 from .results import ProfileResult, describe_results
 from .schema import FunctionData
@@ -102,8 +102,8 @@ class ModuleFunctionKernelProfiler:
         ProfileResult
             Every recorded kernel, attributed or not, with the trace and the samples.
         """
-        root, samples = capture.resolve_root(function, module), capture.check_data(data, warmup_iterations)
-        self._unknown_warned = self._unknown_warned or capture.warn_unknown_names(self.function_names)
+        root, samples = arguments.resolve_root(function, module), arguments.check_data(data, warmup_iterations)
+        self._unknown_warned = self._unknown_warned or arguments.warn_unknown_names(self.function_names)
         self._last_result = None  # the previous run's samples are released before this one runs
         result = capture.record(self.config, function, samples, root, on_progress, warmup_iterations=warmup_iterations)
         self._last_result = result

@@ -2,7 +2,8 @@
 
 Stages, lowest first: ``schema`` / ``config`` (and the notebook-display hook) below all; then
 tracing → collection → joining → results; above results two branches, the reports (→ cli) and the
-capture (capture.py → profiler.py → benchmarking → cli); the package root above everything. Every
+capture (capture.py, arguments.py → profiler.py → benchmarking → cli); the package root above
+everything. Every
 ``import`` of the package's own modules is read with ``ast`` from the source, wherever it sits (a
 function-level import counts: that is how circles used to be held apart); only imports under
 ``if TYPE_CHECKING:`` are left out of the circle check, since they never run.
@@ -49,6 +50,7 @@ MODULE_STAGES = {
     "_cupti_native": "collection",  # compiled half of collection/native_sink.py
     "joining": "joining",
     "capture": "capture",
+    "arguments": "capture",  # profile()'s arguments, checked before the capture
     "profiler": "profiler",
     "cli": "cli",
 }
