@@ -406,6 +406,7 @@ class ModuleFunctionKernelProfiler:
         )
         return ProfileResult(
             activity=joined,
+            launches=activity.launches,
             ops=trace.ops,
             calls=trace.calls,
             modules=modules_table,

@@ -5,7 +5,7 @@ Two layouts, picked by the path given to ``save``:
 * **directory** (any path not ending in ``.parquet``)::
 
       DIR/manifest.json          format, schema_version, source, warnings, metadata, table schemas
-      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, function_data
+      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, launches, function_data
       DIR/tensors.pt             only with ``with_tensors=True``: torch.save of the sample tensors
 
 * **single file** (``*.parquet``): one Parquet file holding every table. Its columns are a
@@ -22,8 +22,10 @@ In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
 
-``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
-column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
+Results saved before the ``launches`` table existed load with an empty one
+(``profile_result.ADDED_TABLES``). ``calls.sample`` links each functional call to its
+``sample_index`` (results saved before that column existed load with ``sample = -1`` and
+``metadata["call_samples"]`` saying so).
 ``function_data`` is a table of ``function_name, sample_index, count, sample_json``: each sample is
 JSON where tensors become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size),
 tuples, dicts and non-finite floats are tagged, and other objects keep their repr as
@@ -51,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import schema
-from .profile_result import FunctionData, ProfileResult
+from .profile_result import ADDED_TABLES, FunctionData, ProfileResult
 from .samples import UNLINKED_KEY, UNLINKED_VALUE, no_sample_column
 from .summary import iter_tensor_likes
 
@@ -315,6 +317,7 @@ def _check_manifest(manifest: Any, path: Path) -> dict:
 
 
 def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] | None) -> ProfileResult:
+    tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **tables}
     missing = [name for name in result_table_names() if name not in tables]
     if missing:
         raise ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")

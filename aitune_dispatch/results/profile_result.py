@@ -20,6 +20,8 @@ from .samples import sample_table
 from .summary import describe_results
 
 FunctionData = dict[str, list[tuple[int, Any]]]
+# tables a result gained after results were first saved: loading an older result gives them empty
+ADDED_TABLES: dict[str, pa.Schema] = {"launches": schema.LAUNCHES}
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -78,6 +80,11 @@ class ProfileResult:
         Problems of the run, in words.
     metadata:
         ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``) and clock facts.
+    launches:
+        The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
+        ``correlation_id, api, cbid, api_name, start_ns, end_ns, os_thread``; one row per launch,
+        copy or set call, sharing ``correlation_id`` with what it launched). Empty for the CPU
+        source and for results saved before it existed.
 
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
@@ -95,6 +102,7 @@ class ProfileResult:
     dropped_records: int = 0
     warnings: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
