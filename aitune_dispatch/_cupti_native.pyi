@@ -10,8 +10,9 @@ else:
 # A raw decode: activity columns (little-endian bytes: int64 correlation_id, start_ns, end_ns,
 # device, stream; int8 kind_code; int32 name_index into the name table), the name table (a kernel
 # name, ``(1, copy_kind, src_kind, dst_kind)`` for a copy, ``(2, memory_kind)`` for a set), the
-# correlation columns (int64 ext_correlation_id, ext_id) and counters ("records", "undecodable",
-# "lost", "layout_mismatches").
+# correlation columns (int64 ext_correlation_id, ext_id), counters ("records", "undecodable",
+# "lost", "layout_mismatches"), then the runtime / driver API columns (int64 api_correlation_id;
+# int8 api_kind, 0 runtime / 1 driver; int32 api_cbid; int64 api_start_ns, api_end_ns, api_thread).
 RawRecords = tuple[
     bytes,
     bytes,
@@ -24,6 +25,12 @@ RawRecords = tuple[
     bytes,
     bytes,
     dict[str, int],
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
 ]
 
 BUFFER_BYTES: int

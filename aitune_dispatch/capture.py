@@ -261,6 +261,7 @@ def _recorded(
     )
     return ProfileResult(
         activity=joined,
+        launches=activity.launches,
         ops=trace.ops,
         calls=trace.calls,
         modules=modules_table,

@@ -55,6 +55,23 @@ CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
 # launches made outside any aten op (Triton, CUDA graph replays, raw driver calls) still carry the
 # scope they ran in: the innermost module forward or functional call, as a context id
 SCOPE_CORRELATION = pa.schema([("correlation_id", pa.int64()), ("context_id", pa.int64())])
+# one row per CUDA runtime / driver API record CUPTI delivered: only the launch / copy / set
+# callback ids are enabled while we collect, so one row per kernel launch, copy or set call; the
+# launch and the kernels / copies / sets it started share ``correlation_id``
+LAUNCHES = pa.schema(
+    [
+        ("correlation_id", pa.int64()),
+        ("api", pa.string()),  # LAUNCH_API_RUNTIME (CUDA runtime API) or LAUNCH_API_DRIVER (CUDA driver API)
+        ("cbid", pa.int32()),  # CUPTI callback id within that API
+        ("api_name", pa.string()),  # "cudaLaunchKernel", "cuLaunchKernel", ...: the callback id's name
+        ("start_ns", pa.int64()),  # host clock, like every activity timestamp
+        ("end_ns", pa.int64()),
+        ("os_thread", pa.int64()),  # CUPTI's threadId of the calling thread (not the recorder's ``thread``)
+    ]
+)
+LAUNCH_COLUMNS = LAUNCHES.names
+LAUNCH_API_RUNTIME = "runtime"  # the ``api`` of a launch record
+LAUNCH_API_DRIVER = "driver"
 
 # -- tracing ------------------------------------------------------------------------------------
 OPS = pa.schema(
@@ -126,7 +143,9 @@ ACTIVITY = pa.schema(
 OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
 
 # -- saved results (results/persist.py) -------------------------------------------------------------------
-RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls")  # a ProfileResult's tables
+RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls", "launches")  # a ProfileResult's tables
+# tables a result gained after results were first saved: loading an older result gives them empty
+ADDED_TABLES: dict[str, pa.Schema] = {"launches": LAUNCHES}
 FUNCTION_DATA_TABLE = "function_data"  # function_data, saved as a table beside them
 # function_data as a table: one row per distinct sample, the sample as JSON (results/values.py)
 FUNCTION_DATA = pa.schema(
@@ -335,6 +354,10 @@ COLUMN_UNITS: dict[str, tuple[str, str]] = {
     "sample_json": ("", "JSON; tensors as {'__tensor__': metadata}"),
     "torch_save": ("bytes", "torch.save of the sample tensors"),
     "rank": ("", "torch.distributed rank the row comes from (merged results only)"),
+    "api": ("", "'runtime' or 'driver': the CUDA API of a launch record"),
+    "cbid": ("", "CUPTI callback id within the runtime or driver API"),
+    "api_name": ("", "the callback id's name without CUPTI's version suffix; '<api> cbid <n>' where unnamed"),
+    "os_thread": ("", "CUPTI threadId of the launching thread"),
 }
 
 

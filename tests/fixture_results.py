@@ -20,7 +20,7 @@ from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.joining import join_activity
 from aitune_dispatch.results import ProfileResult, merge
-from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES, OPS
+from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, LAUNCHES, MODULE_CALLS, MODULES, OPS
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
 
@@ -47,15 +47,40 @@ OPS_TIMED = pa.schema(
 )
 
 
+def synthetic_launches(off: int) -> pa.Table:
+    """The API records of :func:`synthetic_result`'s activity, CUPTI clock = host + ``off``.
+
+    Correlation 10 (gemm): cudaLaunchKernel 4,500-4,700 inside addmm; 11 (memcpy): cudaMemcpyAsync
+    8,300-8,400 inside copy_; 12 (the memset no op claimed): driver cuMemsetD32Async 8,850-8,900,
+    on the same CUPTI thread 77; 13: a cudaLaunchKernel 8,900-8,950 on thread 99, which launched no
+    recorded activity and ran no op.
+    """
+    return pa.table(
+        [
+            [10, 11, 12, 13],
+            ["runtime", "runtime", "driver", "runtime"],
+            pa.array([211, 41, 220, 211], pa.int32()),
+            ["cudaLaunchKernel", "cudaMemcpyAsync", "cuMemsetD32Async", "cudaLaunchKernel"],
+            [off + 4_500, off + 8_300, off + 8_850, off + 8_900],
+            [off + 4_700, off + 8_400, off + 8_900, off + 8_950],
+            [77, 77, 77, 99],
+        ],
+        schema=LAUNCHES,
+    )
+
+
 def synthetic_result(
-    cupti_offset_ns: int = 1_000_000, metadata: dict[str, str] | None = None, fc_name: str = "fc"
+    cupti_offset_ns: int = 1_000_000,
+    metadata: dict[str, str] | None = None,
+    fc_name: str = "fc",
+    launches: bool = False,
 ) -> ProfileResult:
     """Net (root) > fc (Linear) > linear call > aten::addmm > gemm on GPU 0 stream 7.
 
     Host clock (ns): root 1,000-9,000; fc 2,000-8,000; linear 3,000-7,000; addmm 4,000-6,000;
     aten::copy_ (root, no functional call) 8,200-8,800. CUPTI clock = host + ``cupti_offset_ns``:
     gemm 5,000-5,500 (addmm), memcpy 8,500-9,500 on stream 13 (copy_), memset 9,600-9,700 on
-    stream 7 that no op claimed.
+    stream 7 that no op claimed. ``launches``: with :func:`synthetic_launches`.
     """
     off = cupti_offset_ns
     modules = pa.table([[0, 1], ["", fc_name], ["Net", "Linear"], [-1, 0]], schema=MODULES)
@@ -89,6 +114,7 @@ def synthetic_result(
         function_data={"linear": [(1, sample)]},
         source="cupti/test",
         metadata=metadata or {},
+        launches=synthetic_launches(off) if launches else LAUNCHES.empty_table(),
     )
 
 

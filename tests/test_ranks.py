@@ -287,8 +287,22 @@ def synthetic(rows: list[tuple[str | None, str, str, str, float]], rank: int) ->
         schema=schema.OPS,
     )
     calls, forwards = (schema.empty(s) for s in (schema.CALLS, schema.MODULE_CALLS))
+    launches = pa.table(  # one cudaLaunchKernel per kernel, 80-60 ns before it; both ranks number them 0..n-1
+        {
+            "correlation_id": activity["correlation_id"],
+            "api": ["runtime"] * n,
+            "cbid": pa.array([211] * n, pa.int32()),
+            "api_name": ["cudaLaunchKernel"] * n,
+            "start_ns": pc.subtract(activity["start_ns"], 80),
+            "end_ns": pc.subtract(activity["start_ns"], 60),
+            "os_thread": [4242] * n,
+        },
+        schema=schema.LAUNCHES,
+    )
     metadata = {"rank": str(rank), "world_size": "2", "host": f"node{rank}"}
-    return ProfileResult(activity, ops, calls, modules, forwards, {}, "cupti/native", metadata=metadata)
+    return ProfileResult(
+        activity, ops, calls, modules, forwards, {}, "cupti/native", metadata=metadata, launches=launches
+    )
 
 
 RANK0 = [
@@ -421,11 +435,17 @@ def test_the_gpu_processes_of_each_rank(job):
         RANK_PID_STRIDE + 1: "rank 1 CPU (node1)",
         RANK_PID_STRIDE + 101: "rank 1 GPU 1",
     }
-    # one launch arrow per kernel (4 + 4), each from its rank's CPU process to that rank's GPU
-    starts = [e["pid"] for e in trace["traceEvents"] if e["ph"] == "s"]
-    ends = [e["pid"] for e in trace["traceEvents"] if e["ph"] == "f"]
-    assert starts == [1] * 4 + [RANK_PID_STRIDE + 1] * 4
-    assert ends == [100] * 4 + [RANK_PID_STRIDE + 101] * 4
+    # one launch arrow per kernel (4 + 4), each from its rank's launch slice to that rank's GPU: both
+    # ranks number their launches 0..3, so a launch must find the kernel of its own rank
+    starts = [(e["pid"], e["ts"]) for e in trace["traceEvents"] if e["ph"] == "s"]
+    ends = [(e["pid"], e["ts"]) for e in trace["traceEvents"] if e["ph"] == "f"]
+    assert [pid for pid, _ in starts] == [1] * 4 + [RANK_PID_STRIDE + 1] * 4
+    assert [pid for pid, _ in ends] == [100] * 4 + [RANK_PID_STRIDE + 101] * 4
+    # kernel i starts at 10,000 + 1,000 i ns, its launch 80 ns before: origin = rank 0's first op at 9,900
+    assert [ts for _, ts in starts] == [0.02, 1.02, 2.02, 3.02] * 2  # (10,000 - 80 - 9,900) / 1000 + i
+    assert [ts for _, ts in ends] == [0.1, 1.1, 2.1, 3.1] * 2  # (10,000 - 9,900) / 1000 + i
+    launches = [e for e in trace["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    assert [(e["pid"], e["tid"]) for e in launches] == [(1, 1)] * 4 + [(RANK_PID_STRIDE + 1, 1)] * 4  # thread 0
     assert trace["otherData"]["flows_skipped"] == 0
 
 

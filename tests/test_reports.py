@@ -8,6 +8,7 @@ tests/fixture_results.py) checks exact numbers, with the arithmetic shown.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gzip
 import html
 import json
@@ -16,6 +17,7 @@ from html.parser import HTMLParser
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import torch
 from fixture_results import empty_result, synthetic_result
@@ -29,7 +31,13 @@ from aitune_dispatch.reports import (
     write_report,
 )
 from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
-from aitune_dispatch.reports.perfetto import CPU_PID, GPU_PID_BASE, device_properties, gpu_clock_offset
+from aitune_dispatch.reports.perfetto import (
+    CPU_PID,
+    GPU_PID_BASE,
+    OS_THREAD_TID_BASE,
+    device_properties,
+    gpu_clock_offset,
+)
 from aitune_dispatch.results import ProfileResult
 
 HOST_CATS = {"module", "functional", "cpu_op"}
@@ -131,6 +139,9 @@ def test_cpu_source_writes_each_op_once(demo_trace, demo_result):
     keys = [(p["pid"], p["tid"], p["ts"], p["dur"], p["name"]) for p in slices(demo_trace)]
     assert len(keys) == len(set(keys))
     assert not [e for e in demo_trace["traceEvents"] if e["ph"] in ("s", "f")]
+    # the CPU source has no CUDA API records: no launch slices
+    assert demo_result.launches.num_rows == 0
+    assert not [e for e in slices(demo_trace) if e["cat"] in ("cuda_runtime", "cuda_driver")]
 
 
 def test_host_and_activity_tracks_are_separate(demo_trace):
@@ -185,22 +196,94 @@ def flow_rows(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [(e["ph"], e["id"], e["pid"], e["tid"], e["ts"]) for e in trace["traceEvents"] if e["ph"] in "sf"]
 
 
+def expected_launch_slices() -> set[tuple[Any, ...]]:
+    # CUPTI - 1,000,000 = host; ts = (host - 1,000) / 1000 µs. Thread 77 launched for ops of recorder
+    # thread 0 (tid 1), so its unclaimed memset launch goes there too; thread 99 gets its own track
+    return {
+        ("cudaLaunchKernel", "cuda_runtime", CPU_PID, 1, 3.5, 0.2),  # 4,500 → 3.5; 4,700 - 4,500
+        ("cudaMemcpyAsync", "cuda_runtime", CPU_PID, 1, 7.3, 0.1),  # 8,300 → 7.3; 8,400 - 8,300
+        ("cuMemsetD32Async", "cuda_driver", CPU_PID, 1, 7.85, 0.05),  # 8,850 → 7.85; 8,900 - 8,850
+        ("cudaLaunchKernel", "cuda_runtime", CPU_PID, OS_THREAD_TID_BASE + 99, 7.9, 0.05),  # 8,900 → 7.9
+    }
+
+
 def test_synthetic_trace_exact_values_with_explicit_offset():
-    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
-    assert as_rows(trace) == expected_synthetic_slices()
-    # arrows go from the op's start to the kernel's start: addmm 4,000 → 3.0, gemm 5,000 → 4.0;
-    # copy_ 8,200 → 7.2, memcpy 8,500 → 7.5; the memset has no op, so no arrow
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=1_000_000)
+    assert as_rows(trace) == expected_synthetic_slices() | expected_launch_slices()
+    # arrows go from each launch's start to the start of what it launched: cudaLaunchKernel 3.5 →
+    # gemm 4.0; cudaMemcpyAsync 7.3 → memcpy 7.5; cuMemsetD32Async 7.85 → memset 8.6 (no op, still
+    # its launch); the launch on thread 99 launched nothing recorded, so no arrow
     assert flow_rows(trace) == [
-        ("s", 1, CPU_PID, 1, 3.0),
+        ("s", 1, CPU_PID, 1, 3.5),
         ("f", 1, GPU_PID_BASE, 7, 4.0),
-        ("s", 2, CPU_PID, 1, 7.2),
+        ("s", 2, CPU_PID, 1, 7.3),
         ("f", 2, GPU_PID_BASE, 13, 7.5),
+        ("s", 3, CPU_PID, 1, 7.85),
+        ("f", 3, GPU_PID_BASE, 7, 8.6),
     ]
     assert {e["cat"] for e in trace["traceEvents"] if e["ph"] in "sf"} == {"ac2g"}
+    assert all(e["bp"] == "e" for e in trace["traceEvents"] if e["ph"] == "f")  # Kineto binds to the kernel
     assert process_names(trace) == {CPU_PID: "CPU", GPU_PID_BASE: "GPU 0"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert threads == {(CPU_PID, 1): "thread 0", (GPU_PID_BASE, 7): "stream 7", (GPU_PID_BASE, 13): "stream 13"}
+    assert threads == {
+        (CPU_PID, 1): "thread 0",
+        (CPU_PID, OS_THREAD_TID_BASE + 99): "os thread 99",
+        (GPU_PID_BASE, 7): "stream 7",
+        (GPU_PID_BASE, 13): "stream 13",
+    }
     assert trace["otherData"]["time_origin_host_ns"] == 1_000 and trace["otherData"]["flows_skipped"] == 0
+
+
+def test_launch_slices_carry_kinetos_runtime_args_and_nest_in_their_op():
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=1_000_000)
+    launches = sorted((s for s in slices(trace) if s["cat"] in ("cuda_runtime", "cuda_driver")), key=lambda s: s["ts"])
+    assert [s["args"] for s in launches] == [
+        {"cbid": 211, "correlation": 10, "External id": 0, "os_thread": 77},  # gemm's launch, op 0 (addmm)
+        {"cbid": 41, "correlation": 11, "External id": 1, "os_thread": 77},  # memcpy's launch, op 1 (copy_)
+        {"cbid": 220, "correlation": 12, "os_thread": 77},  # the memset no op claimed: no External id
+        {"cbid": 211, "correlation": 13, "os_thread": 99},
+    ]
+    by_name = {s["name"]: s for s in slices(trace) if s["cat"] == "cpu_op"}
+    assert contains(by_name["aten::addmm"], launches[0]) and contains(by_name["aten::copy_"], launches[1])
+    # which op launched a kernel stays in the kernel's args, not in an arrow
+    gemm = next(s for s in slices(trace) if s["name"] == "gemm")
+    assert (gemm["args"]["External id"], gemm["args"]["op"]) == (0, "aten::addmm")
+
+
+@pytest.mark.parametrize("offset", [0, 1_000_000, 1_000_500, 5_000_000_000])
+def test_no_arrow_goes_back_in_time_whatever_the_clock_offset(offset: int):
+    # launches and kernels are both CUPTI timestamps shifted by the same offset: every launch starts
+    # before what it launched (4,500 < 5,000; 8,300 < 8,500; 8,850 < 9,600), so all three arrows stay
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=offset)
+    pairs: dict[int, dict[str, dict[str, Any]]] = {}
+    for event in trace["traceEvents"]:
+        if event["ph"] in "sf":
+            pairs.setdefault(event["id"], {})[event["ph"]] = event
+    assert len(pairs) == 3 and trace["otherData"]["flows_skipped"] == 0
+    assert all(pair["s"]["ts"] <= pair["f"]["ts"] for pair in pairs.values())
+    assert [ns(pair["f"]["ts"]) - ns(pair["s"]["ts"]) for pair in pairs.values()] == [500, 200, 750]
+
+
+def test_a_launch_recorded_after_its_kernel_gets_no_arrow():
+    # a launch record whose start lies after its kernel's (5,100 > gemm's 5,000) would draw a backward arrow
+    result = synthetic_result(launches=True)
+    launches = result.launches
+    starts = launches["start_ns"].to_pylist()
+    starts[0] = 1_000_000 + 5_100
+    launches = launches.set_column(4, "start_ns", pa.array(starts, pa.int64()))
+    launches = launches.set_column(5, "end_ns", pa.array([s + 10 for s in starts], pa.int64()))
+    trace = perfetto_events(dataclasses.replace(result, launches=launches), gpu_clock_offset_ns=1_000_000)
+    assert [row[1] for row in flow_rows(trace)] == [1, 1, 2, 2]  # memcpy's and memset's arrows only
+    assert trace["otherData"]["flows_skipped"] == 1
+
+
+def test_without_launch_records_there_are_no_launch_slices_and_no_arrows():
+    # results of the CPU source and results saved before the launches table: op -> kernel stays in args
+    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
+    assert as_rows(trace) == expected_synthetic_slices()
+    assert flow_rows(trace) == [] and trace["otherData"]["flows_skipped"] == 0
+    gemm = next(s for s in slices(trace) if s["name"] == "gemm")
+    assert gemm["args"]["External id"] == 0
 
 
 def test_synthetic_trace_carries_kinetos_args():
@@ -233,15 +316,6 @@ def test_device_properties_come_from_the_metadata():
             "computeMinor": 0,
         }
     ]
-
-
-def test_a_kernel_before_its_op_gets_no_backward_arrow():
-    # offset 1,000,500: gemm at 1,005,000 - 1,000,500 = 4,500 ns, after addmm starts (4,000); memcpy at
-    # 1,008,500 - 1,000,500 = 8,000 ns, before copy_ starts (8,200): that arrow would go back in time
-    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_500)
-    flows = flow_rows(trace)
-    assert [(ph, pid) for ph, _, pid, _, _ in flows] == [("s", CPU_PID), ("f", GPU_PID_BASE)]
-    assert trace["otherData"]["flows_skipped"] == 1
 
 
 def test_offset_comes_from_metadata_when_not_given():

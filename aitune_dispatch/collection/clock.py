@@ -38,7 +38,7 @@ class HostClock:
     ticks_per_ns: float
 
     def convert(self, kernels: pa.Table) -> pa.Table:
-        """``kernels`` with start_ns / end_ns on the host clock, in nanoseconds."""
+        """``kernels`` (or launches: any table with start_ns / end_ns) with both on the host clock, in ns."""
         for name in ("start_ns", "end_ns"):
             ticks = np.asarray(kernels[name].to_numpy(), dtype=np.int64) - self.ts0
             host = self.host0 + (

@@ -32,7 +32,7 @@ from ..schema import SCOPE_BASE
 from . import devices
 from .base import Activity
 from .clock import HostClock, host_clock
-from .records import DecodedRecords
+from .records import API_DRIVER, API_RUNTIME, DecodedRecords
 
 __all__ = ["CANARY_ID", "SCOPE_BASE", "CuptiSource", "HostClock", "RecordSink", "host_clock", "load_cupti"]
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
@@ -41,6 +41,7 @@ MIN_CALIBRATION_NS = 5_000_000
 CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
+_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cupti's "cudaLaunchKernel_v7000"; Kineto writes "cudaLaunchKernel"
 
 
 class RecordSink(Protocol):
@@ -89,6 +90,30 @@ def _api_callback_ids(enum: Any) -> tuple[tuple[int, ...], frozenset[int]]:
         if _API_RECORDS_WE_NEED.match(name):
             needed.append(int(member))
     return tuple(every), frozenset(needed)
+
+
+@functools.lru_cache(maxsize=4)
+def callback_names(cupti: Any) -> dict[tuple[int, int], str]:
+    """``(API_RUNTIME | API_DRIVER, cbid) -> name`` of the callback ids we enable, as Kineto names them.
+
+    Parameters
+    ----------
+    cupti:
+        The ``cupti.cupti`` bindings (their ``runtime_api_trace_cbid`` / ``driver_api_trace_cbid`` enums).
+
+    Returns
+    -------
+    dict
+        One entry per launch / copy / set callback id (a few hundred), the runtime API's version
+        suffix dropped (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; the driver API's
+        ``_v2`` names are real function names and stay).
+    """
+    names: dict[tuple[int, int], str] = {}
+    for api, enum in ((API_RUNTIME, cupti.runtime_api_trace_cbid), (API_DRIVER, cupti.driver_api_trace_cbid)):
+        for name, member in enum.__members__.items():
+            if _API_RECORDS_WE_NEED.match(name):
+                names.setdefault((api, int(member)), _VERSION_SUFFIX.sub("", name))
+    return names
 
 
 def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -270,28 +295,32 @@ class CuptiSource:
         return int(dropped.value)
 
     def activity(self, ops: pa.Table | None = None) -> Activity:
-        """Decoded kernel and correlation tables of the pass (without the canary); ``ops`` is unused."""
+        """Decoded kernel, correlation and launch tables of the pass (without the canary); ``ops`` is unused."""
         records = self._sink.take()
         clock = host_clock(self._clock_start, self._clock_end)
         raw = records.kernels_table()
         if self._clock_start is not None and self._clock_end is not None:
             self._warnings += devices.clock_coverage_warnings(raw, self._clock_start[1], self._clock_end[1])
         kernels, correlation = clock.convert(raw), records.correlation_table()
+        launches = clock.convert(records.launches_table(callback_names(self._cupti)))
         if self._canary is not None:
-            kernels, correlation = self._drop_canary(kernels, correlation)
+            kernels, correlation, launches = self._drop_canary(kernels, correlation, launches)
         correlation, scope_correlation = split_scopes(correlation)
         self._warnings.extend(getattr(self._sink, "warnings", ()))  # the decoder's own words, warned by the sink
         return Activity(
             kernels=kernels,
             correlation=correlation,
             scope_correlation=scope_correlation,
+            launches=launches,
             source=f"{self.name}/{self._sink.name}",
             dropped_records=self._dropped,
             warnings=tuple(self._warnings),
             clock_ticks_per_ns=clock.ticks_per_ns,
         )
 
-    def _drop_canary(self, kernels: pa.Table, correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
+    def _drop_canary(
+        self, kernels: pa.Table, correlation: pa.Table, launches: pa.Table
+    ) -> tuple[pa.Table, pa.Table, pa.Table]:
         is_canary = pc.equal(correlation["op_id"], pa.scalar(CANARY_ID - 2**64, pa.int64()))
         canary_ids = correlation.filter(is_canary)["correlation_id"]
         if len(canary_ids) == 0:
@@ -309,4 +338,9 @@ class CuptiSource:
                 "buffers, so that device's kernels are incomplete; another CUPTI client (torch.profiler, "
                 "Nsight, ...) may have taken the callbacks: run them one after the other, never nested"
             )
-        return kernels.filter(pc.invert(is_canary_kernel)), correlation.filter(pc.invert(is_canary))
+        is_canary_launch = pc.is_in(launches["correlation_id"], value_set=canary_ids.combine_chunks())
+        return (
+            kernels.filter(pc.invert(is_canary_kernel)),
+            correlation.filter(pc.invert(is_canary)),
+            launches.filter(pc.invert(is_canary_launch)),
+        )

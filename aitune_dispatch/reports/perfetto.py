@@ -1,17 +1,23 @@
 """Chrome trace JSON in Kineto's conventions: opens in Perfetto, chrome://tracing and HTA.
 
 Host side, one process ``CPU``, one track per profiled thread: module forwards (``cat: "module"``),
-functional calls (``cat: "functional"``) and aten ops (``cat: "cpu_op"``, args ``External id`` =
-op id) as nested complete ("X") slices. Device side, one process ``GPU <device>`` per device, one
-track per stream: kernels (``cat: "kernel"``), memcpys (``"gpu_memcpy"``) and memsets
-(``"gpu_memset"``), each with the args Kineto writes and HolisticTraceAnalysis reads: ``device``,
-``stream``, ``correlation`` (the CUPTI correlation id) and ``External id`` (the launching op's id),
-plus ours (``op``, ``module``, ``function``). A flow arrow (``cat: "ac2g"``, ``s`` → ``f`` with
-``bp: "e"``) leads from each op to each kernel it launched, starting where the op starts and ending
-where the kernel starts, so no arrow goes back in time (a kernel that starts before its op on the
-mapped clock gets no arrow; ``otherData.flows_skipped`` counts them). The collector keeps no
-runtime/driver API records, so the trace has no ``cuda_runtime`` launch slices: arrows start on the
-op. ``deviceProperties`` lists the GPUs whose properties the result's metadata names
+functional calls (``cat: "functional"``), aten ops (``cat: "cpu_op"``, args ``External id`` = op
+id) and the CUDA API calls that launched the GPU work (``cat: "cuda_runtime"`` / ``"cuda_driver"``,
+named as Kineto names them, ``cudaLaunchKernel``; args ``cbid``, ``correlation``, ``External id``
+where an op claimed the launch, ``os_thread``) as nested complete ("X") slices. A launch goes on
+the track of the thread whose op launched it; a launch no op claimed goes on the track its CUPTI
+thread id maps to through the other launches, else on a track of its own (``os thread <id>``).
+Device side, one process ``GPU <device>`` per device, one track per stream: kernels (``cat:
+"kernel"``), memcpys (``"gpu_memcpy"``) and memsets (``"gpu_memset"``), each with the args Kineto
+writes and HolisticTraceAnalysis reads: ``device``, ``stream``, ``correlation`` (the CUPTI
+correlation id) and ``External id`` (the launching op's id), plus ours (``op``, ``module``,
+``function``): which op launched a kernel is in its args. A flow arrow (``cat: "ac2g"``, ``s`` →
+``f`` with ``bp: "e"``, Kineto's convention) leads from each launch slice's start to the start of
+each kernel / memcpy / memset of the same correlation id. Launch and kernel are both CUPTI
+timestamps, so an arrow never goes back in time; one that would (an explicit clock offset that
+disagrees) is left out and counted in ``otherData.flows_skipped``. Results without launch records
+(the CPU source, results saved before the ``launches`` table) have no launch slices and no arrows.
+``deviceProperties`` lists the GPUs whose properties the result's metadata names
 (``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``; per device from
 ``gpu_properties`` when the run used several GPUs).
 
@@ -29,13 +35,14 @@ gzip-compressed.
 Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
 collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
 corrects nothing: it asks the clock's owner, ``collection.clock.activity_minus_host_ns``, how far
-device timestamps sit from host ones (0 for every run recorded since; the argument, the result's
+device (and launch) timestamps sit from host ones (0 for every run recorded since; the argument, the result's
 ``metadata[GPU_CLOCK_OFFSET_KEY]``, or what a result that never said implies) and subtracts that.
 ``otherData`` says where the offset came from.
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -65,6 +72,8 @@ KINETO_CATS = {  # activity kind -> Kineto's category
     schema.KIND_MEMSET: "gpu_memset",
     schema.KIND_CPU_OP: "cpu_op",
 }
+LAUNCH_CATS = {schema.LAUNCH_API_RUNTIME: "cuda_runtime", schema.LAUNCH_API_DRIVER: "cuda_driver"}  # api -> cat
+OS_THREAD_TID_BASE = 1_000_000  # tid = base + CUPTI thread id: launches on a thread no op ran on
 DEVICE_PROPERTIES = {  # metadata key -> deviceProperties field
     schema.META_GPU_NAME: "name",
     schema.META_GPU_MEMORY: "totalGlobalMem",
@@ -227,6 +236,61 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
     return out
 
 
+# -- launch slices (CUDA runtime / driver API records) ---------------------------------------------------
+_LAUNCH_COLUMNS = ["correlation_id", "api", "cbid", "api_name", "start_ns", "end_ns", "os_thread"]
+
+
+def _launched(result: ProfileResult) -> dict[tuple[int, int], tuple[int | None, int | None]]:
+    """``(rank, correlation id) -> (recorder thread, op id)`` of the first GPU row each launch started."""
+    rows = result.activity.select(["correlation_id", "kind", "device", "thread", "op_id"]).to_pydict()
+    out: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    fields = zip(rows["correlation_id"], rows["kind"], rows["device"], rows["thread"], rows["op_id"])
+    for rank, (correlation, kind, device, thread, op_id) in zip(_ranks(result.activity), fields):
+        if _is_gpu(kind, device):
+            out.setdefault((rank or 0, correlation), (thread, op_id))
+    return out
+
+
+def _thread_of_os_thread(
+    rows: list[dict[str, Any]], launched: dict[tuple[int, int], tuple[int | None, int | None]]
+) -> dict[tuple[int, int], int]:
+    """``(rank, CUPTI thread id) -> recorder thread``: the thread most of that OS thread's claimed launches ran on."""
+    votes: dict[tuple[int, int], collections.Counter[int]] = {}
+    for row in rows:
+        rank = row.get(RANK_COLUMN) or 0
+        thread = launched.get((rank, row["correlation_id"]), (None, None))[0]
+        if thread is not None:
+            votes.setdefault((rank, row["os_thread"]), collections.Counter())[thread] += 1
+    return {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
+
+
+def _launch_slices(result: ProfileResult, offset_ns: int) -> list[Slice]:
+    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track (CUPTI clock shifted)."""
+    if result.launches.num_rows == 0:
+        return []
+    columns = _LAUNCH_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.launches.column_names else [])
+    rows = result.launches.select(columns).to_pylist()
+    launched = _launched(result)
+    by_os_thread = _thread_of_os_thread(rows, launched)
+    out = []
+    for row in rows:
+        rank = row.get(RANK_COLUMN)
+        thread, op_id = launched.get((rank or 0, row["correlation_id"]), (None, None))
+        if thread is None:
+            thread = by_os_thread.get((rank or 0, row["os_thread"]))
+        tid = _tid(thread) if thread is not None else OS_THREAD_TID_BASE + row["os_thread"]
+        args: dict[str, Any] = {
+            "cbid": row["cbid"],
+            "correlation": row["correlation_id"],
+            **({} if op_id is None else {"External id": op_id}),
+            "os_thread": row["os_thread"],
+        }
+        start, end = row["start_ns"] - offset_ns, max(row["end_ns"], row["start_ns"]) - offset_ns
+        cat = LAUNCH_CATS.get(row["api"], row["api"])
+        out.append(Slice(_pid(rank, CPU_PID), tid, start, end, row["api_name"], cat, args))
+    return out
+
+
 # -- clock offset --------------------------------------------------------------------------------------
 def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = None) -> tuple[int, str]:
     """``(activity − host offset in ns, where it came from)`` for this result's GPU timestamps.
@@ -260,20 +324,25 @@ def _complete(piece: Slice, origin_ns: int) -> dict[str, Any]:
     }
 
 
-def _flows(ops: list[Slice], kernels: list[Slice], origin_ns: int) -> tuple[list[dict[str, Any]], int]:
-    """Kineto ``ac2g`` arrows from each op's start to the start of each GPU slice it launched."""
-    by_op = {piece.args["op_id"]: piece for piece in ops}
+def _flows(launches: list[Slice], device: list[Slice], origin_ns: int) -> tuple[list[dict[str, Any]], int]:
+    """Kineto ``ac2g`` arrows from each launch slice's start to the start of each GPU slice it launched."""
+    by_launch: dict[tuple[int, int], Slice] = {}
+    for launch in launches:
+        by_launch.setdefault((launch.pid // RANK_PID_STRIDE, launch.args["correlation"]), launch)
     events: list[dict[str, Any]] = []
     skipped = 0
-    for kernel in kernels:
-        op = by_op.get(kernel.args.get("External id")) if _is_gpu_pid(kernel.pid) else None
-        if op is None:
+    for kernel in device:
+        if not _is_gpu_pid(kernel.pid):
             continue
-        if kernel.start_ns < op.start_ns:  # the clocks disagree: an arrow would go back in time
+        launch = by_launch.get((kernel.pid // RANK_PID_STRIDE, kernel.args["correlation"]))
+        if launch is None:
+            continue
+        if kernel.start_ns < launch.start_ns:  # the clocks disagree: an arrow would go back in time
             skipped += 1
             continue
         common = {"name": FLOW_CAT, "cat": FLOW_CAT, "id": len(events) // 2 + 1}
-        events.append({"ph": "s", "pid": op.pid, "tid": op.tid, "ts": (op.start_ns - origin_ns) / 1000.0, **common})
+        ts = (launch.start_ns - origin_ns) / 1000.0
+        events.append({"ph": "s", "pid": launch.pid, "tid": launch.tid, "ts": ts, **common})
         events.append(
             {"ph": "f", "bp": "e", "pid": kernel.pid, "tid": kernel.tid, "ts": (kernel.start_ns - origin_ns) / 1000.0}
             | common
@@ -292,7 +361,9 @@ def _process_name(pid: int, hosts: dict[int, str] | None = None) -> str:
 
 
 def _thread_name(pid: int, tid: int) -> str:
-    return f"stream {tid}" if _is_gpu_pid(pid) else f"thread {tid - 1}"
+    if _is_gpu_pid(pid):
+        return f"stream {tid}"
+    return f"os thread {tid - OS_THREAD_TID_BASE}" if tid >= OS_THREAD_TID_BASE else f"thread {tid - 1}"
 
 
 def _rank_hosts(result: ProfileResult) -> dict[int, str] | None:
@@ -386,11 +457,12 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
         ``{"schemaVersion", "traceEvents", "deviceProperties", "displayTimeUnit", "otherData"}``.
     """
     offset_ns, offset_source = gpu_clock_offset(result, gpu_clock_offset_ns)
-    host, ops, device = _host_and_device(result, offset_ns)
-    slices = host + device
+    host, _, device = _host_and_device(result, offset_ns)
+    launches = _launch_slices(result, offset_ns)
+    slices = host + launches + device
     origin_ns = min((piece.start_ns for piece in slices), default=0)
     ordered = sorted(slices, key=lambda p: (p.pid, p.tid, p.start_ns, p.start_ns - p.end_ns))  # parents first
-    flows, skipped = _flows(ops, device, origin_ns)
+    flows, skipped = _flows(launches, device, origin_ns)
     events = _track_metadata(slices, _rank_hosts(result)) + [_complete(p, origin_ns) for p in ordered] + flows
     other = {
         "source": result.source,

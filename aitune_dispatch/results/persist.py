@@ -7,7 +7,7 @@ tensors) and builds itself from the one :func:`load` returns. Two layouts, picke
 * **directory** (any path not ending in ``.parquet``)::
 
       DIR/manifest.json          format, schema_version, source, warnings, metadata, table schemas
-      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, function_data
+      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, launches, function_data
       DIR/tensors.pt             only with ``with_tensors=True``: torch.save of the sample tensors
 
 * **single file** (``*.parquet``): one Parquet file holding every table. Its columns are a
@@ -24,9 +24,10 @@ In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
 
-``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
-column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
-``function_data`` is a table of ``function_name, sample_index, count, sample_json``
+Results saved before the ``launches`` table existed load with an empty one
+(``schema.ADDED_TABLES``). ``calls.sample`` links each functional call to its ``sample_index``
+(results saved before that column existed load with ``sample = -1`` and ``metadata["call_samples"]``
+saying so). ``function_data`` is a table of ``function_name, sample_index, count, sample_json``
 (``schema.FUNCTION_DATA``; the codec is :mod:`.values`: tensors become ``TensorMeta``, other
 objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer version is refused.
 A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded

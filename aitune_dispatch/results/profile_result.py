@@ -28,6 +28,7 @@ from .summary import describe_results
 from .values import check_tensors_savable, function_data_from_table, function_data_table
 
 __all__ = ["FunctionData", "ProfileResult", "load", "load_result", "save_result"]
+ADDED_TABLES = schema.ADDED_TABLES  # tables a result gained after results were first saved
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -86,6 +87,11 @@ class ProfileResult:
         Problems of the run, in words.
     metadata:
         ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``) and clock facts.
+    launches:
+        The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
+        ``correlation_id, api, cbid, api_name, start_ns, end_ns, os_thread``; one row per launch,
+        copy or set call, sharing ``correlation_id`` with what it launched). Empty for the CPU
+        source and for results saved before it existed.
 
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
@@ -103,6 +109,7 @@ class ProfileResult:
     dropped_records: int = 0
     warnings: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
@@ -226,11 +233,16 @@ class ProfileResult:
 
 
 # -- keep: a result as persist's tables and manifest, and back ----------------------------------------
+def _result_tables(result: ProfileResult) -> dict[str, pa.Table]:
+    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
+    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
+
+
 def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
     if with_tensors:
         check_tensors_savable(result.function_data)
     tensors: list[Any] | None = [] if with_tensors else None
-    tables = {name: getattr(result, name) for name in schema.RESULT_TABLES}
+    tables = _result_tables(result)
     tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
     facts = {
         "source": result.source,
@@ -242,7 +254,8 @@ def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
 
 
 def _from_stored(stored: persist.Stored) -> ProfileResult:
-    tables, manifest = dict(stored.tables), stored.facts
+    tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **stored.tables}
+    manifest = stored.facts
     missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
     if missing:
         raise persist.ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
