@@ -242,12 +242,12 @@ def _save_file(stored: Stored, path: Path) -> None:
         blob = pa.table({"torch_save": [_torch_save_bytes(stored.tensors)]}, schema=schema.TENSORS)
         tables = {**tables, TENSORS: blob}
     manifest = _manifest(stored, tables, "file", TENSORS if stored.tensors is not None else None)
-    stored = {name: _stored(table) for name, table in tables.items()}
-    union = _union_schema(stored).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
+    encoded = {name: _stored(table) for name, table in tables.items()}
+    union = _union_schema(encoded).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     with pq.ParquetWriter(partial, union) as writer:
-        for name, table in stored.items():
+        for name, table in encoded.items():
             writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
     os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
 

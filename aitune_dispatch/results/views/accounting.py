@@ -24,16 +24,24 @@ UNATTRIBUTED = "(not attributed)"
 
 
 class ResultTables(Protocol):
-    """What the views read of a result (``ProfileResult`` has it all)."""
+    """What the views read of a result (``ProfileResult`` has it all), read-only."""
 
-    activity: pa.Table
-    ops: pa.Table
-    calls: pa.Table
-    modules: pa.Table
-    module_calls: pa.Table
-    function_data: Mapping[str, Any]
-    source: str
-    metadata: Mapping[str, str]
+    @property
+    def activity(self) -> pa.Table: ...
+    @property
+    def ops(self) -> pa.Table: ...
+    @property
+    def calls(self) -> pa.Table: ...
+    @property
+    def modules(self) -> pa.Table: ...
+    @property
+    def module_calls(self) -> pa.Table: ...
+    @property
+    def function_data(self) -> Mapping[str, Any]: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
 
 
 def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:

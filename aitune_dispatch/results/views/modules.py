@@ -124,7 +124,8 @@ def activity_frame(result: ResultTables) -> pd.DataFrame:
 def _inclusive(self_us: pd.Series, parents: Mapping[int, int]) -> pd.Series:
     depth: dict[int, int] = {}
     for module_id in self_us.index:  # depth by walking up; trees are small next to activity
-        chain, node = [], module_id
+        chain: list[int] = []
+        node = module_id
         while node in parents and node not in depth and len(chain) <= len(parents):
             chain.append(node)
             node = parents[node]
@@ -250,7 +251,9 @@ def _per_module_function(activity: pa.Table) -> dict[int, list[tuple[str | None,
 
 def _leaves(parts: list[tuple[str | None, float]]) -> list[dict[str, Any]]:
     named = sorted((p for p in parts if p[0] is not None), key=lambda p: -p[1])
-    leaves = [{"name": name, "kind": "function", "total_us": us, "children": []} for name, us in named]
+    leaves: list[dict[str, Any]] = [
+        {"name": name, "kind": "function", "total_us": us, "children": []} for name, us in named
+    ]
     no_call = sum(us for name, us in parts if name is None)
     if no_call > 0:
         leaves.append({"name": "(no functional call)", "kind": "nocall", "total_us": no_call, "children": []})
@@ -277,7 +280,7 @@ def _module_nodes(result: ResultTables, parts: dict[int, list[tuple[str | None, 
 
 
 def _link_and_total(nodes: dict[int, dict[str, Any]], parents: Mapping[int, int]) -> list[dict[str, Any]]:
-    roots = []
+    roots: list[dict[str, Any]] = []
     for module_id in sorted(nodes):
         parent = parents.get(module_id, schema.NO_MODULE)
         (nodes[parent]["children"] if parent in nodes else roots).append(nodes[module_id])
