@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU procedure, in one command, on the lent H200 (or any CUDA 13 machine without a
 # package index). From the repo root, after fetching the wheels it lacks on this side:
-#     ../shared/tools/gpu-wheels.sh diffusers==0.42.1 importlib_metadata==10.2.0   # py3.12 wheels into .whl/
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
 #     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
@@ -19,7 +21,7 @@ export PYTHONUNBUFFERED=1
 
 echo "== install cupti-python from .whl (no index there)"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "gpu_run: put cupti-python's wheel in .whl/ (../shared/tools/gpu-wheels.sh)"; exit 2; }
+  || { echo "gpu_run: put cupti-python's py3.12 wheel in .whl/ (the pip download at the top of this file)"; exit 2; }
 export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 echo "== build the native decoder and tracer in place (no build isolation: headers from nvidia-cuda-cupti and torch)"
