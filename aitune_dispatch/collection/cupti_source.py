@@ -30,7 +30,7 @@ from .records import DecodedRecords
 # One external-correlation kind carries both op ids and scope contexts, on one per-thread stack,
 # so CUPTI tags each launch with the innermost of them: the op if one is running, else the module
 # forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
-SCOPE_BASE = 1 << 62
+SCOPE_BASE = schema.SCOPE_BASE
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them

@@ -34,8 +34,11 @@ else:
 
 # kernel name, (KIND_MEMCPY, copy_kind, src_kind, dst_kind) or (KIND_MEMSET, memory_kind)
 NameEntry = str | tuple[int, ...]
-# correlation_id, start_ns, end_ns, device, stream, kind_code, name_index, names, ext_correlation_id, ext_id, counters
-RawRecords = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int]]
+# correlation_id, start_ns, end_ns, device, stream, kind_code, name_index, names, ext_correlation_id, ext_id,
+# counters, graph_id, graph_node_id (the last two after the counters, so older positions stay)
+RawRecords = tuple[
+    bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int], bytes, bytes
+]
 
 KIND_SLOTS = 128  # activity kinds a record size can be given for: 0..127
 MAX_RECORD_BYTES = 1 << 16
@@ -121,7 +124,8 @@ def _resolve_names(entries: list[NameEntry]) -> tuple[list[str], np.ndarray | No
 
 def to_decoded(raw: RawRecords) -> DecodedRecords:
     """Wrap a raw decode (extension or twin) into :class:`DecodedRecords` without copying the columns."""
-    cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw
+    cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw[:11]
+    graph_id, graph_node_id = raw[11:13] if len(raw) >= 13 else (b"", b"")  # an extension built before them
     names, lut = _resolve_names(entries)
     index = np.frombuffer(name_index, np.int32)
     return DecodedRecords(
@@ -136,6 +140,8 @@ def to_decoded(raw: RawRecords) -> DecodedRecords:
         ext_correlation_id=np.frombuffer(ext_cid, np.int64),
         ext_id=np.frombuffer(ext_id, np.int64),
         records=int(counters["records"]),
+        graph_id=np.frombuffer(graph_id, np.int64),
+        graph_node_id=np.frombuffer(graph_node_id, np.int64),
     )
 
 
@@ -148,10 +154,13 @@ class _Layout(NamedTuple):
     fields: np.dtype  # the fields decoded, at their offsets (its itemsize: the bytes read)
 
 
+_GRAPH = ("graph_id", "graph_node_id")
 _FIELDS = {
-    "kernel": ("start", "end", "device_id", "stream_id", "correlation_id", "name"),
-    "memcpy": ("copy_kind", "src_kind", "dst_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
-    "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
+    "kernel": ("start", "end", "device_id", "stream_id", "correlation_id", "name", *_GRAPH),
+    "memcpy": (
+        "copy_kind", "src_kind", "dst_kind", "start", "end", "device_id", "stream_id", "correlation_id", *_GRAPH
+    ),
+    "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id", *_GRAPH),
     "correlation": ("external_kind", "external_id", "correlation_id"),
     "api": ("kind",),
 }
@@ -225,7 +234,7 @@ class _TwinColumns:
 
     def __init__(self, external_kind: int) -> None:
         self.external_kind = external_kind
-        self.rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self.rows: list[tuple[int, ...]] = []
         self.links: list[tuple[int, int]] = []
         self.keys: dict[Any, int] = {}
         self.entries: list[NameEntry] = []
@@ -258,10 +267,11 @@ class _TwinColumns:
         else:
             return
         fields = (record["correlation_id"], record["start"], record["end"], record["device_id"], record["stream_id"])
-        self.rows.append((*(int(f) for f in fields), kind, name))
+        graph = (int(record["graph_id"]), int(record["graph_node_id"]))
+        self.rows.append((*(int(f) for f in fields), kind, name, *graph))
 
     def raw(self) -> RawRecords:
-        rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 7)
+        rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 9)
         links = np.array(self.links, dtype=np.uint64).reshape(len(self.links), 2)
 
         def column(values: np.ndarray, dtype: type) -> bytes:
@@ -277,6 +287,8 @@ class _TwinColumns:
             column(links[:, 0], np.int64),
             column(links[:, 1], np.int64),
             counters,
+            column(rows[:, 7], np.int64),
+            column(rows[:, 8], np.int64),
         )  # type: ignore[return-value]
 
 

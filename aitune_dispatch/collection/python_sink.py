@@ -51,6 +51,7 @@ class PythonRecordSink:
     def take(self) -> DecodedRecords:
         """Decode the kept objects into columns."""
         rows: list[tuple[int, int, int, int, int, int, str]] = []
+        graphs: list[tuple[int, int]] = []
         ext_cid: list[int] = []
         ext_id: list[int] = []
         for a in self._objects:
@@ -61,16 +62,20 @@ class PythonRecordSink:
                     ext_id.append(a.external_id)
             elif kind == self._kernel:
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_KERNEL, a.name))
+                graphs.append(_graph_ids(a))
             elif kind == self._memcpy:
                 name = memcpy_name(a.copy_kind, a.src_kind, a.dst_kind)
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_MEMCPY, name))
+                graphs.append(_graph_ids(a))
             elif kind == self._memset:
                 name = memset_name(a.memory_kind)
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_MEMSET, name))
+                graphs.append(_graph_ids(a))
         self._objects = []
         names: dict[str, int] = {}
         name_index = np.fromiter((names.setdefault(r[6], len(names)) for r in rows), np.int32, len(rows))
         columns = np.array([r[:6] for r in rows], dtype=np.int64).reshape(len(rows), 6)
+        graph_columns = np.array(graphs, dtype=np.uint64).reshape(len(graphs), 2).view(np.int64)
         return DecodedRecords(
             correlation_id=columns[:, 0].copy(),
             start_ns=columns[:, 1].copy(),
@@ -83,4 +88,11 @@ class PythonRecordSink:
             ext_correlation_id=np.array(ext_cid, dtype=np.int64),
             ext_id=np.array(ext_id, dtype=np.uint64).view(np.int64),  # CUPTI ids are uint64
             records=self._seen,
+            graph_id=graph_columns[:, 0].copy(),
+            graph_node_id=graph_columns[:, 1].copy(),
         )
+
+
+def _graph_ids(activity: Any) -> tuple[int, int]:
+    """(graph_id, graph_node_id) of a kernel / copy / set object; 0 where this cupti-python lacks them."""
+    return int(getattr(activity, "graph_id", 0) or 0), int(getattr(activity, "graph_node_id", 0) or 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -80,7 +80,9 @@ class DecodedRecords:
     (int8, ``KIND_*``) and ``name_index`` (int32) into ``names``. Correlation rows:
     ``ext_correlation_id`` (CUPTI id) and ``ext_id`` (our op id), already filtered to our kind.
     ``records`` counts every record seen, including the API records that are only needed so
-    that CUPTI emits correlation records.
+    that CUPTI emits correlation records. ``graph_id`` / ``graph_node_id`` (int64, one per activity
+    row; empty where a decoder predates them, which reads as 0) are the CUDA graph a row was
+    replayed from, 0 outside graphs.
     """
 
     correlation_id: np.ndarray
@@ -94,9 +96,15 @@ class DecodedRecords:
     ext_correlation_id: np.ndarray
     ext_id: np.ndarray
     records: int
+    graph_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    graph_node_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def _graph_column(self, values: np.ndarray) -> pa.Array:
+        rows = len(self.correlation_id)
+        return pa.array(values if len(values) == rows else np.full(rows, schema.NOT_IN_GRAPH, np.int64), pa.int64())
 
     def kernels_table(self) -> pa.Table:
-        """Activity rows in the schema :data:`schema.KERNELS`."""
+        """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS`."""
         names = pa.DictionaryArray.from_arrays(
             pa.array(self.name_index, pa.int32()), pa.array([demangle(n) for n in self.names], pa.string())
         ).cast(pa.string())
@@ -112,8 +120,10 @@ class DecodedRecords:
                 pa.array(self.device.astype(np.int32), pa.int32()),
                 pa.array(self.stream, pa.int64()),
                 kinds,
+                self._graph_column(self.graph_id),
+                self._graph_column(self.graph_node_id),
             ],
-            schema=schema.KERNELS,
+            schema=schema.KERNELS_WITH_GRAPHS,
         )
 
     def correlation_table(self) -> pa.Table:

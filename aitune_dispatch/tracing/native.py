@@ -76,7 +76,7 @@ class NativeFunctionMode(_mode_base(), TorchFunctionMode):  # type: ignore[misc]
 _SINGLETON_TYPES = (torch.dtype, torch.layout, torch.memory_format)
 # a correlation kind that logs pushes and pops instead of sending them to CUPTI (tests without a GPU)
 LOG_PUSHES = -2
-SCOPE_BASE = 1 << 62  # scope contexts are pushed as SCOPE_BASE + context id (collection/cupti_source.py)
+SCOPE_BASE = schema.SCOPE_BASE  # scope contexts are pushed as SCOPE_BASE + context id
 
 
 def _int64(data: bytes) -> pa.Array:

@@ -1,0 +1,83 @@
+"""The CUDA graph observer without a GPU: rows fed through the compiled collector, and its failures in words."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from aitune_dispatch import schema
+from aitune_dispatch.collection.graphs import GraphNodeObserver
+
+pytestmark = pytest.mark.single_backend  # no tracing backend involved
+
+try:
+    from aitune_dispatch import _cupti_native
+except ImportError as error:  # pragma: no cover - depends on the build
+    _cupti_native = None
+    MISSING = f"aitune_dispatch._cupti_native did not build ({error})"
+else:
+    MISSING = ""
+
+
+@pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
+def test_rows_recorded_by_the_callback_come_back_as_a_table():
+    _cupti_native.graph_observer_take()  # start empty
+    base = schema.SCOPE_BASE
+    # a capture creates nodes 10 (inside op 4) and 11 (inside scope 2); instantiation clones them
+    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, 4)
+    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, base + 2, node_type=1)
+    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
+    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 2**40 + 1, -1, 1, 11)
+    observer = GraphNodeObserver(7, _cupti_native)
+    table = observer.take()
+    assert table.schema == schema.GRAPH_NODES
+    assert table.to_pydict() == {
+        "event": [0, 0, 1, 1],
+        "graph_id": [1, 1, 2, 2],
+        "node_id": [10, 11, 20, 2**40 + 1],
+        "external_id": [4, base + 2, -1, -1],
+        "original_graph_id": [0, 0, 1, 1],
+        "original_node_id": [0, 0, 10, 11],
+        "node_type": [0, 1, 0, 0],
+    }
+    assert observer.take().num_rows == 0 and observer.lost == 0  # taken: the rows start empty again
+    with pytest.raises(ValueError, match="event must be 0 .created. or 1 .cloned.; got 7"):
+        _cupti_native._simulate_graph_node(7, 1, 1)
+
+
+def test_without_the_compiled_decoder_it_says_how_to_build_it():
+    observer = GraphNodeObserver(7, None)
+    assert observer.start() is False
+    assert "python setup.py build_ext --inplace" in str(observer.unavailable)
+    assert observer.take().num_rows == 0
+    observer.stop()  # nothing to undo
+
+
+def test_another_subscriber_is_named_and_nothing_is_left_subscribed():
+    calls: list[str] = []
+
+    def refuse(kind: int) -> None:
+        calls.append(f"start {kind}")
+        raise RuntimeError("cuptiSubscribe failed with CUPTI error 39 (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)")
+
+    fake = types.SimpleNamespace(graph_observer_start=refuse, graph_observer_stop=lambda: calls.append("stop"))
+    observer = GraphNodeObserver(7, fake)
+    assert observer.start() is False
+    assert "another CUPTI client (torch.profiler's Kineto" in str(observer.unavailable)
+    observer.stop()
+    observer.stop()
+    assert calls == ["start 7"]  # a failed start is never stopped: it subscribed nothing
+
+
+def test_a_started_observer_unsubscribes_once():
+    calls: list[str] = []
+    fake = types.SimpleNamespace(
+        graph_observer_start=lambda kind: calls.append(f"start {kind}"),
+        graph_observer_stop=lambda: calls.append("stop"),
+    )
+    observer = GraphNodeObserver(3, fake)
+    assert observer.start() is True and observer.unavailable is None
+    observer.stop()
+    observer.stop()
+    assert calls == ["start 3", "stop"]
