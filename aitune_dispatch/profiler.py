@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import collection
+from . import collection, schema
 from .joining import join_activity
+from .provenance_capture import ProvenanceCapture, uses_compile
 from .results import ProfileResult, describe_results
 from .results.profile_result import FunctionData
 from .tracing import (
@@ -262,12 +263,16 @@ class ModuleFunctionKernelProfiler:
             )
         try:
             source = self._make_source()
-            with torch.no_grad():
+            # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
+            provenance = ProvenanceCapture(
+                self.device, source, self.op_tracer, self.functions == "all", compiled=uses_compile(function, root)
+            )
+            with torch.no_grad(), provenance:
                 warmup_started = time.perf_counter()
-                for _ in range(warmup_iterations):
-                    run_pass(function, samples)
+                aliases = _aliases(function, root)
+                provenance.warm_up(lambda: run_pass(function, samples), warmup_iterations, root, aliases)
                 warmup_s = time.perf_counter() - warmup_started
-                result = self._record(function, samples, root, source, warmup_s)
+                result = self._record(function, samples, root, source, warmup_s, provenance)
         finally:
             _process_lock.release()
         self._last_result = result
@@ -357,9 +362,9 @@ class ModuleFunctionKernelProfiler:
         root: nn.Module,
         source: collection.ActivitySource,
         warmup_s: float = 0.0,
+        provenance: ProvenanceCapture | None = None,
     ) -> ProfileResult:
-        aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
-        modules = ModuleTracker(root, aliases)
+        modules = ModuleTracker(root, _aliases(function, root))
         tracer = make_tracer(self.op_tracer, modules.module_ids(), self.function_names, source, self.functions == "all")
         session = TraceSession(modules, tracer)
         cuda = self.device == "cuda"
@@ -379,6 +384,8 @@ class ModuleFunctionKernelProfiler:
             source.stop()
         clock.lap("flush")
         trace = session.tables()
+        if provenance is not None:
+            provenance.recorded(trace)
         trace_messages = trace_warnings(trace, modules)
         for message in trace_messages:
             warnings.warn(message, RuntimeWarning, stacklevel=4)
@@ -394,6 +401,14 @@ class ModuleFunctionKernelProfiler:
             activity.scope_correlation,
             trace.contexts,
         )
+        calls, kernel_sources = trace.calls, schema.empty(schema.KERNEL_SOURCES)
+        provenance_metadata: dict[str, str] = {}
+        provenance_messages: tuple[str, ...] = ()
+        if provenance is not None:  # compiled kernels and CUDA graph replays (provenance.py)
+            attributed, provenance_metadata, provenance_messages = provenance.attribute(
+                joined, trace.calls, modules_table, modules
+            )
+            joined, calls, kernel_sources = attributed.activity, attributed.calls, attributed.kernel_sources
         clock.lap("join")
         _log.info(
             "recorded %d activity rows (%s source, %s tracer) in %.3f s",
@@ -405,14 +420,14 @@ class ModuleFunctionKernelProfiler:
         return ProfileResult(
             activity=joined,
             ops=trace.ops,
-            calls=trace.calls,
+            calls=calls,
             modules=modules_table,
             module_calls=trace.module_calls,
             function_data=session.function_data(),
             source=activity.source,
             module_objects=tuple(session.modules.modules),
             dropped_records=activity.dropped_records,
-            warnings=(*activity.warnings, *trace_messages),
+            warnings=(*activity.warnings, *trace_messages, *provenance_messages),
             metadata={
                 "torch": torch.__version__,
                 "device": self.device,
@@ -424,6 +439,13 @@ class ModuleFunctionKernelProfiler:
                 **(_gpu_metadata() if cuda else {}),
                 "activity_minus_host_ns": "0",  # activity timestamps are converted to the host clock
                 "activity_ticks_per_ns": f"{activity.clock_ticks_per_ns:.9f}",
+                **provenance_metadata,
                 **clock.metadata(),
             },
+            kernel_sources=kernel_sources,
         )
+
+
+def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
+    """Wrappers that stand for the profiled root (torch.compile's OptimizedModule)."""
+    return (function,) if isinstance(function, nn.Module) and function is not root else ()

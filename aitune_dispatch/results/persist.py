@@ -5,7 +5,7 @@ Two layouts, picked by the path given to ``save``:
 * **directory** (any path not ending in ``.parquet``)::
 
       DIR/manifest.json          format, schema_version, source, warnings, metadata, table schemas
-      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, function_data
+      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, kernel_sources, function_data
       DIR/tensors.pt             only with ``with_tensors=True``: torch.save of the sample tensors
 
 * **single file** (``*.parquet``): one Parquet file holding every table. Its columns are a
@@ -315,6 +315,10 @@ def _check_manifest(manifest: Any, path: Path) -> dict:
 
 
 def _from_parts(manifest: dict, tables: dict[str, pa.Table], tensors: list[Any] | None) -> ProfileResult:
+    # tables and activity columns added later read as documented in results saved before them
+    tables = {**{name: schema.empty(table) for name, table in schema.ADDED_TABLES.items()}, **tables}
+    if "activity" in tables:
+        tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
     missing = [name for name in result_table_names() if name not in tables]
     if missing:
         raise ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
@@ -407,7 +411,8 @@ def _save_file(result: ProfileResult, path: Path, tables: dict[str, pa.Table], t
     partial = path.with_name(path.name + ".partial")
     with pq.ParquetWriter(partial, union) as writer:
         for name, table in stored.items():
-            writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
+            if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
+                writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
     os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
 
 

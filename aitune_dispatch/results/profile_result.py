@@ -77,7 +77,11 @@ class ProfileResult:
     warnings:
         Problems of the run, in words.
     metadata:
-        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``) and clock facts.
+        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``), clock facts,
+        and how compiled kernels and CUDA graph replays were attributed (``schema.META_*``).
+    kernel_sources:
+        Every FX source (functional call or other call) each attributed compiled kernel was fused
+        from (``schema.KERNEL_SOURCES``): rank 0 is the call the kernel is attributed to.
 
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
@@ -95,6 +99,7 @@ class ProfileResult:
     dropped_records: int = 0
     warnings: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    kernel_sources: pa.Table = field(default_factory=lambda: schema.empty(schema.KERNEL_SOURCES))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
