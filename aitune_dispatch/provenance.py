@@ -12,12 +12,15 @@ replaying module and gets the op ``cudaGraphLaunch`` (``"graph_launch"``).
 
 **Inductor kernels.** Each kernel call site of a compiled graph (``tracing/compiled.py``: ``SITES``,
 ``SITE_SOURCES``) is matched to the launches it made: a Triton kernel by its name, an extern call by
-the aten op it dispatched at run time (``aten::mm``), only where no functional call was seen around the
-launch (eager attribution always wins). A name or op that several sites share (Inductor reuses one
-Triton kernel for identical blocks) is matched in launch order: the k-th launch of a name goes to the
-(k mod n)-th of its n sites, and belongs to the (k div n)-th run of the graph; sites of graphs
-compiled during this ``profile()`` are preferred over remembered ones. In a CUDA graph replay, a run
-is one replay.
+the aten op it dispatched at run time (``aten::mm``). Only launches outside any ``torch.nn.functional``
+call are matched (eager attribution always wins; with ``functions="all"``, the torch-level calls the
+compiled code itself makes, ``torch.addmm`` or ``aten.mm.default``, do not count), and only those
+that ran in the module the compiled code belongs to or one of its ancestors (above the lowest common
+ancestor of the site's modules), so an eager raw op elsewhere in the model is never taken for one. A
+name or op that several sites share (Inductor reuses one Triton kernel for identical blocks) is
+matched in launch order: the k-th launch of a name goes to the (k mod n)-th of its n sites, and
+belongs to the (k div n)-th run of the graph; sites of graphs compiled during this ``profile()`` are
+preferred over remembered ones. In a CUDA graph replay, a run is one replay.
 
 **The rule for a kernel fused from several calls.** A kernel is attributed to the call whose result
 it computes: among its sources that are functional calls, the latest in graph order (a pointwise
@@ -36,6 +39,7 @@ compiled kernels, one per (replay, capture-time call) for graph replays.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,8 +50,14 @@ import pyarrow.compute as pc
 from . import schema
 
 _NONE = -1
-# activity kernel names that Inductor generates (a kernel with no matched site is reported, not guessed)
-INDUCTOR_PREFIXES = ("triton_", "cpp_fused_")
+# the names Inductor gives the kernels it generates: ``triton_<category>_<fused ops>_<n>`` (``poi``
+# pointwise, ``red`` / ``per`` reductions, ``tem`` templates...) and ``cpp_fused_...`` on CPU
+INDUCTOR_KERNEL = r"^(?:triton_[a-z]{3}_|cpp_fused_)"
+
+
+def looks_like_inductor(name: str | None) -> bool:
+    """Whether a kernel name is one Inductor generates (:data:`INDUCTOR_KERNEL`)."""
+    return name is not None and re.match(INDUCTOR_KERNEL, name) is not None
 
 
 def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -372,8 +382,11 @@ def attribute(
     site = np.where(from_capture, cap["site_id"], schema.NO_SITE)
     run = np.full(count, _NONE, np.int64)
 
-    # 2. Inductor kernels by name, then extern calls by op, where no functional call was seen
-    free = (call_id < 0) & ~(from_capture & (cap["call_id"] >= 0))
+    # 2. Inductor kernels by name, then extern calls by op, where no functional call was seen; a
+    # torch-level call (functions="all": ``torch.addmm``, ``aten.mm.default``) is how the compiled code's
+    # own calls look, so it does not count as one
+    torch_level = np.array([isinstance(f, str) and "." in f for f in function], dtype=bool)
+    free = ((call_id < 0) | torch_level) & ~(from_capture & (cap["call_id"] >= 0))
     if not sites_frame.empty:
         sources_frame = site_sources.to_pandas() if site_sources is not None else pd.DataFrame(
             {"site_id": [], "module_id": []}
@@ -432,6 +445,8 @@ def attribute(
         keys.loc[rows[named], "b"] = dominant["source"].reindex(chosen[named]).astype(str).to_numpy()
         keys.loc[rows[named], "c"] = run[rows[named]]
 
+    # a compiled kernel of no functional call has none (not even the torch-level call it was launched in)
+    call_id = np.where(compiled & (keys["kind"].to_numpy() == 0), schema.NO_CALL, call_id)
     new_calls, call_id = _synthesized_calls(keys, call_id, function, module_id, _ints(activity["thread"]), calls)
     function = np.where(call_id >= 0, function, None)
     sources = _kernel_sources(compiled, site, call_id, kernel, runtime_module, ranked, modules)
@@ -583,11 +598,8 @@ def _with_columns(
 def _inductor_like(activity: pa.Table, compiled: np.ndarray) -> int:
     if activity.num_rows == 0:
         return 0
-    names = activity["kernel"]
-    looks = np.zeros(activity.num_rows, bool)
-    for prefix in INDUCTOR_PREFIXES:
-        looks |= np.asarray(pc.fill_null(pc.starts_with(names, prefix), False).to_numpy(zero_copy_only=False))
-    return int((looks & ~compiled).sum())
+    looks = pc.fill_null(pc.match_substring_regex(activity["kernel"], INDUCTOR_KERNEL), False)
+    return int((np.asarray(looks.to_numpy(zero_copy_only=False), dtype=bool) & ~compiled).sum())
 
 
 def _unchanged(activity: pa.Table, calls: pa.Table, unmatched: int) -> Attribution:

@@ -109,6 +109,11 @@ def test_inductor_kernels_are_attributed_to_submodule_functional_and_op(tracing_
     assert "3 of 1 remembered" in results[1][1].metadata[schema.META_INDUCTOR]
     assert results[0][2] == results[1][2] == 1  # one graph (under our modes), no recompile, no graph break
     assert not counters["graph_break"]
+    # functions="all": the compiled code's own torch.addmm calls are no functional calls of the model
+    everything = ModuleFunctionKernelProfiler(device="cpu", functions="all")
+    profiling_df, _ = _profile_quietly(everything, compiled, [((x,), {})], warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["0", "linear"], ["2", "linear"]]
+    assert counters["stats"]["unique_graphs"] == 1
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
 

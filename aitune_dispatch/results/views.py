@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..joining import attributed_mask
-from ..provenance import INDUCTOR_PREFIXES
+from ..provenance import looks_like_inductor
 
 if TYPE_CHECKING:
     from .profile_result import ProfileResult
@@ -346,7 +346,7 @@ def _reason(op: str | None, module_id: int, call_id: int, kernel: str | None = N
     if op == schema.GRAPH_LAUNCH_OP:
         return "graph_replay"
     if op is None:
-        return "compiled" if kernel is not None and kernel.startswith(INDUCTOR_PREFIXES) else "no_op"
+        return "compiled" if looks_like_inductor(kernel) else "no_op"
     return "fast_path" if op in FAST_PATH_OPS else "raw_op"
 
 
