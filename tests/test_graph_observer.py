@@ -81,3 +81,80 @@ def test_a_started_observer_unsubscribes_once():
     observer.stop()
     observer.stop()
     assert calls == ["start 3", "stop"]
+
+
+# -- the orchestration, driven without a GPU ---------------------------------------------------------------
+class _StackSource:
+    """A stand-in for the CUDA source: it keeps the pushed ids on a stack, as CUPTI would."""
+
+    correlation_kind = 5
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+
+    def op_started(self, op_id: int, op: str) -> None:
+        self.stack.append(op_id)
+
+    def op_finished(self, op_id: int) -> None:
+        self.stack.pop()
+
+    def scope_entered(self, context_id: int) -> None:
+        self.stack.append(schema.SCOPE_BASE + context_id)
+
+    def scope_exited(self) -> None:
+        self.stack.pop()
+
+
+@pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
+def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatch):
+    import pyarrow as pa
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from aitune_dispatch import provenance_capture
+    from aitune_dispatch.tracing import ModuleTracker
+
+    source = _StackSource()
+    fake = types.SimpleNamespace(
+        graph_observer_start=lambda kind: None,
+        graph_observer_stop=lambda: None,
+        graph_observer_take=_cupti_native.graph_observer_take,
+    )
+    monkeypatch.setattr(provenance_capture, "_native_decoder", lambda: fake)
+
+    class Capturing(nn.Module):
+        """Records graph node 10 of graph 1 from inside its forward, as a launch during a capture would."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.relu(self.fc(x))
+            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, source.stack[-1])
+            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
+            return y
+
+    model = Capturing()
+    _cupti_native.graph_observer_take()
+    with torch.no_grad(), provenance_capture.ProvenanceCapture("cuda", source, "python") as capture:
+        capture.warm_up(lambda: model(torch.randn(2, 4)), 1, model, ())
+        assert source.stack == []  # every push popped
+    tracker = ModuleTracker(model)
+    activity = pa.table(
+        {
+            "correlation_id": [50], "kernel": ["gemm"], "kind": ["kernel"], "start_ns": [0], "end_ns": [1000],
+            "kernel_us": [1.0], "device": pa.array([0], pa.int32()), "stream": [7],
+            "op_id": pa.array([None], pa.int64()),
+            "op": pa.array([None], pa.string()), "module_id": [0], "module_name": [""], "call_id": [-1],
+            "function_name": pa.array([None], pa.string()), "thread": [0], "graph_id": [2], "graph_node_id": [20],
+            "attribution": ["trace"],
+        },
+        schema=schema.ACTIVITY,
+    )
+    attributed, metadata, messages = capture.attribute(activity, schema.empty(schema.CALLS), tracker.table(), tracker)
+    row = attributed.activity.to_pylist()[0]
+    # node 10 was created inside Capturing's forward (its scope: module "", no call); the replayed clone 2/20 is it
+    assert (row["attribution"], row["module_name"], row["function_name"]) == ("graph_capture", "", None)
+    assert metadata[schema.META_GRAPH_CAPTURE] == "observed" and messages == ()
