@@ -190,17 +190,44 @@ def key_scopes(
     return scopes
 
 
-def in_scope(keys: np.ndarray, runtime_module: np.ndarray, scopes: dict[str, frozenset[int] | None]) -> np.ndarray:
-    """``keys`` with None where the launch ran outside its key's scope (:func:`key_scopes`)."""
-    allowed = [(k, m) for k, chain in scopes.items() if chain is not None for m in chain]
-    keep = np.array([k is not None for k in keys], dtype=bool)
-    scoped = np.array([k is not None and scopes.get(k, 0) is not None for k in keys], dtype=bool)
-    if scoped.any():
-        pairs = pd.DataFrame(allowed, columns=["key", "module"]).assign(ok=True)
-        rows = pd.DataFrame({"key": keys[scoped], "module": runtime_module[scoped]})
-        ok = rows.merge(pairs, how="left", on=["key", "module"])["ok"].fillna(False).to_numpy(bool)
-        keep[np.flatnonzero(scoped)[~ok]] = False
+def in_scope(
+    keys: np.ndarray,
+    runtime_module: np.ndarray,
+    scopes: dict[str, frozenset[int] | None],
+    outside_ok: bool = False,
+) -> np.ndarray:
+    """``keys`` with None where the launch ran outside its key's scope (:func:`key_scopes`).
+
+    ``outside_ok``: a launch outside the hierarchy is in scope too (a root compiled in place,
+    ``model.compile()``, runs its hooks compiled, so its launches have no module).
+    """
+    known = pd.Series(keys, dtype=object).notna().to_numpy()
+    if not known.any():
+        return keys
+    pairs = pd.DataFrame(
+        [(k, m) for k, chain in scopes.items() if chain is not None for m in chain], columns=["key", "module"]
+    ).assign(ok=True)
+    rows = pd.DataFrame({"key": keys[known], "module": runtime_module[known]})
+    ok = rows.merge(pairs, how="left", on=["key", "module"])["ok"].astype(object).fillna(False).to_numpy(bool)
+    ok |= rows["key"].isin([k for k, chain in scopes.items() if chain is None]).to_numpy()
+    if outside_ok:
+        ok |= rows["module"].to_numpy() < 0
+    keep = known.copy()
+    keep[known] = ok
     return np.where(keep, keys, None)
+
+
+def program_scopes(sites: pd.DataFrame, site_sources: pd.DataFrame, modules: pa.Table) -> dict[int, int]:
+    """The lowest common ancestor of each program's modules: where its frame-level code ran."""
+    parents = dict(zip(modules["module_id"].to_pylist(), modules["parent_module_id"].to_pylist()))
+    found = sites[["site_id", "program_id"]].merge(site_sources[["site_id", "module_id"]], on="site_id")
+    found = found[found["module_id"] >= 0]
+    lowest: dict[int, int] = {}
+    for program, group in found.groupby("program_id", sort=False):
+        chains = [_chain(int(m), parents) for m in group["module_id"].unique()]
+        common = set(chains[0]).intersection(*chains[1:])
+        lowest[int(program)] = next((m for m in chains[0] if m in common), schema.NO_MODULE)
+    return lowest
 
 
 def _match_ops(
@@ -210,6 +237,7 @@ def _match_ops(
     sites: pd.DataFrame,
     runtime_module: np.ndarray | None = None,
     scopes: dict[str, frozenset[int] | None] | None = None,
+    outside_ok: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Extern sites (and graph runs) of launches claimed by ops: one match per op, which may launch several kernels."""
     site = np.full(len(op_ids), schema.NO_SITE, np.int64)
@@ -217,7 +245,8 @@ def _match_ops(
     if not eligible.any() or sites.empty:
         return site, run
     if scopes is not None and runtime_module is not None:
-        eligible = eligible & (in_scope(np.where(eligible, ops, None), runtime_module, scopes) != None)  # noqa: E711
+        scoped = in_scope(np.where(eligible, ops, None), runtime_module, scopes, outside_ok)
+        eligible = eligible & pd.Series(scoped, dtype=object).notna().to_numpy()
     if not eligible.any():
         return site, run
     candidates = pd.DataFrame({"op_id": op_ids[eligible], "op": ops[eligible]}).drop_duplicates("op_id")
@@ -239,6 +268,7 @@ def captured_nodes(
     sites: pa.Table | None = None,
     site_sources: pa.Table | None = None,
     modules: pa.Table | None = None,
+    outside_ok: bool = False,
 ) -> pa.Table:
     """What launched each graph node created while one traced pass ran (schema ``CAPTURED_NODES``).
 
@@ -253,6 +283,8 @@ def captured_nodes(
     sites, site_sources, modules:
         Compiled-kernel sites and their sources, and the hierarchy: a node launched by an extern call
         of compiled code gets its site (as :func:`attribute` matches ops).
+    outside_ok:
+        As for :func:`attribute`.
 
     Returns
     -------
@@ -266,7 +298,7 @@ def captured_nodes(
     scope = external - schema.SCOPE_BASE
     op_rows = np.where((external < schema.SCOPE_BASE) & (external < ops.num_rows), external, _NONE)
     context_rows = np.where((scope >= 0) & (scope < contexts.num_rows), scope, _NONE)
-    has_op, in_scope = op_rows >= 0, context_rows >= 0
+    has_op, in_context = op_rows >= 0, context_rows >= 0
     module_id = np.full(len(created), _NONE, np.int64)
     call_id = np.full(len(created), _NONE, np.int64)
     op = np.full(len(created), None, dtype=object)
@@ -274,9 +306,9 @@ def captured_nodes(
         module_id[has_op] = _ints(ops["module_id"])[op_rows[has_op]]
         call_id[has_op] = _ints(ops["call_id"])[op_rows[has_op]]
         op[has_op] = _objects(ops["op"])[op_rows[has_op]]
-    if in_scope.any():
-        module_id[in_scope] = _ints(contexts["module_id"])[context_rows[in_scope]]
-        call_id[in_scope] = _ints(contexts["call_id"])[context_rows[in_scope]]
+    if in_context.any():
+        module_id[in_context] = _ints(contexts["module_id"])[context_rows[in_context]]
+        call_id[in_context] = _ints(contexts["call_id"])[context_rows[in_context]]
     function = np.full(len(created), None, dtype=object)
     called = (call_id >= 0) & (call_id < calls.num_rows)
     if called.any():
@@ -289,7 +321,9 @@ def captured_nodes(
             if site_sources is not None and modules is not None
             else None
         )
-        site, _ = _match_ops(op_rows, op, has_op & (call_id < 0), frame, module_id, scopes)
+        torch_level = np.array([isinstance(f, str) and "." in f for f in function], dtype=bool)
+        claimed = has_op & ((call_id < 0) | torch_level)
+        site, _ = _match_ops(op_rows, op, claimed, frame, module_id, scopes, outside_ok)
     base = pd.DataFrame(
         {
             "graph_id": created["graph_id"].to_numpy(np.int64),
@@ -342,6 +376,7 @@ def attribute(
     sites: pa.Table | None = None,
     site_sources: pa.Table | None = None,
     captured: pa.Table | None = None,
+    outside_ok: bool = False,
 ) -> Attribution:
     """Attribute compiled kernels and graph replays of a joined activity table (the rules above).
 
@@ -355,6 +390,8 @@ def attribute(
         Compiled-kernel sites and their sources (``tracing/compiled.py``); None: none.
     captured:
         Graph nodes resolved to their capture (:func:`captured_nodes`); None: none observed.
+    outside_ok:
+        Launches outside the hierarchy may be compiled code's (see :func:`in_scope`).
 
     Returns
     -------
@@ -365,6 +402,11 @@ def attribute(
     count = activity.num_rows
     in_graph = _ints(activity["graph_id"]) != schema.NOT_IN_GRAPH
     sites_frame = sites.to_pandas() if sites is not None and sites.num_rows else pd.DataFrame()
+    sources_frame = (
+        site_sources.to_pandas()
+        if site_sources is not None
+        else pd.DataFrame({"site_id": pd.Series([], dtype=np.int64), "module_id": pd.Series([], dtype=np.int64)})
+    )
     if count == 0 or (sites_frame.empty and not in_graph.any()):
         return _unchanged(activity, calls, _inductor_like(activity, np.zeros(count, bool)))
     correlation = _ints(activity["correlation_id"])
@@ -388,19 +430,16 @@ def attribute(
     torch_level = np.array([isinstance(f, str) and "." in f for f in function], dtype=bool)
     free = ((call_id < 0) | torch_level) & ~(from_capture & (cap["call_id"] >= 0))
     if not sites_frame.empty:
-        sources_frame = site_sources.to_pandas() if site_sources is not None else pd.DataFrame(
-            {"site_id": [], "module_id": []}
-        )
         order = np.lexsort((_ints(activity["start_ns"]), correlation))  # launch order
         candidates = free & (site < 0)
         scopes = key_scopes(sites_frame, sources_frame, modules, extern=False)
-        names = in_scope(np.where(candidates, kernel, None), module_id, scopes)
+        names = in_scope(np.where(candidates, kernel, None), module_id, scopes, outside_ok)
         by_name, runs = match_in_order(names[order], sites_frame, extern=False)
         site[order] = np.where(by_name >= 0, by_name, site[order])
         run[order] = np.where(by_name >= 0, runs, run[order])
         claimed = free & (site < 0) & (op_id >= 0) & ~in_graph
         op_scopes = key_scopes(sites_frame, sources_frame, modules, extern=True)
-        by_op, op_runs = _match_ops(op_id, op, claimed, sites_frame, module_id, op_scopes)
+        by_op, op_runs = _match_ops(op_id, op, claimed, sites_frame, module_id, op_scopes, outside_ok)
         site = np.where(claimed, by_op, site)
         run = np.where(claimed, op_runs, run)
     compiled = site >= 0
@@ -434,7 +473,12 @@ def attribute(
         dom_module = dominant["module_id"].reindex(chosen).fillna(_NONE).to_numpy(np.int64)
         dom_function = _clean(dominant["function_name"].reindex(chosen).to_numpy(object))
         dom_op = _clean(dominant["op"].reindex(chosen).to_numpy(object))
-        module_id[compiled] = np.where(dom_module >= 0, dom_module, module_id[compiled])
+        # the source's module; else the module it was launched in; else where its graph's frame-level code ran
+        lowest = pd.Series(program_scopes(sites_frame, sources_frame, modules), dtype=np.int64)
+        programs = sites_frame.set_index("site_id")["program_id"].reindex(chosen)
+        frame_level = programs.map(lowest).fillna(schema.NO_MODULE).to_numpy(np.int64)
+        fallback = np.where(module_id[compiled] >= 0, module_id[compiled], frame_level)
+        module_id[compiled] = np.where(dom_module >= 0, dom_module, fallback)
         function[compiled] = dom_function
         op[compiled] = np.where(pd.isna(op[compiled]), dom_op, op[compiled])
         attribution[compiled] = schema.ATTRIBUTION_INDUCTOR
@@ -487,6 +531,14 @@ def _capture_lookup(activity: pa.Table, in_graph: np.ndarray, captured: pa.Table
         }
     )
     merged = rows.merge(frame, how="left", on=["graph_id", "graph_node_id"])
+    unique_nodes = frame.drop_duplicates("graph_node_id", keep=False)  # node ids CUPTI gave one node only
+    if merged["capture"].isna().any() and len(unique_nodes):
+        # a kernel reporting another graph id than its node's creation or clone (the exec graph's, say):
+        # its node id alone, where unambiguous
+        by_node = rows.drop(columns="graph_id").merge(unique_nodes.drop(columns="graph_id"), how="left",
+                                                      on="graph_node_id")
+        missing = merged["capture"].isna().to_numpy()
+        merged.loc[missing, by_node.columns] = by_node.loc[missing].to_numpy()
     where = merged["row"].to_numpy(np.int64)
     out["matched"][where] = merged["capture"].notna().to_numpy()
     for column in ("capture", "module_id", "call_id", "site_id"):

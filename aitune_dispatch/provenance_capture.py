@@ -192,12 +192,16 @@ class ProvenanceCapture:
         hierarchy = Hierarchy.of(tracker.modules, tracker.names)
         current = self._inductor.programs()
         sites, site_sources = site_tables(current, remembered_programs() if self._compiled else [], hierarchy)
+        # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
+        in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
         captured = [
-            captured_nodes(rows, trace.ops, trace.calls, trace.contexts, capture, sites, site_sources, modules_table)
+            captured_nodes(
+                rows, trace.ops, trace.calls, trace.contexts, capture, sites, site_sources, modules_table, in_place
+            )
             for rows, trace, capture in self._captures
         ]
         nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
-        result = attribute(activity, calls, modules_table, sites, site_sources, nodes)
+        result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
         remember(current, tracker.modules)  # for later runs, which do not compile again
         compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())
         return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled)

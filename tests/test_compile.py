@@ -185,3 +185,31 @@ def test_a_torch_without_the_provenance_hook_keeps_kernels_on_the_compiled_modul
     assert result.metadata[schema.META_INDUCTOR].startswith("unavailable: this torch's Inductor has no")
     assert set(result.activity.column("module_name").to_pylist()) == {""}  # today's behaviour: the compiled root
     assert result.activity.column("function_name").null_count == result.activity.num_rows
+
+
+def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
+    """``model.compile()`` compiles the module's hooks too: its launches run outside any traced module."""
+    import torch.nn.functional as F
+
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(16, 32)
+            self.fc2 = nn.Linear(32, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = MLP().eval()
+    model.compile()
+    x = torch.randn(4, 16)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiling_df, _ = profiler.profile(model, [((x,), {})], warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
+    assert not [w for w in caught if "never ran" in str(w.message)]

@@ -347,6 +347,19 @@ def test_graph_replays_take_their_capture_and_unknown_replays_their_launch():
     assert (result.graph_rows, result.graph_rows_from_capture) == (5, 4)
 
 
+def test_a_replay_reporting_another_graph_id_is_found_by_its_node_id():
+    captured = pa.table(
+        {"graph_id": [9, 9], "graph_node_id": [100, 101], "capture": [0, 0], "op_id": [4, -1],
+         "op": ["aten::addmm", None], "module_id": [1, 2], "call_id": [3, 5],
+         "function_name": ["linear", "gelu"], "site_id": [-1, -1]},
+        schema=schema.CAPTURED_NODES,
+    )
+    # graph 77 (the exec graph's id, say) with node 101, which only one captured node has
+    activity = _activity([("gelu_k", None, None, 0, -1, None, 77, 101, 50), ("k", None, None, 0, -1, None, 77, 5, 50)])
+    rows = attribute(activity, EAGER_CALL, MODULES, captured=captured).activity.to_pydict()
+    assert rows["function_name"] == ["gelu", None] and rows["attribution"] == ["graph_capture", "graph_launch"]
+
+
 def test_captured_nodes_follow_clones_to_the_launch_that_created_them():
     base = schema.SCOPE_BASE
     rows = pa.table(
