@@ -321,8 +321,7 @@ def captured_nodes(
             if site_sources is not None and modules is not None
             else None
         )
-        torch_level = np.array([isinstance(f, str) and "." in f for f in function], dtype=bool)
-        claimed = has_op & ((call_id < 0) | torch_level)
+        claimed = has_op & ((call_id < 0) | _torch_level(pa.array(list(function), pa.string())))
         site, _ = _match_ops(op_rows, op, claimed, frame, module_id, scopes, outside_ok)
     base = pd.DataFrame(
         {
@@ -427,7 +426,7 @@ def attribute(
     # 2. Inductor kernels by name, then extern calls by op, where no functional call was seen; a
     # torch-level call (functions="all": ``torch.addmm``, ``aten.mm.default``) is how the compiled code's
     # own calls look, so it does not count as one
-    torch_level = np.array([isinstance(f, str) and "." in f for f in function], dtype=bool)
+    torch_level = _torch_level(activity["function_name"])
     free = ((call_id < 0) | torch_level) & ~(from_capture & (cap["call_id"] >= 0))
     if not sites_frame.empty:
         order = np.lexsort((_ints(activity["start_ns"]), correlation))  # launch order
@@ -487,7 +486,7 @@ def attribute(
         keys.loc[rows[named], "kind"] = 2
         keys.loc[rows[named], "a"] = sites_frame.set_index("site_id")["program_id"].reindex(chosen[named]).to_numpy()
         keys.loc[rows[named], "b"] = dominant["source"].reindex(chosen[named]).astype(str).to_numpy()
-        keys.loc[rows[named], "c"] = run[rows[named]]
+        keys.loc[rows[named], "c"] = np.where(in_graph, _NONE, run)[rows[named]]  # a replay is identified by "d"
 
     # a compiled kernel of no functional call has none (not even the torch-level call it was launched in)
     call_id = np.where(compiled & (keys["kind"].to_numpy() == 0), schema.NO_CALL, call_id)
@@ -503,6 +502,12 @@ def attribute(
         graph_rows_from_capture=int((in_graph & (from_capture | compiled)).sum()),
         unmatched_inductor_rows=_inductor_like(activity, compiled),
     )
+
+
+def _torch_level(names: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Calls named like torch-level APIs (``torch.addmm``, ``aten.mm.default``), not ``torch.nn.functional`` ones."""
+    dotted = pc.fill_null(pc.match_substring(names, "."), False)
+    return np.asarray(dotted.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _clean(values: np.ndarray) -> np.ndarray:

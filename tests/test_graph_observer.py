@@ -158,3 +158,33 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
     # node 10 was created inside Capturing's forward (its scope: module "", no call); the replayed clone 2/20 is it
     assert (row["attribution"], row["module_name"], row["function_name"]) == ("graph_capture", "", None)
     assert metadata[schema.META_GRAPH_CAPTURE] == "observed" and messages == ()
+
+
+def test_an_exception_in_a_warm_up_pass_unsubscribes_and_restores_inductor(monkeypatch):
+    import torch
+    import torch._inductor.debug as debug
+    from torch import nn
+
+    from aitune_dispatch import provenance_capture
+    from aitune_dispatch.tracing import compiled
+
+    calls: list[str] = []
+    fake = types.SimpleNamespace(
+        graph_observer_start=lambda kind: calls.append("start"),
+        graph_observer_stop=lambda: calls.append("stop"),
+        graph_observer_take=lambda: calls.append("take"),
+    )
+    monkeypatch.setattr(provenance_capture, "_native_decoder", lambda: fake)
+    original = debug.set_kernel_post_grad_provenance_tracing
+    model = nn.Linear(2, 2)
+
+    def failing() -> None:
+        model(torch.randn(1, 2))
+        raise ValueError("the workload failed")
+
+    with pytest.raises(ValueError, match="the workload failed"):
+        with provenance_capture.ProvenanceCapture("cuda", _StackSource(), "python") as capture:
+            assert debug.set_kernel_post_grad_provenance_tracing is not original  # observed while it runs
+            capture.warm_up(failing, 2, model, ())
+    assert calls == ["start", "stop"]  # subscribed once, unsubscribed once, nothing taken from a failed pass
+    assert debug.set_kernel_post_grad_provenance_tracing is original and not compiled._active

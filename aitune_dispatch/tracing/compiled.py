@@ -329,7 +329,12 @@ def _get_nodes(item: Any) -> list[Any]:
 
 
 def site_from_nodes(
-    position: int, kernel_name: str, nodes: Sequence[Any], is_extern: bool = False, all_functions: bool = False
+    position: int,
+    kernel_name: str,
+    nodes: Sequence[Any],
+    is_extern: bool = False,
+    all_functions: bool = False,
+    positions: dict[str, int] | None = None,
 ) -> Site:
     """The :class:`Site` of a kernel call generated from ``nodes`` (FX nodes of one graph).
 
@@ -345,13 +350,16 @@ def site_from_nodes(
         An extern kernel call: matched at run time by the aten op it dispatches.
     all_functions:
         As for :func:`functional_of`.
+    positions:
+        Graph position of every node of their graph by name (computed from ``nodes`` when None).
 
     Returns
     -------
     Site
         With one source per call among ``nodes``, latest in graph order first.
     """
-    positions = _positions(nodes)
+    if positions is None:
+        positions = _positions(nodes)
     sources = merge_sources(
         source_of(node, positions.get(getattr(node, "name", None), _NO_POSITION), all_functions) for node in nodes
     )
@@ -359,13 +367,20 @@ def site_from_nodes(
     return Site(position, op is not None, op or kernel_name, kernel_name, sources)
 
 
+def _graphs_of(nodes: Sequence[Any]) -> list[Any]:
+    return list({id(g): g for g in (getattr(n, "graph", None) for n in nodes) if g is not None}.values())
+
+
+def _graph_positions(graph: Any) -> dict[str, int]:
+    """Position of every node of an FX graph, by node name (unique within a graph)."""
+    return {node.name: index for index, node in enumerate(getattr(graph, "nodes", ()))}
+
+
 def _positions(nodes: Sequence[Any]) -> dict[str, int]:
     """Graph position of every node of the graphs ``nodes`` belong to, by node name."""
     positions: dict[str, int] = {}
-    graphs = {id(g): g for g in (getattr(n, "graph", None) for n in nodes) if g is not None}
-    for graph in graphs.values():
-        for index, node in enumerate(getattr(graph, "nodes", ())):
-            positions.setdefault(node.name, index)
+    for graph in _graphs_of(nodes):
+        positions.update(_graph_positions(graph))
     return positions
 
 
@@ -435,6 +450,7 @@ class InductorProvenance:
         self._all = all_functions
         self._bypass = bypass_caches
         self._building: dict[int, _Building] = {}
+        self._positions: dict[int, tuple[weakref.ref[Any] | None, dict[str, int]]] = {}  # by id of an FX graph
         self._done: list[Program] = []
         self._original: Any = None
         self._hook: Any = None
@@ -531,10 +547,21 @@ class InductorProvenance:
                 return
             building = self._current_graph()
             nodes = _origins(node_schedule, is_extern)
-            site = site_from_nodes(len(building.sites), str(kernel_name), nodes, is_extern, self._all)
+            positions = self._graph_positions(nodes)
+            site = site_from_nodes(len(building.sites), str(kernel_name), nodes, is_extern, self._all, positions)
             building.sites.append(site)
         except Exception:  # noqa: BLE001 - never interfere with compilation: count it instead
             self.failures += 1
+
+    def _graph_positions(self, nodes: Sequence[Any]) -> dict[str, int]:
+        """Node positions of the graphs ``nodes`` belong to, computed once per graph (a graph has many sites)."""
+        positions: dict[str, int] = {}
+        for graph in _graphs_of(nodes):
+            known = self._positions.get(id(graph))
+            if known is None or (known[0] is not None and known[0]() is not graph):
+                known = self._positions[id(graph)] = (_weak(graph), _graph_positions(graph))
+            positions.update(known[1])
+        return positions
 
     def _current_graph(self) -> _Building:
         from torch._inductor.virtualized import V
