@@ -140,11 +140,8 @@ def test_replays_of_a_graph_captured_inside_profile_carry_the_capture_time_attri
     assert result.metadata[schema.META_GRAPH_CAPTURE] == "observed", result.metadata
     activity = result.to_pandas()
     replayed = activity[activity["graph_id"] != 0]
-    # two samples: two replays, each launching the kernels one eager call of the MLP launches
-    per_call = bare_kernels(inner, samples[:1])
-    assert collections.Counter(replayed["kernel"]) == collections.Counter(
-        {name: 2 * count for name, count in per_call.items()}
-    )
+    # two samples: two replays, the kernels two replays launch unprofiled
+    assert collections.Counter(replayed["kernel"]) == bare_kernels(graphed, samples)
     assert (replayed["attribution"] == schema.ATTRIBUTION_GRAPH_CAPTURE).all(), replayed
     assert set(replayed["module_name"]) <= {"inner.0", "inner.1", "inner.2"}
     assert {"linear", "gelu"} <= set(replayed["function_name"])
@@ -163,9 +160,7 @@ def test_replays_of_a_graph_captured_before_profile_are_flagged(bare_kernels):
         profiler.profile(graphed, samples, warmup_iterations=1)
     activity = profiler.last_result.to_pandas()
     replayed = activity[activity["graph_id"] != 0]
-    assert collections.Counter(replayed["kernel"]) == collections.Counter(
-        {name: 2 * count for name, count in bare_kernels(inner, samples[:1]).items()}
-    )
+    assert len(replayed) > 0 and collections.Counter(replayed["kernel"]) == bare_kernels(graphed, samples)
     assert (replayed["attribution"] == schema.ATTRIBUTION_GRAPH_LAUNCH).all()
     assert set(replayed["op"]) == {schema.GRAPH_LAUNCH_OP}
     assert set(replayed["module_name"]) == {""}  # the replaying module: the root, Graphed
