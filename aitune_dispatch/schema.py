@@ -299,13 +299,11 @@ def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Tabl
         ``table`` with every missing column of ``target`` filled with its documented value, in ``target``'s order.
     """
     fills = ADDED_COLUMNS.get(name, {})
-    missing = [f for f in target if f.name not in table.column_names]
-    if not missing:
-        return table
-    for field in missing:
+    for field in target:
+        if field.name in table.column_names:
+            continue
         if field.name not in fills:
             raise ValueError(f"the saved {name} table lacks the column {field.name!r}, which has no default")
         table = table.append_column(field, pa.array([fills[field.name]] * table.num_rows, field.type))
-    return table.select([f.name for f in target if f.name in table.column_names] + [
-        c for c in table.column_names if c not in target.names
-    ])
+    extra = [c for c in table.column_names if c not in target.names]
+    return table.select([*target.names, *extra])
