@@ -18,13 +18,26 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from . import display
+
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
-    from .results import ProfileResult, TensorMeta, describe_results, load
+    from .results import ProfileResult, TensorMeta, describe_results, load, merge
     from .results.comparison import compare
+    from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def _notebook_html(result: Any) -> str:
+    """A result's notebook view, drawn by the reports stage (imported on the first display)."""
+    from .reports.html import notebook_html
+
+    return notebook_html(result)
+
+
+display.set_notebook_renderer(_notebook_html)  # results show in notebooks without importing reports
 
 __all__ = [
     "ModuleFunctionKernelProfiler",
@@ -35,10 +48,11 @@ __all__ = [
     "compare",
     "describe_results",
     "load",
+    "merge",
 ]
-__version__ = "0.1.0"
 
 _LAZY = {
+    "__version__": ".schema",
     "ModuleFunctionKernelProfiler": ".profiler",
     "ProfileResult": ".results",
     "TensorMeta": ".results",
@@ -47,7 +61,10 @@ _LAZY = {
     "compare": ".results",
     "describe_results": ".results",
     "load": ".results",
+    "merge": ".results",
 }
+
+_RENAMED = {"__version__": "PACKAGE_VERSION"}  # where the attribute's name differs in its module
 
 
 def __getattr__(name: str) -> Any:
@@ -55,7 +72,8 @@ def __getattr__(name: str) -> Any:
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name, __name__), name)
+    module = importlib.import_module(module_name, __name__)
+    value = getattr(module, _RENAMED.get(name, name))
     globals()[name] = value
     return value
 

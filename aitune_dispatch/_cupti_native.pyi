@@ -11,8 +11,9 @@ else:
 # device, stream; int8 kind_code; int32 name_index into the name table), the name table (a kernel
 # name, ``(1, copy_kind, src_kind, dst_kind)`` for a copy, ``(2, memory_kind)`` for a set), the
 # correlation columns (int64 ext_correlation_id, ext_id), counters ("records", "undecodable",
-# "lost", "layout_mismatches"), then the activity rows' int64 graph_id and graph_node_id (0 outside
-# CUDA graphs).
+# "lost", "layout_mismatches"), then the runtime / driver API columns (int64 api_correlation_id;
+# int8 api_kind, 0 runtime / 1 driver; int32 api_cbid; int64 api_start_ns, api_end_ns, api_thread),
+# then the activity rows' int64 graph_id and graph_node_id (0 outside CUDA graphs).
 RawRecords = tuple[
     bytes,
     bytes,
@@ -25,6 +26,12 @@ RawRecords = tuple[
     bytes,
     bytes,
     dict[str, int],
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
     bytes,
     bytes,
 ]

@@ -5,6 +5,7 @@
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
   aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
+  aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
   aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
@@ -16,15 +17,18 @@ the function once without arguments.
 
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
 DIR/trace.json (Perfetto, Kineto's conventions). Output names are checked before any work is
-done. Progress goes to stderr: the CLI runs the warm-up passes itself (under torch.no_grad())
-and then records with warmup_iterations=0, so each pass and recorded sample can be reported; on
-long runs a step line appears at most once a second. --quiet silences progress. Warnings are one
+done. Progress goes to stderr, from the profiler's own progress steps (each warm-up pass and
+recorded sample, and where post-processing begins); on long runs a step line appears at most once
+a second. --quiet silences progress. Warnings are one
 line each on stderr. Bad input exits with status 1 and one line on stderr (set
 AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with status 2. report and
 compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table and the weighted total per function.
+RESULT may also be a directory into which each rank of a torch.distributed job saved its result:
+it loads as their merge; ranks prints the per-rank view of such a merge (and --compare R1 R2 the
+time difference between two ranks).
 """
 
 from __future__ import annotations
@@ -38,21 +42,23 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .reports import text
+from . import config
+from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
-from .reports.html import HtmlRenderer
-from .reports.perfetto import PerfettoRenderer
-from .results import ProfileResult, compare, load_result
+from .reports.ranks import rank_text
+from .results import ProfileResult, compare, compare_ranks, load, load_result
+from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .capture import Step
 
 PROG = "aitune-dispatch"
 CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
@@ -97,10 +103,13 @@ class Progress:
 
 @dataclass(frozen=True)
 class Workload:
-    """What to profile: ``function`` called on each sample while ``module`` is observed."""
+    """What to profile: ``function`` called on each sample while ``module`` is observed.
+
+    ``samples`` is what the factory returned, listed; the profiler validates each item.
+    """
 
     function: Callable[..., Any]
-    samples: list[tuple[tuple[Any, ...], dict[str, Any]]] | None
+    samples: list[Any] | None
     module: Any
 
     @property
@@ -183,13 +192,13 @@ def _call_factory(factory: Callable[..., Any], device: str, spec: str) -> Any:
         raise CliError(f"factory {spec} raised {_one_line(error)}") from error
 
 
-def _samples(samples: Any, spec: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]] | None:
-    from .profiler import normalize_samples  # the profiler's own validation, so both agree
-
-    try:
-        return normalize_samples(samples)
-    except (TypeError, ValueError) as error:
-        raise CliError(f"factory {spec} returned bad samples: {error}") from error
+def _samples(samples: Any, spec: str) -> list[Any] | None:
+    """The factory's samples as a list (each item is checked by the profiler, which words the error)."""
+    if samples is None:
+        return None
+    if not isinstance(samples, Iterable) or isinstance(samples, (str, bytes)):
+        raise CliError(f"factory {spec} returned bad samples: expected (args, kwargs) pairs or None; got {samples!r}")
+    return list(samples)
 
 
 def _workload(value: Any, spec: str) -> Workload:
@@ -222,49 +231,57 @@ def _pick_device(requested: str) -> str:
     return requested
 
 
-def _warm_up(workload: Workload, iterations: int, progress: Progress) -> None:
-    import torch
+class _Following:
+    """Progress lines from the profiler's steps (``capture.Step``), and the phase a failure came in."""
 
-    from .profiler import run_pass
+    def __init__(self, progress: Progress, workload: Workload, device: str) -> None:
+        self.progress, self.workload, self.device = progress, workload, device
+        self.phase: str | None = None
 
-    if iterations == 0:
-        return
-    progress.stage(f"warmup: {iterations} passes of {workload.passes} calls")
-    try:
-        with torch.no_grad():
-            for done in range(1, iterations + 1):
-                run_pass(workload.function, workload.samples)
-                progress.step("warmup pass", done, iterations)
-    except Exception as error:  # the user's model failed
-        raise CliError(f"the workload raised {_one_line(error)} during warmup") from error
-
-
-def _reporting(function: Callable[..., Any], total: int, progress: Progress) -> Callable[..., Any]:
-    done = 0
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        nonlocal done
-        output = function(*args, **kwargs)
-        done += 1
-        progress.step("recorded sample", done, total)
-        if done == total:
+    def __call__(self, step: Step) -> None:
+        self.phase = step.phase
+        progress, calls = self.progress, self.workload.passes
+        if step.phase == "warmup" and step.total:
+            if step.done == 0:
+                progress.stage(f"warmup: {step.total} passes of {calls} calls")
+            else:
+                progress.step("warmup pass", step.done, step.total)
+        elif step.phase == "pass":
+            if step.done == 0:
+                progress.stage(f"recording one pass of {calls} calls on {self.device}")
+            else:
+                progress.step("recorded sample", step.done, step.total)
+        elif step.phase == "flush":
             progress.stage("post-processing: joining kernels to ops, functional calls and modules")
-        return output
 
-    return call
+    def failure(self, error: Exception, spec: str) -> CliError:
+        """The one-line error for ``error``, raised while following (its phase says whose it is)."""
+        from .arguments import SampleError
+
+        if isinstance(error, SampleError):
+            return CliError(f"factory {spec} returned bad samples: {error}")
+        if self.phase == "warmup":
+            return CliError(f"the workload raised {_one_line(error)} during warmup")
+        return CliError(f"profiling failed: {_one_line(error)}")
 
 
-def _record(workload: Workload, device: str, args: argparse.Namespace, progress: Progress) -> ProfileResult:
+def _record(workload: Workload, device: str, args: argparse.Namespace, label: str) -> ProfileResult:
     from .profiler import ModuleFunctionKernelProfiler
 
     names = getattr(args, "function_names", None)
     profiler = ModuleFunctionKernelProfiler(names, device=device, functions=args.functions)
-    progress.stage(f"recording one pass of {workload.passes} calls on {device}")
-    function = _reporting(workload.function, workload.passes, progress)
+    progress = Progress(args.quiet)
+    following = _Following(progress, workload, device)
     try:
-        result = profiler.profile_result(function, workload.samples, module=workload.module, warmup_iterations=0)
+        result = profiler.profile_result(
+            workload.function,
+            workload.samples,
+            module=workload.module,
+            warmup_iterations=args.warmup,
+            on_progress=following,
+        )
     except Exception as error:  # the user's model (or the capture) failed
-        raise CliError(f"profiling failed: {_one_line(error)}") from error
+        raise following.failure(error, label) from error
     progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
     return result
 
@@ -286,7 +303,7 @@ def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
 
 def _load(path: str) -> ProfileResult:
     try:
-        return load_result(path)
+        return load(path)  # a saved result, or a directory of per-rank results (merged)
     except (OSError, ValueError) as error:
         raise CliError(str(error)) from error
 
@@ -299,28 +316,24 @@ def _save(result: ProfileResult, path: Path, with_tensors: bool) -> None:
     print(f"saved the result to {path}")
 
 
-def _write(result: ProfileResult, writer_name: str, path: Path) -> None:
-    writer: Callable[[ProfileResult, Path], Path] = getattr(
-        importlib.import_module("aitune_dispatch.reports"), writer_name
-    )
+def _write(result: ProfileResult, path: Path) -> None:
+    """Render ``result`` into ``path`` with the renderer its name asks for (``reports.renderer_for``)."""
     try:
-        written = writer(result, path)
+        written = renderer_for(path).write(result, path)
     except Exception as error:  # one line, whatever the renderer raised
-        raise CliError(f"{writer_name} to {path} failed: {_one_line(error)}") from error
+        raise CliError(f"writing {path} failed: {_one_line(error)}") from error
     print(f"wrote {written}")
 
 
 def _write_outputs(result: ProfileResult, out: Path, with_tensors: bool) -> None:
     _save(result, out / "result", with_tensors)
-    _write(result, "write_report", out / "report.html")
-    _write(result, "write_perfetto", out / "trace.json")
+    _write(result, out / "report.html")
+    _write(result, out / "trace.json")
 
 
 # -- subcommands ------------------------------------------------------------------------------------
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
-    progress = Progress(args.quiet)
-    _warm_up(workload, args.warmup, progress)
-    result = _record(workload, device, args, progress)
+    result = _record(workload, device, args, label)
     _print_summary(
         result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
     )
@@ -351,12 +364,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Load a saved result, print its summary and write the requested reports."""
     result = _load(args.result)
     _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source; shares of all kernel time)")
+    ranks = rank_text(result, args.top_k, _width())  # merged results only
+    if ranks:
+        print(f"\n{ranks}")
     html = args.html or (args.out / "report.html" if args.out else None)
     perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
-    if html is not None:
-        _write(result, "write_report", html)
-    if perfetto is not None:
-        _write(result, "write_perfetto", perfetto)
+    for path in (html, perfetto):
+        if path is not None:
+            _write(result, path)
     return 0
 
 
@@ -379,6 +394,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
         table.round(CSV_DIGITS).to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     return 0
+
+
+def cmd_ranks(args: argparse.Namespace) -> int:
+    """Print the per-rank view of a merged result, and optionally the difference between two ranks."""
+    result = _load(args.result)
+    text_of_ranks = rank_text(result, args.top, _width())
+    if not text_of_ranks:
+        raise CliError(
+            f"{args.result} holds one rank's result; pass a directory into which every rank saved its "
+            "result (result.save(f'DIR/rank{rank}')) or a result saved from aitune_dispatch.merge()"
+        )
+    print(text_of_ranks)
+    if args.compare is not None:
+        before, after = args.compare
+        try:
+            table = compare_ranks(result, before, after)
+        except ValueError as error:
+            raise CliError(str(error)) from error
+        print(f"\nrank {before} vs rank {after}:")
+        for level in ("function", "kernel"):
+            print()
+            print(text.comparison_text(table, level, args.top, _width()))
+    return 0
+
+
+def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
+    ranks = commands.add_parser(
+        "ranks",
+        parents=[common],
+        help="the per-rank view of a torch.distributed job",
+        description="Per rank, and per functional call across ranks, of a merged result (a directory of "
+        "per-rank results or a saved merge). Needs no torch.",
+    )
+    ranks.add_argument("result", metavar="RESULT", help="a directory of per-rank results, or a saved merge")
+    ranks.add_argument("--top", type=_non_negative, default=10, metavar="N", help="rows per table (default: 10)")
+    ranks.add_argument(
+        "--compare", type=_non_negative, nargs=2, metavar=("R1", "R2"), help="also compare rank R1 (before) with R2"
+    )
+    ranks.set_defaults(run=cmd_ranks)
 
 
 def _load_for_bench(path: str) -> ProfileResult:
@@ -500,7 +554,7 @@ _CSV = _output((".csv",), "the CSV file")
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
-        choices=["auto", "cuda", "cpu"],
+        choices=["auto", *config.DEVICES],
         default="auto",
         help="where to run (default: auto, i.e. cuda when available, else cpu)",
     )
@@ -508,7 +562,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
     parser.add_argument(
         "--functions",
-        choices=["functional", "all"],
+        choices=list(config.FUNCTIONS),
         default="functional",
         help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
         "(default: functional)",
@@ -531,7 +585,7 @@ def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summa
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {PACKAGE_VERSION}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -584,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
+    _add_ranks(commands, common)
     _add_bench(commands, common)
     return parser
 

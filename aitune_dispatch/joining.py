@@ -123,10 +123,3 @@ def _graph_columns(kernels: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
         else pa.array(np.full(kernels.num_rows, schema.NOT_IN_GRAPH, np.int64))
         for name, _ in schema.GRAPH_FIELDS
     }
-
-
-def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:
-    """Rows the spec reports: a profiled module and a functional call both enclose the op."""
-    return pc.and_(
-        pc.greater_equal(activity["module_id"], 0), pc.greater_equal(activity["call_id"], 0)
-    )

@@ -32,7 +32,7 @@ from torch import nn
 
 from . import schema
 from .collection.cupti_source import torch_profiler_active
-from .collection.graphs import GraphNodeObserver
+from .collection.graphs import GraphNodeObserver, loaded_decoder
 from .provenance import Attribution, attribute, captured_nodes
 from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from .tracing.compiled import Hierarchy, InductorProvenance, remember, remembered_programs, site_tables
@@ -72,14 +72,7 @@ def uses_compile(function: Any, root: nn.Module) -> bool:
 
 def _native_decoder() -> Any | None:
     """The compiled decoder module with libcupti resolved, or None where it is not built or cannot load."""
-    try:
-        from .collection.native_sink import _wheel_libcupti, native_module
-
-        native = native_module()
-        native.load(_wheel_libcupti())
-    except (ImportError, OSError, RuntimeError):
-        return None
-    return native
+    return loaded_decoder()
 
 
 class ProvenanceCapture:
@@ -254,5 +247,5 @@ class ProvenanceCapture:
                 "the profiled function (warm-up passes count), or profile the eager model once to see its calls"
             )
         for message in messages:
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=7)  # profile()'s caller, as capture's warnings
         return tuple(messages)

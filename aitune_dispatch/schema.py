@@ -1,17 +1,21 @@
-"""Every column name and Arrow schema of the package, in one place.
+"""Every column name, Arrow schema, activity kind and metadata key of the package, in one place.
 
 Units are in the names (``_ns`` nanoseconds, ``_us`` microseconds). Sentinels:
 ``module_id == -1`` means "outside the profiled hierarchy", ``call_id == -1`` means "no
 functional call encloses the op", ``sample == -1`` means "no sample was collected for this call",
 ``stream == -1`` / ``device == -1`` mean "CPU". After the join, a kernel that no op claimed has a
 null ``op_id``. ``graph_id == 0`` means "not launched by a CUDA graph" (CUPTI's own convention).
+Every stage imports this module; it imports nothing of the package.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
+PACKAGE_VERSION = "0.1.0"  # aitune_dispatch.__version__; saved results name the version that wrote them
 
 NO_MODULE = -1
 NO_CALL = -1
@@ -31,6 +35,24 @@ ATTRIBUTIONS = (ATTRIBUTION_TRACE, ATTRIBUTION_INDUCTOR, ATTRIBUTION_GRAPH_CAPTU
 # the op of a replayed kernel whose capture was not seen: the launch that replayed it
 GRAPH_LAUNCH_OP = "cudaGraphLaunch"
 
+# -- the spec's function_data: function_name -> [(call count, (args, kwargs)), ...] ---------------------
+Sample = tuple[tuple[Any, ...], dict[str, Any]]
+FunctionData = dict[str, list[tuple[int, Sample]]]
+
+# -- activity kinds: the ``kind`` column of KERNELS and ACTIVITY ------------------------------------------
+KIND_KERNEL = "kernel"
+KIND_MEMCPY = "memcpy"
+KIND_MEMSET = "memset"
+KIND_CPU_OP = "cpu_op"  # an aten op timed on the host by the CPU activity source
+ACTIVITY_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_CPU_OP)
+CPU_KERNEL_PREFIX = "cpu::"  # the CPU source's kernel names: "cpu::aten::addmm"
+
+# -- correlation ids: one CUPTI external-correlation kind carries op ids and scope contexts ----------------
+# op ids are pushed as themselves, scope contexts (module forwards, functional calls) as SCOPE_BASE + id,
+# so CUPTI tags each launch with the innermost of them (tracing pushes, collection splits them apart)
+SCOPE_BASE = 1 << 62
+NO_CORRELATION = -1  # a correlation kind of -1: the activity source takes no ids (the CPU source)
+
 # -- activity sources ---------------------------------------------------------------------------
 KERNELS = pa.schema(
     [
@@ -40,7 +62,7 @@ KERNELS = pa.schema(
         ("end_ns", pa.int64()),
         ("device", pa.int32()),
         ("stream", pa.int64()),
-        ("kind", pa.string()),  # "kernel", "memcpy", "memset" or "cpu_op"
+        ("kind", pa.string()),  # one of ACTIVITY_KINDS
     ]
 )
 # CUDA sources add the graph a kernel / copy / set was replayed from (0: not from a graph)
@@ -67,6 +89,23 @@ GRAPH_NODES = pa.schema(
         ("node_type", pa.int32()),  # CUgraphNodeType (0: kernel, 1: memcpy, 2: memset, ...)
     ]
 )
+# one row per CUDA runtime / driver API record CUPTI delivered: only the launch / copy / set
+# callback ids are enabled while we collect, so one row per kernel launch, copy or set call; the
+# launch and the kernels / copies / sets it started share ``correlation_id``
+LAUNCHES = pa.schema(
+    [
+        ("correlation_id", pa.int64()),
+        ("api", pa.string()),  # LAUNCH_API_RUNTIME (CUDA runtime API) or LAUNCH_API_DRIVER (CUDA driver API)
+        ("cbid", pa.int32()),  # CUPTI callback id within that API
+        ("api_name", pa.string()),  # "cudaLaunchKernel", "cuLaunchKernel", ...: the callback id's name
+        ("start_ns", pa.int64()),  # host clock, like every activity timestamp
+        ("end_ns", pa.int64()),
+        ("os_thread", pa.int64()),  # CUPTI's threadId of the calling thread (not the recorder's ``thread``)
+    ]
+)
+LAUNCH_COLUMNS = LAUNCHES.names
+LAUNCH_API_RUNTIME = "runtime"  # the ``api`` of a launch record
+LAUNCH_API_DRIVER = "driver"
 
 # -- tracing ------------------------------------------------------------------------------------
 OPS = pa.schema(
@@ -193,6 +232,29 @@ KERNEL_SOURCES = pa.schema(
     ]
 )
 
+# op times on the host clock, for the timeline (results.views.op_times)
+OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
+
+# -- saved results (results/persist.py) -------------------------------------------------------------------
+# a ProfileResult's tables
+RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls", "launches", "kernel_sources")
+# tables a result gained after results were first saved: loading an older result gives them empty
+ADDED_TABLES: dict[str, pa.Schema] = {"launches": LAUNCHES, "kernel_sources": KERNEL_SOURCES}
+# tables whose own ``rank`` column means something else (kernel_sources: the fusion rule's order):
+# merge() adds no RANK_COLUMN to them; their rows belong to the rank of their ``call_id``
+RANKED_BY_CALL = ("kernel_sources",)
+FUNCTION_DATA_TABLE = "function_data"  # function_data, saved as a table beside them
+# function_data as a table: one row per distinct sample, the sample as JSON (results/values.py)
+FUNCTION_DATA = pa.schema(
+    [
+        ("function_name", pa.string()),
+        ("sample_index", pa.int64()),
+        ("count", pa.int64()),
+        ("sample_json", pa.string()),
+    ]
+)
+TENSORS = pa.schema([("torch_save", pa.large_binary())])  # with_tensors=True: torch.save of the samples' tensors
+
 # -- spec-compatible outputs (names and order are the reference's) ----------------------------------
 PROFILING_COLUMNS = ["module_name", "module", "function_name", "op", "kernel", "kernel_us"]
 SUMMARY_COLUMNS = [
@@ -216,6 +278,147 @@ COMPARE_COLUMNS = [
     "ratio",  # after_us / before_us; NaN where before_us is 0
     "before_count",  # activity rows (kernel launches, copies, sets or CPU ops) in a; 0 where absent
     "after_count",
+]
+
+
+# -- the views' tables (results/views) ----------------------------------------------------------------
+KERNEL_COLUMNS = [
+    "kernel",  # the full kernel name (CUDA), "Memcpy ..." / "Memset ...", or "cpu::<op>"
+    "kind",  # one of ACTIVITY_KINDS
+    "op",  # the aten op that launched it; None when no op claimed it
+    "function_name",  # the innermost functional call; None outside any
+    "module",  # the launching module's group label (module_groups); None outside the hierarchy
+    "modules",  # distinct modules of that pattern that launched it
+    "calls",  # launches (activity rows)
+    "total_us",  # summed duration, microseconds
+    "mean_us",  # total_us / calls
+    "share",  # total_us / all kernel time (0..1)
+]
+
+MODULE_COLUMNS = [
+    "pattern",  # the group label (module_groups): a layer pattern, a module name, or "<Type> (root)"
+    "module_type",  # the nn.Module class name
+    "depth",  # 0 for the root module, 1 for its children, ...
+    "parent",  # the parent row's pattern; None for the root
+    "instances",  # modules with this pattern
+    "forwards",  # forward calls of those modules in the recorded pass
+    "total_us",  # kernel time of the modules and their descendants, microseconds
+    "self_us",  # kernel time launched directly in the modules (not in a submodule)
+    "share",  # total_us / all kernel time (0..1)
+    "top_function",  # the functional call with the most kernel time directly in these modules; None if none
+    "members",  # list of (module name, total_us), largest first: the instances behind the pattern
+]
+
+UNATTRIBUTED_COLUMNS = [
+    "reason",  # one of results.views.REASONS
+    "op",  # the op that launched the kernels; None when no op claimed them
+    "module",  # the launching module's group label (module_groups); None outside the hierarchy
+    "kernels",  # activity rows
+    "total_us",  # summed duration, microseconds
+    "share",  # total_us / all kernel time (0..1)
+    "why",  # the reason in words
+    "hint",  # what to do about it
+]
+
+SAMPLE_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "calls",  # recorded calls with this sample (function_data's count)
+    "num_modules",  # distinct profiled modules those calls ran in (NaN where calls carry no sample links)
+    "kernel_us",  # attributed kernel time of those calls; NaN where the calls carry no sample links
+    "kernel_us_per_call",
+    "time_spent_pct",  # of all attributed kernel time (describe_results' denominator)
+    "signature",  # e.g. "f16[2,4096,320] f16[320,320] f16[320]"
+]
+
+# benchmark(): one row per (function, sample, implementation)
+BENCHMARK_COLUMNS = [
+    "function_name",
+    "sample",  # index into function_data[function_name]
+    "implementation",  # "torch" for the original, else the candidate's name
+    "calls",  # recorded calls of this sample (the weight in DataFrame.attrs["weighted"])
+    "recorded_us_per_call",  # median kernel time of the recorded calls, nested calls included; NaN without links
+    "us_per_call",  # median kernel time of the replayed calls; NaN where the implementation failed
+    "speedup",  # the original's us_per_call / this one's (1.0 on "torch" rows)
+    "kernels_match",  # "torch" rows: every replayed call launches the recorded kernel multiset; NA elsewhere
+    "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
+    "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
+    "error",  # why not ok; None when ok
+]
+
+# -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------
+META_TORCH = "torch"  # torch.__version__ of the run
+META_DEVICE = "device"  # "cuda" or "cpu"
+META_OP_TRACER = "op_tracer"  # the tracing backend: "native" or "python"
+META_TRACER = "tracer"  # the same, under its newer name
+META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
+META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
+META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids
+META_FUNCTIONS = "functions"  # "functional" or "all"
+META_GPU_NAME = "gpu_name"  # CUDA runs: the GPU's name, compute capability, memory and SM count
+META_GPU_CAPABILITY = "gpu_compute_capability"  # "9.0"
+META_GPU_MEMORY = "gpu_memory_bytes"
+META_GPU_SMS = "gpu_sm_count"
+META_CLOCK_OFFSET = "activity_minus_host_ns"  # activity clock minus host clock, ns ("0": converted to host)
+META_TICKS_PER_NS = "activity_ticks_per_ns"  # the rate of the activity source's clock that was converted
+# calls carry no sample links (set on load for results saved before calls had a sample column)
+META_CALL_SAMPLES = "call_samples"
+CALL_SAMPLES_UNLINKED = "not recorded (saved before functional calls had a sample column)"
+
+# seconds spent in each phase of a recorded run: metadata "seconds_<phase>" (benchmarks read them)
+PHASES = ("warmup", "start", "pass", "flush", "decode", "join")
+
+
+def seconds_key(phase: str) -> str:
+    """The metadata key of a phase's seconds: ``seconds_pass`` for ``"pass"``."""
+    return f"seconds_{phase}"
+
+
+# -- several GPUs and several ranks (torch.distributed) ----------------------------------------------
+# Written into ``result.metadata`` by the capture when a torch.distributed process group is
+# initialised (one result per rank); absent otherwise.
+RANK_KEY = "rank"  # this process's rank in the default process group
+WORLD_SIZE_KEY = "world_size"
+HOST_KEY = "host"  # socket.gethostname() of the rank's machine
+LOCAL_RANK_KEY = "local_rank"  # the LOCAL_RANK environment variable (torchrun), where set
+DISTRIBUTED_BACKEND_KEY = "distributed_backend"  # "nccl", "gloo", ...
+# Written only when the recorded kernels ran on more than one GPU: the devices, comma-separated
+# ("0,1"), and JSON {device: {gpu_name, gpu_compute_capability, gpu_memory_bytes, gpu_sm_count}}.
+GPU_DEVICES_KEY = "gpu_devices"
+GPU_PROPERTIES_KEY = "gpu_properties"
+# Written by merge(): the merged ranks, comma-separated ("0,1"), and JSON {rank: {"source",
+# "dropped_records", "metadata"}} keeping what each rank's own result said.
+MERGED_RANKS_KEY = "merged_ranks"
+RANK_METADATA_KEY = "rank_metadata"
+# merge() adds this column to every table of the merged result: the rank each row comes from
+RANK_COLUMN = "rank"
+
+RANK_SUMMARY_COLUMNS = [
+    "rank",
+    "host",  # metadata["host"] of the rank; "" where unknown
+    "devices",  # GPU devices its activity ran on, comma-separated ("" for the CPU source)
+    "activity_rows",
+    "total_us",  # all kernel time of the rank
+    "attributed_us",  # the part profiling_df() reports
+    "coverage",  # attributed_us / total_us (NaN when nothing ran)
+    "collective_us",  # kernel time of collective ops (c10d::*, _c10d_functional::*, nccl* kernels)
+]
+RANK_FUNCTION_COLUMNS = [
+    "function_name",
+    "ranks",  # ranks on which the function launched attributed kernels
+    "mean_us",  # attributed kernel time per rank, averaged over every merged rank (absent = 0)
+    "min_us",
+    "max_us",
+    "slowest_rank",  # the rank with max_us (the lowest such rank on a tie)
+    "imbalance",  # max_us / mean_us: 1.0 when every rank spends the same
+]
+COLLECTIVE_COLUMNS = [
+    "rank",
+    "module_name",  # the module whose forward launched it; None outside the hierarchy
+    "op",  # the collective op (c10d::allreduce_, ...); None when no op claimed the kernel
+    "kernel",
+    "calls",  # activity rows
+    "total_us",
 ]
 
 
@@ -247,10 +450,18 @@ COLUMN_UNITS: dict[str, tuple[str, str]] = {
     "count": ("calls", ""),
     "sample_json": ("", "JSON; tensors as {'__tensor__': metadata}"),
     "torch_save": ("bytes", "torch.save of the sample tensors"),
+    "rank": (
+        "",
+        "torch.distributed rank the row comes from (merged results only); in kernel_sources: the source's "
+        "place in the fusion rule, 0 the one the kernel is attributed to",
+    ),
+    "api": ("", "'runtime' or 'driver': the CUDA API of a launch record"),
+    "cbid": ("", "CUPTI callback id within the runtime or driver API"),
+    "api_name": ("", "the callback id's name without CUPTI's version suffix; '<api> cbid <n>' where unnamed"),
+    "os_thread": ("", "CUPTI threadId of the launching thread"),
     "graph_id": ("", "CUPTI graph id of the replaying graph; 0: not launched by a CUDA graph"),
     "graph_node_id": ("", "CUPTI id of the graph node; 0: not launched by a CUDA graph"),
     "attribution": ("", "'trace', 'inductor', 'graph_capture' or 'graph_launch'"),
-    "rank": ("", "0: the source the kernel is attributed to"),
     "source": ("", "FX source node of a compiled kernel"),
 }
 
@@ -264,8 +475,6 @@ META_GRAPH_KERNELS = "graph_kernels"  # activity rows replayed by CUDA graphs (a
 ADDED_COLUMNS: dict[str, dict[str, object]] = {
     "activity": {"graph_id": NOT_IN_GRAPH, "graph_node_id": NOT_IN_GRAPH, "attribution": ATTRIBUTION_TRACE},
 }
-# tables added after results were first saved: empty in results saved before
-ADDED_TABLES: dict[str, pa.Schema] = {"kernel_sources": KERNEL_SOURCES}
 
 
 def field_metadata(name: str) -> dict[bytes, bytes]:
@@ -307,3 +516,26 @@ def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Tabl
         table = table.append_column(field, pa.array([fills[field.name]] * table.num_rows, field.type))
     extra = [c for c in table.column_names if c not in target.names]
     return table.select([*target.names, *extra])
+
+
+def tensor_strides(value: Any) -> tuple[int, ...] | None:
+    """The strides of a tensor (or of saved tensor metadata), or None where it has none.
+
+    Parameters
+    ----------
+    value:
+        A ``torch.Tensor``, a ``TensorMeta`` or anything with a ``stride`` method or attribute.
+
+    Returns
+    -------
+    tuple[int, ...] or None
+        The strides; None for nested and sparse tensors (their ``stride()`` raises) and for values
+        that record none. The one place that decides what strides a sample's tensor has.
+    """
+    stride = getattr(value, "stride", None)
+    if stride is None:
+        return None
+    try:
+        return tuple(stride() if callable(stride) else stride)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None

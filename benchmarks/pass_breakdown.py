@@ -103,8 +103,7 @@ def _module_hooks(model: Any) -> Callable[[Callable[[], None]], None]:
         tracer = native.NativeTracer(modules.module_ids(), None, -1)
         native_module = native.load()
         # the native stacks and columns without its modes: start, report forwards, stop
-        native_module.start(-1, modules.module_ids(), ({}, None, False, None, None, None, None, None), None,
-                            (torch.dtype, torch.layout, torch.memory_format), [])
+        native_module.start(**native.NativePass.stacks_only(modules.module_ids()).keywords())
         modules.install(tracer.module_entered, tracer.module_exited)
         try:
             run()

@@ -8,7 +8,10 @@ post-processing) is timed ``--passes`` times, each time beside a bare pass in th
 the ratio is the median pass over the median bare pass, and the spread is the range of the
 per-pair ratios. Configurations: an empty ``TorchFunctionMode``; ``torch.profiler`` (CPU + CUDA
 activities); the AITune-style baseline (``reference_baseline.py``); ours (``profile()``'s
-``seconds_pass``); ours with ``function_names=set()`` (no sample keys).
+``seconds_pass``); ours with ``function_names=set()`` (no sample keys); and, to show where our
+pass goes, two no-op global module hooks, our CUPTI source alone (no tracing), our tracing alone
+(no CUPTI) and everything but the correlation-id pushes. ``profile()`` wall time (ours and the
+baseline's, warm-up 0) comes from the same calls.
 
 ``--million`` adds ``llama_generate`` with 40 ``generate()`` calls in one ``profile()`` (about
 10^6 kernels): bare seconds, ``profile()`` seconds, host memory growth and post-processing per
@@ -34,11 +37,12 @@ from .rss import measure_growth
 
 MODELS = ("mlp", "resnet50", "mha_blocks", "sdpa_blocks", "vit_b_16", "gpt2", "llama_generate", "unet_sd15")
 CONFIGS = ("empty function mode", "torch.profiler", "baseline", "ours", "ours, samples off")
+MECHANISMS = ("no-op global hooks", "cupti only", "tracing only", "ours without pushes")
 COLUMNS = (
     "| model | kernels | bare pass s | empty function mode / bare | torch.profiler / bare | baseline / bare "
     "| ours / bare | ours, samples off / bare |"
 )
-BASELINE_CAP_S = 60.0  # the baseline's post-processing is ~1 ms per row: skip it past this per call
+BASELINE_CAP_S = 20.0  # the baseline's post-processing is ~1 ms per row: one measured call past this
 
 
 class EmptyMode(TorchFunctionMode):
@@ -76,9 +80,13 @@ class Configs:
         self.baseline = ReferenceBaseline(device="cuda")
         self.kernels = 0
         self.baseline_call_s = 0.0
+        self.baseline_calls = 0
+        self.profile_s: dict[str, list[float]] = {"ours": [], "baseline": []}
 
     def pass_s(self, config: str) -> float | None:
         work = self.work
+        if config in MECHANISMS:
+            return _timed(lambda: self.mechanism(config))
         if config == "empty function mode":
 
             def under_mode() -> None:
@@ -94,39 +102,63 @@ class Configs:
             return seconds
         function, data, kwargs = _profile_args(work)
         if config == "baseline":
-            if self.baseline_call_s > BASELINE_CAP_S:
+            if self.baseline_call_s > BASELINE_CAP_S and self.baseline_calls > 1:
                 return None
             started = time.perf_counter()
             self.baseline.profile(function, data, warmup_iterations=0, **kwargs)
             self.baseline_call_s = time.perf_counter() - started
+            self.baseline_calls += 1
+            self.profile_s["baseline"].append(self.baseline_call_s)
             return float(self.baseline.timings["pass_s"])
         profiler = self.ours if config == "ours" else self.ours_off
+        started = time.perf_counter()
         result = profiler.profile_result(function, data, warmup_iterations=0, **kwargs)
+        result.profiling_df()
         if config == "ours":
             self.kernels = result.activity.num_rows
+            self.profile_s["ours"].append(time.perf_counter() - started)
         seconds = float(result.metadata["seconds_pass"])
         profiler.release()
         return seconds
+
+    def mechanism(self, config: str) -> None:
+        """One pass under one mechanism of ours (or no-op hooks), as ``pass_breakdown`` defines them."""
+        from aitune_dispatch.collection import CpuOpTimer
+
+        from .pass_breakdown import _noop_hooks, _tracing, _with_cupti
+
+        run, model = self.work.run, self.work.model
+        if config == "no-op global hooks":
+            _noop_hooks(run)
+        elif config == "cupti only":
+            _with_cupti(lambda source: run())
+        elif config == "tracing only":
+            _tracing(model, None, CpuOpTimer())(run)
+        else:  # everything but the pushes: CUPTI collects, tracing tells it nothing
+            _with_cupti(lambda source: _tracing(model, None, CpuOpTimer())(run))
 
 
 def measure(name: str, passes: int) -> dict[str, Any]:
     """Bare and configured pass seconds for one model, ``passes`` pairs each."""
     work = zoo.build(name, "cuda", 1)
     configs = Configs(work)
-    out: dict[str, Any] = {"model": name, "bare": [], **{c: [] for c in CONFIGS}}
+    everything = CONFIGS + MECHANISMS
+    out: dict[str, Any] = {"model": name, "bare": [], **{c: [] for c in everything}}
     with torch.no_grad():
         for _ in range(2):
             work.run()
-        for config in CONFIGS:  # the first call of each (start-up: Kineto, CUPTI) is not measured
+        for config in everything:  # the first call of each (start-up: Kineto, CUPTI) is not measured
             configs.pass_s(config)
+        configs.profile_s = {"ours": [], "baseline": []}
         for _ in range(passes):
-            for config in CONFIGS:
+            for config in everything:
                 bare = _timed(work.run)
                 seconds = configs.pass_s(config)
                 if seconds is not None:
                     out["bare"].append(bare)
                     out[config].append((seconds, bare))
     out["kernels"] = configs.kernels
+    out["profile_s"] = configs.profile_s
     return out
 
 
@@ -184,7 +216,30 @@ def render(results: list[dict[str, Any]], extra: dict[str, Any] | None) -> str:
         "",
         "Each ratio: median recorded pass over median bare pass of the same pairs; in brackets, the range of "
         "the per-pair ratios.",
+        "",
+        "## Where our recorded pass goes",
+        "",
+        "| model | empty function mode / bare | no-op global hooks / bare | cupti only / bare | tracing only / bare "
+        "| ours without pushes / bare | ours, samples off / bare | ours / bare |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    order = ("empty function mode", *MECHANISMS, "ours, samples off", "ours")
+    for r in results:
+        if r.get("status") != "skipped":
+            cells = [_ratio(r[c], [b for _, b in r[c]]) for c in order]
+            lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## profile() wall time (warm-up 0)",
+        "",
+        "| model | kernels | ours s | baseline s | baseline / ours |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r.get("status") == "skipped" or not r["profile_s"]["ours"] or not r["profile_s"]["baseline"]:
+            continue
+        ours, base = statistics.median(r["profile_s"]["ours"]), statistics.median(r["profile_s"]["baseline"])
+        lines.append(f"| {r['model']} | {r['kernels']:,} | {ours:.3f} | {base:.3f} | {base / ours:.1f} |")
     if extra:
         lines += [
             "",

@@ -393,7 +393,7 @@ def render(results: Mapping[str, Any]) -> str:
         header(results),
         "## Targets (issue 4)\n\n" + targets_table(results),
         "## profile() wall time\n\n" + wall_table(results),
-        "## Recorded pass over bare pass\n\n" + pass_table(results),
+        "## Recorded pass over bare pass, by sample count (harness)\n\n" + pass_table(results),
         "## Post-processing and record decoding\n\n" + post_table(results),
         "## Host memory\n\nPeak RSS growth during one `profile()` call (high-water mark reset before it).\n\n"
         + memory_table(results),

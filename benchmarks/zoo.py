@@ -49,7 +49,7 @@ class ModelUnavailable(RuntimeError):
 
 Builder = Callable[..., Workload]
 SEED = 0
-BASE_SAMPLES = 2  # the reference's published numbers use 2 samples per pass (DESIGN.md)
+BASE_SAMPLES = 2  # the AITune reference's published numbers use 2 samples per pass
 
 SIZES: dict[str, dict[str, dict[str, Any]]] = {
     "mlp": {"bench": {"batch": 32}, "small": {"batch": 4}},
@@ -173,7 +173,7 @@ def mha_blocks(device: str, repeat: int = 1, *, size: str = "bench", **overrides
 
 
 def sdpa_blocks(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
-    """DESIGN.md's "8 x SDPA transformer block" workload (depth 8 at bench size)."""
+    """The "8 x SDPA transformer block" workload of the AITune reference's published numbers (depth 8 at bench size)."""
     return _block_stack(SDPABlock, "sdpa_blocks", device, repeat, size, overrides)
 
 

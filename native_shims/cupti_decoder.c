@@ -2,16 +2,17 @@
  * aitune_dispatch._cupti_native: CUPTI activity buffers decoded straight into column arrays.
  *
  * The extension registers its own CUPTI buffer callbacks. bufferCompleted runs on a CUPTI thread:
- * it walks the records, appends kernel / memcpy / memset rows and external-correlation links to
- * growable C arrays under a mutex, frees the buffer and returns. No Python object and no GIL there.
+ * it walks the records, appends kernel / memcpy / memset rows, external-correlation links and
+ * runtime / driver API rows (the launch / copy / set calls) to growable C arrays under a mutex,
+ * frees the buffer and returns. No Python object and no GIL there.
  * take() hands the columns to Python as bytes (numpy wraps them without a per-record loop).
  *
  * libcupti is never linked: its functions are resolved at run time from the copy already in the
  * process (dlopen by soname with RTLD_NOLOAD, the one torch / cupti-python loaded), so importing
  * this module works on a machine without a GPU. cuptiFinalize is never called.
  *
- * Record layouts: CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4 (the
- * CUPTI 13.0 records; later 13.x headers keep them in cupti_activity_deprecated.h and only append
+ * Record layouts: CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+ * CUpti_ActivityAPI (the CUPTI 13.0 records; later 13.x headers keep them in cupti_activity_deprecated.h and only append
  * fields to their successors, so the offsets read here are the same). Live buffers are walked with
  * cuptiActivityGetNextRecord (always right for the running libcupti); decode_buffer() replays
  * buffers with our own walk, sized per kind, so tests run without a driver.
@@ -47,6 +48,8 @@
 
 /* records.KIND_KERNEL / KIND_MEMCPY / KIND_MEMSET */
 enum { ROW_KERNEL = 0, ROW_MEMCPY = 1, ROW_MEMSET = 2 };
+/* records.API_RUNTIME / API_DRIVER */
+enum { API_RUNTIME = 0, API_DRIVER = 1 };
 
 /* name keys: a kernel's name pointer, or a tag in the top byte with the codes of a copy / set */
 #define TAG_SHIFT 56
@@ -79,6 +82,10 @@ typedef struct {
     size_t rows, row_cap;
     int64_t *ext_correlation_id, *ext_id;
     size_t links, link_cap;
+    int64_t *api_correlation_id, *api_start_ns, *api_end_ns, *api_thread;
+    int8_t *api_kind;
+    int32_t *api_cbid;
+    size_t calls, call_cap;
     uint64_t *slot_key; /* open addressing: name key -> name id; key 0 marks an empty slot */
     int32_t *slot_id;
     size_t slot_cap, slot_used;
@@ -100,6 +107,8 @@ static void collector_clear(Collector *c) {
     free(c->graph_id); free(c->graph_node_id);
     free(c->kind_code); free(c->name_index);
     free(c->ext_correlation_id); free(c->ext_id);
+    free(c->api_correlation_id); free(c->api_start_ns); free(c->api_end_ns); free(c->api_thread);
+    free(c->api_kind); free(c->api_cbid);
     free(c->slot_key); free(c->slot_id);
     for (size_t i = 0; i < c->names; i++) free(c->name_text[i]);
     free(c->name_key); free(c->name_text);
@@ -141,6 +150,19 @@ static int reserve_link(Collector *c) {
     int ok = grow((void **)&c->ext_correlation_id, sizeof(int64_t), cap)
         && grow((void **)&c->ext_id, sizeof(int64_t), cap);
     if (ok) c->link_cap = cap;
+    return ok;
+}
+
+static int reserve_call(Collector *c) {
+    if (c->calls < c->call_cap) return 1;
+    size_t cap = c->call_cap ? c->call_cap * 2 : 4096;
+    int ok = grow((void **)&c->api_correlation_id, sizeof(int64_t), cap)
+        && grow((void **)&c->api_kind, sizeof(int8_t), cap)
+        && grow((void **)&c->api_cbid, sizeof(int32_t), cap)
+        && grow((void **)&c->api_start_ns, sizeof(int64_t), cap)
+        && grow((void **)&c->api_end_ns, sizeof(int64_t), cap)
+        && grow((void **)&c->api_thread, sizeof(int64_t), cap);
+    if (ok) c->call_cap = cap;
     return ok;
 }
 
@@ -225,10 +247,21 @@ static void push_link(Collector *c, uint32_t correlation, uint64_t external_id) 
     c->links++;
 }
 
+static void push_call(Collector *c, const CUpti_ActivityAPI *a, int8_t api) {
+    if (!reserve_call(c)) { c->lost++; return; }
+    size_t r = c->calls++;
+    c->api_correlation_id[r] = a->correlationId;
+    c->api_kind[r] = api;
+    c->api_cbid[r] = (int32_t)a->cbid;
+    c->api_start_ns[r] = (int64_t)a->start;
+    c->api_end_ns[r] = (int64_t)a->end;
+    c->api_thread[r] = a->threadId;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* records                                                                                        */
 
-/** Append one record to the columns (kernels, copies, sets, our correlation kind); count all. */
+/** Append one record to the columns (kernels, copies, sets, our correlation kind, API calls); count all. */
 static void decode_record(Collector *c, const CUpti_Activity *record) {
     c->records++;
     switch (record->kind) {
@@ -258,7 +291,13 @@ static void decode_record(Collector *c, const CUpti_Activity *record) {
         if ((int32_t)e->externalKind == c->external_kind) push_link(c, e->correlationId, e->externalId);
         break;
     }
-    default: /* runtime / driver API records: only needed so that CUPTI emits correlation records */
+    case CUPTI_ACTIVITY_KIND_RUNTIME: /* only the launch / copy / set callback ids are enabled */
+        push_call(c, (const CUpti_ActivityAPI *)record, API_RUNTIME);
+        break;
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+        push_call(c, (const CUpti_ActivityAPI *)record, API_DRIVER);
+        break;
+    default:
         break;
     }
 }
@@ -323,6 +362,9 @@ static size_t bytes_read(uint32_t kind) {
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
         return MAX2(FIELD_END(CUpti_ActivityExternalCorrelation, correlationId),
                     FIELD_END(CUpti_ActivityExternalCorrelation, externalId));
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+        return MAX2(FIELD_END(CUpti_ActivityAPI, correlationId), FIELD_END(CUpti_ActivityAPI, threadId));
     default:
         return sizeof(CUpti_Activity);
     }
@@ -638,10 +680,11 @@ static PyObject *name_list(const Collector *c) {
     return names;
 }
 
-/** The raw-records tuple of a collector (see _cupti_native.pyi); graph columns last, after the counters. */
+/** The raw-records tuple of a collector (see _cupti_native.pyi): the counters stay at index 10; the API
+ * calls after them, then the rows' graph columns. */
 static PyObject *raw_records(const Collector *c) {
     return Py_BuildValue(
-        "(NNNNNNNNNN{sKsKsKsK}NN)",
+        "(NNNNNNNNNN{sKsKsKsK}NNNNNNNN)",
         column(c->correlation_id, c->rows, sizeof(int64_t)), column(c->start_ns, c->rows, sizeof(int64_t)),
         column(c->end_ns, c->rows, sizeof(int64_t)), column(c->device, c->rows, sizeof(int64_t)),
         column(c->stream, c->rows, sizeof(int64_t)), column(c->kind_code, c->rows, sizeof(int8_t)),
@@ -649,6 +692,9 @@ static PyObject *raw_records(const Collector *c) {
         column(c->ext_correlation_id, c->links, sizeof(int64_t)), column(c->ext_id, c->links, sizeof(int64_t)),
         "records", (unsigned long long)c->records, "undecodable", (unsigned long long)c->undecodable,
         "lost", (unsigned long long)c->lost, "layout_mismatches", (unsigned long long)c->layout_mismatches,
+        column(c->api_correlation_id, c->calls, sizeof(int64_t)), column(c->api_kind, c->calls, sizeof(int8_t)),
+        column(c->api_cbid, c->calls, sizeof(int32_t)), column(c->api_start_ns, c->calls, sizeof(int64_t)),
+        column(c->api_end_ns, c->calls, sizeof(int64_t)), column(c->api_thread, c->calls, sizeof(int64_t)),
         column(c->graph_id, c->rows, sizeof(int64_t)), column(c->graph_node_id, c->rows, sizeof(int64_t)));
 }
 

@@ -1,4 +1,4 @@
-"""Shared fixtures; ``gpu``-marked tests skip cleanly where CUDA is unavailable."""
+"""Shared fixtures; ``gpu``- and ``gpu_compile``-marked tests skip cleanly where CUDA is unavailable."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs CUDA (run benchmarks/gpu_run.sh on the GPU machine)")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords or "gpu_compile" in item.keywords:
             item.add_marker(skip)
 
 
@@ -42,6 +42,25 @@ def bare_ops(function: Callable[..., Any], *args: Any, **kwargs: Any) -> collect
 def bare_ops_fixture() -> Callable[..., collections.Counter[str]]:
     """:func:`bare_ops`, for tests."""
     return bare_ops
+
+
+# -- the shared results every renderer is tested against (tests/fixture_results.py) -------------------
+@pytest.fixture(scope="session")
+def demo_result():
+    """The demo model profiled on CPU (one warm-up pass), once per session."""
+    import fixture_results
+
+    return fixture_results.demo_result()
+
+
+@pytest.fixture(scope="session")
+def h200_result():
+    """The demo recorded on the lent H200 (tests/data/h200_demo_result), loaded once per session."""
+    import fixture_results
+
+    from aitune_dispatch import load
+
+    return load(fixture_results.H200_RESULT)
 
 
 @pytest.fixture

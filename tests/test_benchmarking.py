@@ -26,7 +26,6 @@ from aitune_dispatch.benchmarking import (
     weighted_totals,
 )
 from aitune_dispatch.benchmarking.recorded import same_kernels_per_call
-from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.results import ProfileResult, TensorMeta
 
 REPEATS, WARMUP = 3, 1
@@ -58,12 +57,6 @@ def profile_cpu(model: nn.Module, samples: list, **options) -> ProfileResult:
 def mixed_result() -> ProfileResult:
     torch.manual_seed(0)
     return profile_cpu(Mixed(), mixed_samples())
-
-
-@pytest.fixture(scope="module")
-def demo_result() -> ProfileResult:
-    model, samples = demo_workload("cpu")
-    return profile_cpu(model, samples)
 
 
 def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:

@@ -6,22 +6,20 @@ indices and counts; the demo model checks that the per-sample view adds up to ``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow.compute as pc
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_results import H200_RESULT
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, load
-from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.reports import write_report
 from aitune_dispatch.results import ProfileResult, TensorMeta
 from aitune_dispatch.results.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
 from aitune_dispatch.tracing.samples import SampleCollector
 
-SAVED_BEFORE_SAMPLE_LINKS = Path(__file__).parent / "data" / "h200_demo_result"
+SAVED_BEFORE_SAMPLE_LINKS = H200_RESULT
 
 
 class Mixed(nn.Module):
@@ -47,12 +45,6 @@ def mixed_result() -> ProfileResult:
     torch.manual_seed(0)
     profiler = ModuleFunctionKernelProfiler(device="cpu")
     return profiler.profile_result(Mixed().eval(), mixed_samples(), warmup_iterations=0)
-
-
-@pytest.fixture(scope="module")
-def demo_result() -> ProfileResult:
-    model, samples = demo_workload("cpu")
-    return ModuleFunctionKernelProfiler(device="cpu").profile_result(model, samples, warmup_iterations=1)
 
 
 def _call_samples(result: ProfileResult, name: str) -> list[int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixture_results import H200_RESULT
 
 from aitune_dispatch import cli
 from aitune_dispatch.cli import main
@@ -108,27 +109,30 @@ def models(tmp_path, monkeypatch) -> Path:
     return path
 
 
-def _fake_reports() -> tuple[types.ModuleType, list]:
+def _fake_reports() -> tuple[types.SimpleNamespace, list]:
+    """A stand-in for ``reports.renderer_for``: each renderer records what it wrote and writes its kind."""
     calls: list = []
-    module = types.ModuleType("aitune_dispatch.reports")
 
-    def writer(kind: str):
-        def write(result: ProfileResult, path: Path) -> Path:
-            calls.append((kind, result, Path(path)))
+    class Writer:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def write(self, result: ProfileResult, path: Path) -> Path:
+            calls.append((self.kind, result, Path(path)))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(kind)
+            Path(path).write_text(self.kind)
             return Path(path)
 
-        return write
+    def renderer_for(path: Path) -> Writer:
+        return Writer("html" if Path(path).suffix == ".html" else "perfetto")
 
-    module.write_report, module.write_perfetto = writer("html"), writer("perfetto")
-    return module, calls
+    return types.SimpleNamespace(renderer_for=renderer_for), calls
 
 
 @pytest.fixture
 def fake_reports(monkeypatch) -> list:
     module, calls = _fake_reports()
-    monkeypatch.setitem(sys.modules, "aitune_dispatch.reports", module)
+    monkeypatch.setattr(cli, "renderer_for", module.renderer_for)
     return calls
 
 
@@ -145,7 +149,7 @@ def demo(tmp_path_factory) -> tuple[int, str, str, Path, list]:
     out = tmp_path_factory.mktemp("demo")
     module, calls = _fake_reports()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "aitune_dispatch.reports", module)
+        patch.setattr(cli, "renderer_for", module.renderer_for)
         code, stdout, stderr = _run(["demo", "--device", "cpu", "--warmup", "1", "--out", str(out)])
     return code, stdout, stderr, out, calls
 
@@ -380,7 +384,7 @@ def test_help_lists_every_subcommand():
 
 
 # -- readable output, help, early checks -----------------------------------------------------------------
-H200 = Path(__file__).parent / "data" / "h200_demo_result"
+H200 = H200_RESULT
 
 
 def test_tables_fit_the_terminal_width(monkeypatch):

@@ -19,9 +19,10 @@ import torch
 
 from aitune_dispatch.collection import cupti_source
 from aitune_dispatch.collection.cupti_source import CANARY_ID, SCOPE_BASE, CuptiSource
-from aitune_dispatch.collection.records import KIND_KERNEL, DecodedRecords
+from aitune_dispatch.collection.records import API_RUNTIME, KIND_KERNEL, DecodedRecords
 
 TICKS_PER_NS = 2  # the fake CUPTI clock counts two ticks per host nanosecond
+LAUNCH_LEAD_TICKS, LAUNCH_TICKS, LAUNCH_THREAD = 600, 200, 4242  # each cudaLaunchKernel: 300 ns before, 100 ns long
 
 
 class ActivityKind(enum.IntEnum):
@@ -59,6 +60,7 @@ class FakeCupti:
         self.api: dict[tuple[str, int], int] = {}
         self.stack: list[int] = []
         self.records: list[tuple[int, int, int, int]] = []  # correlation, start, end, external id
+        self.launch_records: list[tuple[int, int, int]] = []  # correlation, start, end of its cudaLaunchKernel
         self.dropped = dropped
         self.fail_on = fail_on
         self.callbacks_ours = True
@@ -100,6 +102,8 @@ class FakeCupti:
         start = self.get_timestamp()
         self._next_correlation += 1
         self.records.append((self._next_correlation, start, start + ticks, self.stack[-1] if self.stack else -1))
+        launched = start - LAUNCH_LEAD_TICKS
+        self.launch_records.append((self._next_correlation, launched, launched + LAUNCH_TICKS))
 
 
 class FakeSink:
@@ -118,6 +122,7 @@ class FakeSink:
         rows = self.cupti.records
         cids = np.array([r[0] for r in rows], np.int64)
         tagged = [r for r in rows if r[3] != -1]
+        calls = self.cupti.launch_records
         return DecodedRecords(
             correlation_id=cids,
             start_ns=np.array([r[1] for r in rows], np.int64),
@@ -130,6 +135,12 @@ class FakeSink:
             ext_correlation_id=np.array([r[0] for r in tagged], np.int64),
             ext_id=np.array([r[3] for r in tagged], np.uint64).view(np.int64),
             records=2 * len(rows),
+            api_correlation_id=np.array([c[0] for c in calls], np.int64),
+            api_kind=np.full(len(calls), API_RUNTIME, np.int8),
+            api_cbid=np.full(len(calls), 211, np.int32),  # cudaLaunchKernel_v7000
+            api_start_ns=np.array([c[1] for c in calls], np.int64),
+            api_end_ns=np.array([c[2] for c in calls], np.int64),
+            api_thread=np.full(len(calls), LAUNCH_THREAD, np.int64),
         )
 
 
@@ -206,6 +217,25 @@ def test_records_join_ops_and_scopes_and_ticks_become_nanoseconds(fake):
     assert activity.scope_correlation.column("context_id").to_pylist() == [3]
     assert CANARY_ID - 2**64 not in activity.correlation.column("op_id").to_pylist()
     assert activity.dropped_records == 0 and activity.warnings == ()
+
+
+def test_launch_records_share_the_kernels_host_clock_and_lose_the_canary(fake):
+    source = CuptiSource(FakeSink(fake), fake)
+    run_pass(source, fake)
+    activity = source.activity()
+    assert len(fake.launch_records) == 3  # the two kernels' launches and the canary's
+    launches, kernels = activity.launches.to_pylist(), activity.kernels.to_pylist()
+    assert [row["correlation_id"] for row in launches] == [k["correlation_id"] for k in kernels] == [101, 102]
+    names = [(row["api"], row["cbid"], row["api_name"]) for row in launches]
+    assert names == [("runtime", 211, "cudaLaunchKernel")] * 2  # the enum's cudaLaunchKernel_v7000, suffix dropped
+    assert [row["os_thread"] for row in launches] == [LAUNCH_THREAD] * 2
+    # converted like the kernels (2 ticks per ns): 200 ticks long = 100 ns, 600 ticks = 300 ns before
+    # its kernel; +-1 ns because each timestamp is rounded after dividing by the measured rate
+    for launch, kernel in zip(launches, kernels):
+        assert launch["end_ns"] - launch["start_ns"] == pytest.approx(LAUNCH_TICKS / TICKS_PER_NS, abs=1)
+        assert kernel["start_ns"] - launch["start_ns"] == pytest.approx(LAUNCH_LEAD_TICKS / TICKS_PER_NS, abs=1)
+    raw_start = fake.launch_records[0][1]  # CUPTI ticks ~ 2 x perf_counter_ns: the host value is about half
+    assert launches[0]["start_ns"] == pytest.approx(raw_start / TICKS_PER_NS, abs=1_000)
 
 
 def test_dropped_records_are_a_warning_kept_in_the_result(fake):

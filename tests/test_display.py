@@ -16,11 +16,10 @@ import aitune_dispatch
 from aitune_dispatch.results import views
 
 ROOT = Path(__file__).resolve().parents[1]
-SAVED = ROOT / "tests" / "data" / "h200_demo_result"
 
 
-def test_repr_is_one_short_line():
-    result = aitune_dispatch.load(SAVED)
+def test_repr_is_one_short_line(h200_result):
+    result = h200_result
     text = repr(result)
     assert "\n" not in text and len(text) < 300  # the dataclass repr was 9,070 characters
     # 82 rows, 21 kernel names, 214.7 of 232.7 µs attributed = 92.3 %, linear the largest at 111.4 µs
@@ -28,8 +27,8 @@ def test_repr_is_one_short_line():
     assert "coverage 92.3% of 232.7 us" in text and "top: linear 111.4 us, layer_norm 35.9 us" in text
 
 
-def test_repr_html_shows_summary_and_coverage():
-    result = aitune_dispatch.load(SAVED)
+def test_repr_html_shows_summary_and_coverage(h200_result):
+    result = h200_result
     page = result._repr_html_()
     assert "<script" not in page and page.startswith('<div class="aitune-nb">')
     assert "coverage 92.3%" in page and "232.7 µs kernel time" in page
@@ -56,16 +55,20 @@ def test_phases_and_backends_are_logged(caplog):
 
 
 def _public_callables():
-    from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, reports
-    from aitune_dispatch.results import persist
+    from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, reports, results
 
     yield ModuleFunctionKernelProfiler
     yield from (getattr(ModuleFunctionKernelProfiler, n) for n in ("profile", "profile_result", "describe_results"))
     yield ProfileResult
     yield from (aitune_dispatch.compare, aitune_dispatch.describe_results, aitune_dispatch.load)
-    yield from (persist.save_result, reports.write_report, reports.write_perfetto, reports.renderer_for)
+    yield from (results.save_result, reports.write_report, reports.write_perfetto, reports.renderer_for)
     yield from (reports.perfetto_events, reports.HtmlRenderer, reports.PerfettoRenderer)
     yield from (views.kernel_table, views.module_table, views.unattributed_table, views.headline)
+    from aitune_dispatch.results import rank_views, ranks, split
+
+    yield from (aitune_dispatch.merge, ranks.select_rank, ranks.rank_result_paths, results.load, split.describe_by)
+    yield from (rank_views.compare_ranks, rank_views.rank_summary, rank_views.function_ranks, rank_views.collectives)
+    yield ProfileResult.describe
 
 
 @pytest.mark.parametrize("item", list(_public_callables()), ids=lambda i: getattr(i, "__qualname__", str(i)))

@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import aitune_dispatch
+from fixture_results import H200_RESULT
+
 from aitune_dispatch.reports import perfetto_events, write_report
 
-SAVED = Path(__file__).parent / "data" / "h200_demo_result"
+SAVED = H200_RESULT
 
 
-def test_h200_result_loads_and_describes():
-    result = aitune_dispatch.load(SAVED)
+def test_h200_result_loads_and_describes(h200_result):
+    result = h200_result
     assert result.source == "cupti/native" and result.metadata["device"] == "cuda"
     kernels = result.activity.column("kernel").to_pylist()
     assert kernels and not any(k.startswith("cpu::") for k in kernels)
@@ -29,8 +29,8 @@ def test_h200_result_loads_and_describes():
     assert 0.9 < result.coverage < 1.0
 
 
-def test_h200_result_renders_html_and_perfetto(tmp_path):
-    result = aitune_dispatch.load(SAVED)
+def test_h200_result_renders_html_and_perfetto(h200_result, tmp_path):
+    result = h200_result
     html = write_report(result, tmp_path / "report.html").read_text()
     assert "scaled_dot_product_attention" in html and "cupti/native" in html
     trace = perfetto_events(result)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from aitune_dispatch import schema
-from aitune_dispatch.joining import attributed_mask, join_activity
+from aitune_dispatch.joining import join_activity
+from aitune_dispatch.results.views import attributed_mask
 
 
 def tables():

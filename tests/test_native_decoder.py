@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from aitune_dispatch.collection import native_sink
+from aitune_dispatch.collection.cupti_source import callback_names
 from aitune_dispatch.collection.native_sink import NativeRecordSink, decode_buffer_py, to_decoded
 from aitune_dispatch.collection.python_sink import PythonRecordSink
-from aitune_dispatch.collection.records import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
+from aitune_dispatch.collection.records import API_DRIVER, API_RUNTIME, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
 
 cupti = pytest.importorskip("cupti.cupti", reason="cupti-python provides the record dtypes these buffers use")
 
@@ -133,8 +134,23 @@ def link(correlation: int, op_id: int, external_kind: int = OURS) -> bytes:
     )
 
 
-def api(correlation: int, driver: bool = False) -> bytes:
-    return _record(API_DTYPE, int(KINDS.DRIVER if driver else KINDS.RUNTIME), correlation_id=correlation, cbid=211)
+# cudaLaunchKernel_v7000, cudaMemcpyAsync_v3020, cuLaunchKernel
+LAUNCH_KERNEL, MEMCPY_ASYNC, CU_LAUNCH_KERNEL = 211, 41, 307
+
+
+def api(correlation: int, driver: bool = False, start: int = 0, cbid: int = 0, thread: int = 4242) -> bytes:
+    """A runtime (or driver) API record lasting 30 ns, by default cudaLaunchKernel / cuLaunchKernel."""
+    return _record(
+        API_DTYPE,
+        int(KINDS.DRIVER if driver else KINDS.RUNTIME),
+        correlation_id=correlation,
+        cbid=cbid or (CU_LAUNCH_KERNEL if driver else LAUNCH_KERNEL),
+        start=start,
+        end=start + 30,
+        process_id=99,
+        thread_id=thread,
+        return_value=0,
+    )
 
 
 def one_pass() -> bytes:
@@ -142,10 +158,10 @@ def one_pass() -> bytes:
     # fmt: off
     return b"".join(
         [
-            api(1), link(1, 100), kernel(1, 1_000, GEMM),
-            api(2), link(2, 101), link(2, 900, OTHER), kernel(2, 1_100, RELU),
-            api(3), link(3, 102), memcpy(3, 1_200),
-            api(4, driver=True), link(4, 103), memset(4, 1_300),
+            api(1, start=900), link(1, 100), kernel(1, 1_000, GEMM),
+            api(2, start=950), link(2, 101), link(2, 900, OTHER), kernel(2, 1_100, RELU),
+            api(3, start=1_010, cbid=MEMCPY_ASYNC), link(3, 102), memcpy(3, 1_200),
+            api(4, driver=True, start=1_020, thread=4343), link(4, 103), memset(4, 1_300),
             kernel(5, 1_400, GEMM), kernel(6, 1_500, RELU),
         ]
     )
@@ -202,6 +218,15 @@ def test_one_pass_decodes_to_exact_columns(decode: Decode):
     assert records.ext_correlation_id.tolist() == [1, 2, 3, 4]
     assert records.ext_id.tolist() == [100, 101, 102, 103]
     assert records.records == 15  # 6 rows + 5 links + 4 API records
+    # API rows in delivery order: runtime 1, 2, 3 and driver 4 (kernels 5 and 6 came without one)
+    assert records.api_correlation_id.tolist() == [1, 2, 3, 4]
+    assert records.api_kind.tolist() == [API_RUNTIME, API_RUNTIME, API_RUNTIME, API_DRIVER]
+    assert records.api_cbid.tolist() == [LAUNCH_KERNEL, LAUNCH_KERNEL, MEMCPY_ASYNC, CU_LAUNCH_KERNEL]
+    assert records.api_start_ns.tolist() == [900, 950, 1_010, 1_020]
+    assert (records.api_end_ns - records.api_start_ns).tolist() == [30] * 4
+    assert records.api_thread.tolist() == [4242, 4242, 4242, 4343]
+    assert records.api_correlation_id.dtype == records.api_start_ns.dtype == records.api_thread.dtype == np.int64
+    assert records.api_kind.dtype == np.int8 and records.api_cbid.dtype == np.int32
     dtypes = [records.correlation_id, records.start_ns, records.end_ns, records.device, records.stream]
     assert {a.dtype for a in dtypes} == {np.dtype(np.int64)}
     assert records.kind_code.dtype == np.int8 and records.name_index.dtype == np.int32
@@ -214,6 +239,24 @@ def test_tables_follow_the_schema(decode: Decode):
     assert kernels["name"][2:4] == ["Memcpy HtoD (Pinned -> Device)", "Memset (Device)"]
     assert kernels["kind"] == ["kernel", "kernel", "memcpy", "memset", "kernel", "kernel"]
     assert records.correlation_table().to_pydict() == {"correlation_id": [1, 2, 3, 4], "op_id": [100, 101, 102, 103]}
+    launches = records.launches_table(callback_names(cupti)).to_pydict()
+    assert launches == {
+        "correlation_id": [1, 2, 3, 4],
+        "api": ["runtime", "runtime", "runtime", "driver"],
+        "cbid": [211, 211, 41, 307],
+        "api_name": ["cudaLaunchKernel", "cudaLaunchKernel", "cudaMemcpyAsync", "cuLaunchKernel"],  # suffix dropped
+        "start_ns": [900, 950, 1_010, 1_020],
+        "end_ns": [930, 980, 1_040, 1_050],
+        "os_thread": [4242, 4242, 4242, 4343],
+    }
+
+
+def test_a_callback_id_without_a_name_is_named_by_its_number(decode: Decode):
+    records = to_decoded(decode(api(1, cbid=9_999) + api(2, driver=True, cbid=9_998), OURS))
+    assert records.launches_table(callback_names(cupti))["api_name"].to_pylist() == [
+        "runtime cbid 9999",
+        "driver cbid 9998",
+    ]
 
 
 def test_graph_ids_of_replayed_rows_are_decoded(decode: Decode):
@@ -238,11 +281,19 @@ def test_a_decode_without_graph_columns_reads_as_outside_graphs(decode: Decode):
     assert records.graph_id.tolist() == [] and records.kernels_table()["graph_id"].to_pylist() == [0]
 
 
-def test_api_records_are_counted_not_decoded(decode: Decode):
-    raw = decode(api(1) + api(2, driver=True) + api(3), OURS)
+def test_api_records_are_decoded_apart_from_activity(decode: Decode):
+    raw = decode(api(1, start=10) + api(2, driver=True, start=20) + api(3, start=30), OURS)
     records = to_decoded(raw)
     assert records.records == 3 and len(records.correlation_id) == 0 and len(records.ext_id) == 0
+    assert records.api_correlation_id.tolist() == [1, 2, 3] and records.api_kind.tolist() == [0, 1, 0]
+    assert records.api_start_ns.tolist() == [10, 20, 30] and records.api_end_ns.tolist() == [40, 50, 60]
     assert raw[10]["undecodable"] == 0
+
+
+def test_an_api_record_with_a_full_thread_id_and_timestamp(decode: Decode):
+    # CUPTI's fields are unsigned: a 32-bit thread id and a timestamp above 2**32 keep their value
+    records = to_decoded(decode(api(7, start=2**40 + 5, thread=2**32 - 1), OURS))
+    assert records.api_thread.tolist() == [2**32 - 1] and records.api_start_ns.tolist() == [2**40 + 5]
 
 
 def test_empty_buffer(decode: Decode):
@@ -310,6 +361,8 @@ def test_record_sizes_are_validated(decode: Decode):
         decode(b"", OURS, {int(KINDS.CONCURRENT_KERNEL): 100})  # the graph id (uint32) ends at 156 + 4 = 160
     with pytest.raises(ValueError, match="outside 0..127"):
         decode(b"", OURS, {200: 8})
+    with pytest.raises(ValueError, match="record size 32 for kind 5 must be 0 or between 36"):
+        decode(b"", OURS, {int(KINDS.RUNTIME): 32})  # the correlation id of an API record ends at 32 + 4 = 36
     with pytest.raises(TypeError, match="record_sizes"):
         decode(b"", OURS, [(10, 216)])
     assert decode(kernel(1, 10, GEMM), OURS, {int(KINDS.CONCURRENT_KERNEL): 0})[10]["undecodable"] == 1
@@ -333,7 +386,7 @@ def random_pass(seed: int, count: int = 400) -> bytes:
         lambda i: memcpy(i, rng.randrange(2**40), rng.randrange(12), rng.randrange(9), rng.randrange(9), graph()),
         lambda i: memset(i, rng.randrange(2**40), rng.randrange(9), graph()),
         lambda i: link(i, rng.randrange(2**62), rng.choice([OURS, OTHER])),
-        lambda i: api(i, driver=rng.random() < 0.5),
+        lambda i: api(i, rng.random() < 0.5, rng.randrange(2**40), rng.randrange(1, 2**32), rng.randrange(2**32)),
     ]
     return b"".join(rng.choice(makers)(rng.randrange(2**32)) for _ in range(count))
 

@@ -1,12 +1,14 @@
 """Reports: the Perfetto trace's structure and the HTML report's content, on CPU.
 
-One shared CPU result of the demo model checks the trace's invariants (nesting, timestamps, flow
-pairs, track separation); a hand-made result checks exact numbers, with the arithmetic shown.
+The shared CPU result of the demo model (``demo_result``) checks the trace's invariants (nesting,
+timestamps, flow pairs, track separation); the shared hand-made result (``synthetic_result``, in
+tests/fixture_results.py) checks exact numbers, with the arithmetic shown.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gzip
 import html
 import json
@@ -18,10 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import torch
+from fixture_results import empty_result, synthetic_result
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
-from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.joining import join_activity
 from aitune_dispatch.reports import (
     HtmlRenderer,
     PerfettoRenderer,
@@ -31,85 +31,23 @@ from aitune_dispatch.reports import (
     write_report,
 )
 from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
-from aitune_dispatch.reports.perfetto import CPU_PID, GPU_PID_BASE, device_properties, gpu_clock_offset
+from aitune_dispatch.reports.perfetto import (
+    CPU_PID,
+    GPU_PID_BASE,
+    OS_THREAD_TID_BASE,
+    device_properties,
+    gpu_clock_offset,
+)
 from aitune_dispatch.results import ProfileResult
-from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES
 
 HOST_CATS = {"module", "functional", "cpu_op"}
 EVIL = "fc<script>alert(1)</script>"
 
 
-# -- fixtures ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def demo_result() -> ProfileResult:
-    model, samples = demo_workload("cpu")
-    profiler = ModuleFunctionKernelProfiler(device="cpu")
-    profiler.profile(model, samples, warmup_iterations=1)
-    assert profiler.last_result is not None
-    return profiler.last_result
-
-
+# -- fixtures: demo_result (conftest) and the hand-made results of tests/fixture_results.py -----------
 @pytest.fixture(scope="module")
 def demo_trace(demo_result: ProfileResult) -> dict[str, Any]:
     return perfetto_events(demo_result)
-
-
-OPS_TIMED = pa.schema(
-    [
-        ("op_id", pa.int64()),
-        ("op", pa.string()),
-        ("module_id", pa.int64()),
-        ("call_id", pa.int64()),
-        ("thread", pa.int64()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-    ]
-)
-
-
-def synthetic_result(
-    cupti_offset_ns: int = 1_000_000, metadata: dict[str, str] | None = None, fc_name: str = "fc"
-) -> ProfileResult:
-    """Net (root) > fc (Linear) > linear call > aten::addmm > gemm on GPU 0 stream 7.
-
-    Host clock (ns): root 1,000-9,000; fc 2,000-8,000; linear 3,000-7,000; addmm 4,000-6,000;
-    aten::copy_ (root, no functional call) 8,200-8,800. CUPTI clock = host + ``cupti_offset_ns``:
-    gemm 5,000-5,500 (addmm), memcpy 8,500-9,500 on stream 13 (copy_), memset 9,600-9,700 on
-    stream 7 that no op claimed.
-    """
-    off = cupti_offset_ns
-    modules = pa.table([[0, 1], ["", fc_name], ["Net", "Linear"], [-1, 0]], schema=MODULES)
-    module_calls = pa.table([[0, 1], [1_000, 2_000], [9_000, 8_000], [0, 0]], schema=MODULE_CALLS)
-    calls = pa.table([[0], ["linear"], [-1], [1], [3_000], [7_000], [0], [0]], schema=CALLS)
-    ops = pa.table(
-        [[0, 1], ["aten::addmm", "aten::copy_"], [1, 0], [0, -1], [0, 0], [4_000, 8_200], [6_000, 8_800]],
-        schema=OPS_TIMED,
-    )
-    kernels = pa.table(
-        [
-            [10, 11, 12],
-            ["gemm", "Memcpy HtoD", "Memset"],
-            [off + 5_000, off + 8_500, off + 9_600],
-            [off + 5_500, off + 9_500, off + 9_700],
-            [0, 0, 0],
-            [7, 13, 7],
-            ["kernel", "memcpy", "memset"],
-        ],
-        schema=KERNELS,
-    )
-    correlation = pa.table([[10, 11], [0, 1]], schema=CORRELATION)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
-    sample = ((SimpleNamespace(shape=(2, 3), dtype="float16", stride=(3, 1)), torch.ones(5, 3).t()), {"bias": None})
-    return ProfileResult(
-        activity=activity,
-        ops=ops,
-        calls=calls,
-        modules=modules,
-        module_calls=module_calls,
-        function_data={"linear": [(1, sample)]},
-        source="cupti/test",
-        metadata=metadata or {},
-    )
 
 
 # -- helpers over trace events ---------------------------------------------------------------------------
@@ -201,6 +139,9 @@ def test_cpu_source_writes_each_op_once(demo_trace, demo_result):
     keys = [(p["pid"], p["tid"], p["ts"], p["dur"], p["name"]) for p in slices(demo_trace)]
     assert len(keys) == len(set(keys))
     assert not [e for e in demo_trace["traceEvents"] if e["ph"] in ("s", "f")]
+    # the CPU source has no CUDA API records: no launch slices
+    assert demo_result.launches.num_rows == 0
+    assert not [e for e in slices(demo_trace) if e["cat"] in ("cuda_runtime", "cuda_driver")]
 
 
 def test_host_and_activity_tracks_are_separate(demo_trace):
@@ -255,22 +196,94 @@ def flow_rows(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [(e["ph"], e["id"], e["pid"], e["tid"], e["ts"]) for e in trace["traceEvents"] if e["ph"] in "sf"]
 
 
+def expected_launch_slices() -> set[tuple[Any, ...]]:
+    # CUPTI - 1,000,000 = host; ts = (host - 1,000) / 1000 µs. Thread 77 launched for ops of recorder
+    # thread 0 (tid 1), so its unclaimed memset launch goes there too; thread 99 gets its own track
+    return {
+        ("cudaLaunchKernel", "cuda_runtime", CPU_PID, 1, 3.5, 0.2),  # 4,500 → 3.5; 4,700 - 4,500
+        ("cudaMemcpyAsync", "cuda_runtime", CPU_PID, 1, 7.3, 0.1),  # 8,300 → 7.3; 8,400 - 8,300
+        ("cuMemsetD32Async", "cuda_driver", CPU_PID, 1, 7.85, 0.05),  # 8,850 → 7.85; 8,900 - 8,850
+        ("cudaLaunchKernel", "cuda_runtime", CPU_PID, OS_THREAD_TID_BASE + 99, 7.9, 0.05),  # 8,900 → 7.9
+    }
+
+
 def test_synthetic_trace_exact_values_with_explicit_offset():
-    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
-    assert as_rows(trace) == expected_synthetic_slices()
-    # arrows go from the op's start to the kernel's start: addmm 4,000 → 3.0, gemm 5,000 → 4.0;
-    # copy_ 8,200 → 7.2, memcpy 8,500 → 7.5; the memset has no op, so no arrow
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=1_000_000)
+    assert as_rows(trace) == expected_synthetic_slices() | expected_launch_slices()
+    # arrows go from each launch's start to the start of what it launched: cudaLaunchKernel 3.5 →
+    # gemm 4.0; cudaMemcpyAsync 7.3 → memcpy 7.5; cuMemsetD32Async 7.85 → memset 8.6 (no op, still
+    # its launch); the launch on thread 99 launched nothing recorded, so no arrow
     assert flow_rows(trace) == [
-        ("s", 1, CPU_PID, 1, 3.0),
+        ("s", 1, CPU_PID, 1, 3.5),
         ("f", 1, GPU_PID_BASE, 7, 4.0),
-        ("s", 2, CPU_PID, 1, 7.2),
+        ("s", 2, CPU_PID, 1, 7.3),
         ("f", 2, GPU_PID_BASE, 13, 7.5),
+        ("s", 3, CPU_PID, 1, 7.85),
+        ("f", 3, GPU_PID_BASE, 7, 8.6),
     ]
     assert {e["cat"] for e in trace["traceEvents"] if e["ph"] in "sf"} == {"ac2g"}
+    assert all(e["bp"] == "e" for e in trace["traceEvents"] if e["ph"] == "f")  # Kineto binds to the kernel
     assert process_names(trace) == {CPU_PID: "CPU", GPU_PID_BASE: "GPU 0"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert threads == {(CPU_PID, 1): "thread 0", (GPU_PID_BASE, 7): "stream 7", (GPU_PID_BASE, 13): "stream 13"}
+    assert threads == {
+        (CPU_PID, 1): "thread 0",
+        (CPU_PID, OS_THREAD_TID_BASE + 99): "os thread 99",
+        (GPU_PID_BASE, 7): "stream 7",
+        (GPU_PID_BASE, 13): "stream 13",
+    }
     assert trace["otherData"]["time_origin_host_ns"] == 1_000 and trace["otherData"]["flows_skipped"] == 0
+
+
+def test_launch_slices_carry_kinetos_runtime_args_and_nest_in_their_op():
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=1_000_000)
+    launches = sorted((s for s in slices(trace) if s["cat"] in ("cuda_runtime", "cuda_driver")), key=lambda s: s["ts"])
+    assert [s["args"] for s in launches] == [
+        {"cbid": 211, "correlation": 10, "External id": 0, "os_thread": 77},  # gemm's launch, op 0 (addmm)
+        {"cbid": 41, "correlation": 11, "External id": 1, "os_thread": 77},  # memcpy's launch, op 1 (copy_)
+        {"cbid": 220, "correlation": 12, "os_thread": 77},  # the memset no op claimed: no External id
+        {"cbid": 211, "correlation": 13, "os_thread": 99},
+    ]
+    by_name = {s["name"]: s for s in slices(trace) if s["cat"] == "cpu_op"}
+    assert contains(by_name["aten::addmm"], launches[0]) and contains(by_name["aten::copy_"], launches[1])
+    # which op launched a kernel stays in the kernel's args, not in an arrow
+    gemm = next(s for s in slices(trace) if s["name"] == "gemm")
+    assert (gemm["args"]["External id"], gemm["args"]["op"]) == (0, "aten::addmm")
+
+
+@pytest.mark.parametrize("offset", [0, 1_000_000, 1_000_500, 5_000_000_000])
+def test_no_arrow_goes_back_in_time_whatever_the_clock_offset(offset: int):
+    # launches and kernels are both CUPTI timestamps shifted by the same offset: every launch starts
+    # before what it launched (4,500 < 5,000; 8,300 < 8,500; 8,850 < 9,600), so all three arrows stay
+    trace = perfetto_events(synthetic_result(launches=True), gpu_clock_offset_ns=offset)
+    pairs: dict[int, dict[str, dict[str, Any]]] = {}
+    for event in trace["traceEvents"]:
+        if event["ph"] in "sf":
+            pairs.setdefault(event["id"], {})[event["ph"]] = event
+    assert len(pairs) == 3 and trace["otherData"]["flows_skipped"] == 0
+    assert all(pair["s"]["ts"] <= pair["f"]["ts"] for pair in pairs.values())
+    assert [ns(pair["f"]["ts"]) - ns(pair["s"]["ts"]) for pair in pairs.values()] == [500, 200, 750]
+
+
+def test_a_launch_recorded_after_its_kernel_gets_no_arrow():
+    # a launch record whose start lies after its kernel's (5,100 > gemm's 5,000) would draw a backward arrow
+    result = synthetic_result(launches=True)
+    launches = result.launches
+    starts = launches["start_ns"].to_pylist()
+    starts[0] = 1_000_000 + 5_100
+    launches = launches.set_column(4, "start_ns", pa.array(starts, pa.int64()))
+    launches = launches.set_column(5, "end_ns", pa.array([s + 10 for s in starts], pa.int64()))
+    trace = perfetto_events(dataclasses.replace(result, launches=launches), gpu_clock_offset_ns=1_000_000)
+    assert [row[1] for row in flow_rows(trace)] == [1, 1, 2, 2]  # memcpy's and memset's arrows only
+    assert trace["otherData"]["flows_skipped"] == 1
+
+
+def test_without_launch_records_there_are_no_launch_slices_and_no_arrows():
+    # results of the CPU source and results saved before the launches table: op -> kernel stays in args
+    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_000)
+    assert as_rows(trace) == expected_synthetic_slices()
+    assert flow_rows(trace) == [] and trace["otherData"]["flows_skipped"] == 0
+    gemm = next(s for s in slices(trace) if s["name"] == "gemm")
+    assert gemm["args"]["External id"] == 0
 
 
 def test_synthetic_trace_carries_kinetos_args():
@@ -305,15 +318,6 @@ def test_device_properties_come_from_the_metadata():
     ]
 
 
-def test_a_kernel_before_its_op_gets_no_backward_arrow():
-    # offset 1,000,500: gemm at 1,005,000 - 1,000,500 = 4,500 ns, after addmm starts (4,000); memcpy at
-    # 1,008,500 - 1,000,500 = 8,000 ns, before copy_ starts (8,200): that arrow would go back in time
-    trace = perfetto_events(synthetic_result(), gpu_clock_offset_ns=1_000_500)
-    flows = flow_rows(trace)
-    assert [(ph, pid) for ph, _, pid, _, _ in flows] == [("s", CPU_PID), ("f", GPU_PID_BASE)]
-    assert trace["otherData"]["flows_skipped"] == 1
-
-
 def test_offset_comes_from_metadata_when_not_given():
     result = synthetic_result(metadata={"activity_minus_host_ns": "1000000"})
     assert gpu_clock_offset(result) == (1_000_000, "metadata['activity_minus_host_ns']")
@@ -337,16 +341,7 @@ def test_small_clock_difference_is_taken_as_the_same_clock():
 
 
 def test_empty_result_gives_an_empty_trace():
-    empty = synthetic_result()
-    empty = ProfileResult(
-        activity=empty.activity.slice(0, 0),
-        ops=empty.ops.slice(0, 0),
-        calls=empty.calls.slice(0, 0),
-        modules=empty.modules.slice(0, 0),
-        module_calls=empty.module_calls.slice(0, 0),
-        function_data={},
-        source="cpu",
-    )
+    empty = empty_result()
     assert perfetto_events(empty)["traceEvents"] == []
     assert 'id="icicle"' in HtmlRenderer().render(empty)  # the page renders with nothing to show
 

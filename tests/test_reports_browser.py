@@ -37,7 +37,7 @@ FLAGS = [
 WINDOW = (1400, 1800)
 NARROW = (1000, 1800)
 CONSOLE_PROBLEM = re.compile(r"Uncaught|:CONSOLE\(\d+\)\]|Refused to|net::ERR_")
-SAVED = Path(__file__).parent / "data" / "h200_demo_result"
+SAVED = Path(__file__).parent / "data" / "h200_demo_result"  # fixture_results.H200_RESULT, for main() too
 RENDER_OK = re.compile(r'<div id="render-ok" hidden="" data-overflow="([^"]*)"></div>')
 
 
@@ -91,26 +91,18 @@ def h200_report(path: Path) -> Path:
     return write_report(aitune_dispatch.load(SAVED), path)
 
 
-def demo_report(path: Path) -> Path:
-    from aitune_dispatch import ModuleFunctionKernelProfiler
-    from aitune_dispatch.demo import demo_workload
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory, demo_result) -> Path:
     from aitune_dispatch.reports import write_report
 
-    model, samples = demo_workload("cpu")
-    profiler = ModuleFunctionKernelProfiler(device="cpu")
-    profiler.profile(model, samples, warmup_iterations=1)
-    assert profiler.last_result is not None
-    return write_report(profiler.last_result, path)
+    return write_report(demo_result, tmp_path_factory.mktemp("report") / "report.html")
 
 
 @pytest.fixture(scope="module")
-def demo_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return demo_report(tmp_path_factory.mktemp("report") / "report.html")
+def h200_page(tmp_path_factory: pytest.TempPathFactory, h200_result) -> Path:
+    from aitune_dispatch.reports import write_report
 
-
-@pytest.fixture(scope="module")
-def h200_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return h200_report(tmp_path_factory.mktemp("h200") / "report.html")
+    return write_report(h200_result, tmp_path_factory.mktemp("h200") / "report.html")
 
 
 def test_report_renders_without_errors(demo_page, tmp_path):
@@ -153,7 +145,7 @@ def test_error_detection_is_not_vacuous(demo_page, tmp_path):
 
 
 def test_hostile_names_stay_text_in_the_browser(tmp_path):
-    from test_reports import synthetic_result
+    from fixture_results import synthetic_result
 
     from aitune_dispatch.reports import write_report
 

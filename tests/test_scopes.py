@@ -21,9 +21,10 @@ class ScopeLog:
     def __init__(self) -> None:
         self.stack: list[int] = []
         self.pushed: list[int] = []
+        self.ops: list[int] = []  # op ids pushed
 
     def op_started(self, op_id: int, op: str) -> None:
-        pass
+        self.ops.append(op_id)
 
     def op_finished(self, op_id: int) -> None:
         pass
@@ -48,6 +49,7 @@ class ScopeLog:
                 self.scope_entered(pushed - native.SCOPE_BASE)
             else:
                 ops.append(len(self.stack))
+                self.ops.append(pushed)
         assert not ops
 
 
@@ -86,3 +88,28 @@ def test_scopes_balance_and_name_their_context(fail, tracing_backend):
     # root forward, fc forward, linear inside fc, relu inside the root
     assert labels == [("", None), ("fc", None), ("fc", "linear"), ("", "relu")]
     assert log.pushed == [0, 1, 2, 3]
+
+
+class Views(nn.Module):
+    def forward(self, x):
+        y = x.view(-1).t() if x.dim() == 1 else x.view(-1)
+        return torch.relu(y.unsqueeze(0)) + 1
+
+
+def test_view_ops_are_recorded_but_push_no_correlation_id(tracing_backend):
+    # views only compute metadata and never launch, so an id pushed for them would tag nothing
+    log = ScopeLog()
+    net = Views()
+    modules = ModuleTracker(net)
+    session = TraceSession(modules, make_tracer(tracing_backend, modules.module_ids(), None, log, False))
+    x = torch.randn(2, 3)
+    with torch.no_grad(), session:
+        net(x)
+    if tracing_backend == "native":
+        log.replay(session.tracer.push_log())
+    tables = session.tables()
+    ops = tables.ops.to_pandas()
+    views = {"aten::view", "aten::unsqueeze"}
+    assert views <= set(ops.op)  # recorded
+    assert sorted(log.ops) == sorted(ops.op_id[~ops.op.isin(views)])  # relu and add pushed, views not
+    assert tables.ops_pushed == len(log.ops) == 2

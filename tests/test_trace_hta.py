@@ -2,10 +2,14 @@
 
 HTA finds GPU kernels by their ``stream`` arg (−1 means CPU), groups them by ``cat`` and takes the
 launching op from ``External id`` and ``correlation``; before the Kineto fields were written it
-assigned every event to stream −1 and found no kernels. The first test checks those fields
-without HTA; the second loads the trace with HTA itself (``pip install HolisticTraceAnalysis``):
-it skips where HTA is missing, except under CI (``CI=true``), where scripts/test.sh installs it and
-a missing HTA fails the run.
+assigned every event to stream −1 and found no kernels. It pairs each CUDA runtime / driver event
+(``cat: "cuda_runtime"`` / ``"cuda_driver"``) with the GPU event of the same ``correlation``
+(``index_correlation``) and reads launches by name (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...).
+The first test checks those fields without HTA; the others load traces with HTA itself (``pip
+install HolisticTraceAnalysis``): they skip where HTA is missing, except under CI (``CI=true``),
+where scripts/test.sh installs it and a missing HTA fails the run. The H200 demo result was saved
+before results kept launch records; the launch events come from the hand-made result of
+``test_reports.py``.
 """
 
 from __future__ import annotations
@@ -17,23 +21,22 @@ import os
 from pathlib import Path
 
 import pytest
+from fixture_results import synthetic_result
 
-import aitune_dispatch
 from aitune_dispatch.reports import write_perfetto
 
-SAVED = Path(__file__).parent / "data" / "h200_demo_result"
 GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 
 
 @pytest.fixture(scope="module")
-def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trace_dir(tmp_path_factory: pytest.TempPathFactory, h200_result) -> Path:
     directory = tmp_path_factory.mktemp("hta")
-    write_perfetto(aitune_dispatch.load(SAVED), directory / "rank-0.json.gz")
+    write_perfetto(h200_result, directory / "rank-0.json.gz")
     return directory
 
 
-def test_trace_has_the_fields_htas_parser_reads(trace_dir):
-    result = aitune_dispatch.load(SAVED)
+def test_trace_has_the_fields_htas_parser_reads(trace_dir, h200_result):
+    result = h200_result
     trace = json.loads(gzip.decompress((trace_dir / "rank-0.json.gz").read_bytes()))
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert all(isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["cat"] for e in events)
@@ -50,16 +53,12 @@ def test_trace_has_the_fields_htas_parser_reads(trace_dir):
         assert args["External id"] == row["op_id"] and event["name"] == row["kernel"]
     ops = {e["args"]["External id"]: e for e in events if e["cat"] == "cpu_op"}
     assert len(ops) == result.ops.num_rows and all(e["args"]["External id"] in ops for e in gpu)
-    flows = {}
-    for event in trace["traceEvents"]:
-        if event["ph"] in ("s", "f"):
-            assert event["cat"] == "ac2g"
-            flows.setdefault(event["id"], {})[event["ph"]] = event
-    assert len(flows) == 82 and all(pair["s"]["ts"] <= pair["f"]["ts"] for pair in flows.values())  # never back
+    # saved before results kept launch records: no launch slices, so no arrows (the op is in the args)
+    assert result.launches.num_rows == 0
+    assert not [e for e in trace["traceEvents"] if e["ph"] in ("s", "f") or e.get("cat") == "cuda_runtime"]
 
 
-@pytest.mark.filterwarnings("ignore")  # HTA's own pandas deprecation warnings
-def test_hta_reads_the_trace_and_breaks_kernels_down(trace_dir):
+def _trace_analysis(trace_dir: Path):
     try:
         from hta.trace_analysis import TraceAnalysis
     except ImportError:
@@ -67,10 +66,37 @@ def test_hta_reads_the_trace_and_breaks_kernels_down(trace_dir):
             pytest.fail("HolisticTraceAnalysis is missing under CI; scripts/test.sh installs it")
         pytest.skip("needs HolisticTraceAnalysis (pip install HolisticTraceAnalysis)")
     logging.getLogger("hta").setLevel(logging.ERROR)
-    analysis = TraceAnalysis(trace_dir=str(trace_dir))
+    return TraceAnalysis(trace_dir=str(trace_dir))
+
+
+@pytest.mark.filterwarnings("ignore")  # HTA's own pandas deprecation warnings
+def test_hta_reads_the_trace_and_breaks_kernels_down(trace_dir):
+    analysis = _trace_analysis(trace_dir)
     kinds, kernels = analysis.get_gpu_kernel_breakdown(visualize=False)
     assert set(kinds["kernel_type"]) >= {"COMPUTATION"} and kinds["sum"].sum() > 0
     names = set(kernels["name"])
     assert any(name.startswith("fmha_cutlassF") for name in names)  # the attention kernel, by its full name
     idle = analysis.get_idle_time_breakdown(visualize=False)[0]
     assert set(idle["stream"]) == {7}  # the demo ran on one CUDA stream
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_hta_pairs_the_launch_events_with_what_they_launched(tmp_path):
+    # correlation 10: cudaLaunchKernel -> gemm; 11: cudaMemcpyAsync -> memcpy; 12: driver
+    # cuMemsetD32Async -> memset; 13: a cudaLaunchKernel whose launch left no GPU record
+    write_perfetto(synthetic_result(launches=True, metadata={"activity_minus_host_ns": "1000000"}), tmp_path / "r.json")
+    analysis = _trace_analysis(tmp_path)
+    frame = analysis.t.get_trace(0)
+    symbols = analysis.t.symbol_table.sym_table
+    frame = frame.assign(cat_name=[symbols[i] for i in frame["cat"]], event=[symbols[i] for i in frame["name"]])
+    launches = frame[frame["cat_name"].isin(["cuda_runtime", "cuda_driver"])].sort_values("correlation")
+    assert launches["correlation"].tolist() == [10, 11, 12, 13] and set(launches["stream"]) == {-1}  # CPU side
+    assert launches["cat_name"].tolist() == ["cuda_runtime", "cuda_runtime", "cuda_driver", "cuda_runtime"]
+    assert launches["event"].tolist() == ["cudaLaunchKernel", "cudaMemcpyAsync", "cuMemsetD32Async", "cudaLaunchKernel"]
+    paired = frame.loc[launches["index_correlation"].tolist()[:3]]  # HTA's row of each launch's GPU event
+    assert paired["event"].tolist() == ["gemm", "Memcpy HtoD", "Memset"] and (paired["stream"] >= 0).all()
+    assert paired["correlation"].tolist() == [10, 11, 12]
+    # HTA's launch statistics read runtime launches by name and pair them by correlation: the kernel
+    # launch and the async copy (HTA lists no driver memset; 13 has nothing to pair with)
+    stats = analysis.get_cuda_kernel_launch_stats(visualize=False)[0]
+    assert sorted(stats["correlation"]) == [10, 11]

@@ -8,70 +8,15 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from fixture_results import layered_result
 
-import aitune_dispatch
-from aitune_dispatch.joining import join_activity
 from aitune_dispatch.reports import HtmlRenderer
 from aitune_dispatch.reports.base import human_time, short_kernel_name, time_unit
 from aitune_dispatch.reports.html import SECTIONS, module_tree
-from aitune_dispatch.results import ProfileResult, views
-from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, MODULE_CALLS, MODULES, OPS
-
-SAVED = Path(__file__).parent / "data" / "h200_demo_result"
-
-
-def layered_result(metadata: dict[str, str] | None = None) -> ProfileResult:
-    """Net (root) > layers (ModuleList) > layers.0 / layers.1 (Block) > fc (Linear), plus enc (Encoder).
-
-    Kernels (µs): layers.0.fc gemm 4.0 and layers.1.fc gemm 6.0 (linear, aten::addmm), an aten::add
-    of 2.0 in layers.1 outside any functional call, a fused fast-path op of 8.0 in enc, and a
-    kernel of 1.0 that no op claimed outside the hierarchy. All kernel time: 4 + 6 + 2 + 8 + 1 = 21.
-    """
-    names = ["", "layers", "layers.0", "layers.0.fc", "layers.1", "layers.1.fc", "enc"]
-    types = ["Net", "ModuleList", "Block", "Linear", "Block", "Linear", "Encoder"]
-    modules = pa.table([list(range(7)), names, types, [-1, 0, 1, 2, 1, 4, 0]], schema=MODULES)
-    module_calls = pa.table([[0, 2, 3, 4, 5, 6], [0] * 6, [1] * 6, [0] * 6], schema=MODULE_CALLS)
-    calls = pa.table([[0, 1], ["linear", "linear"], [-1, -1], [3, 5], [0, 0], [1, 1], [0, 0], [0, 0]], schema=CALLS)
-    ops = pa.table(
-        [
-            [0, 1, 2, 3],
-            ["aten::addmm", "aten::addmm", "aten::add", "aten::_transformer_encoder_layer_fwd"],
-            [3, 5, 4, 6],
-            [0, 1, -1, -1],
-            [0] * 4,
-        ],
-        schema=pa.schema([f for f in OPS if f.name not in ("start_ns", "end_ns")]),
-    )
-    starts = [100, 200, 300, 400, 500]
-    durations = [4_000, 6_000, 2_000, 8_000, 1_000]
-    kernels = pa.table(
-        [
-            [10, 11, 12, 13, 14],
-            ["void at::native::gemm<float>(float*)", "void at::native::gemm<float>(float*)", "add_k", "fused", "k"],
-            starts,
-            [s + d for s, d in zip(starts, durations)],
-            [0] * 5,
-            [7] * 5,
-            ["kernel"] * 5,
-        ],
-        schema=KERNELS,
-    )
-    correlation = pa.table([[10, 11, 12, 13], [0, 1, 2, 3]], schema=CORRELATION)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
-    return ProfileResult(
-        activity=activity,
-        ops=ops,
-        calls=calls,
-        modules=modules,
-        module_calls=module_calls,
-        function_data={},
-        source="cupti/test",
-        metadata=metadata or {},
-    )
+from aitune_dispatch.results import views
 
 
 # -- names ---------------------------------------------------------------------------------------------
@@ -238,8 +183,8 @@ def test_report_module_tree_labels_are_local_names():
     )
 
 
-def test_h200_demo_result_renders_kernel_and_module_tables():
-    result = aitune_dispatch.load(SAVED)
+def test_h200_demo_result_renders_kernel_and_module_tables(h200_result):
+    result = h200_result
     page = HtmlRenderer().render(result)
     kernels = cells(page, "kernels")
     expected = views.kernel_table(result)
@@ -264,8 +209,8 @@ def test_h200_demo_result_renders_kernel_and_module_tables():
     assert 'id="coverage"' in page and "aten::add" in page  # the residual adds are the unattributed time
 
 
-def test_sections_can_be_chosen():
-    only = HtmlRenderer(sections=(SECTIONS[0], SECTIONS[3])).render(aitune_dispatch.load(SAVED))
+def test_sections_can_be_chosen(h200_result):
+    only = HtmlRenderer(sections=(SECTIONS[0], SECTIONS[3])).render(h200_result)
     assert 'id="kernels"' in only and 'id="module-table"' not in only and 'id="bar-chart"' not in only
 
 
@@ -295,10 +240,10 @@ def test_a_fast_path_encoder_is_explained():
     assert "a fused fast-path op" in page and '<code>layers.*</code> <span class="note">×12' in page  # expandable
 
 
-def test_run_metadata_in_words():
+def test_run_metadata_in_words(h200_result):
     from aitune_dispatch.reports.html import metadata_rows
 
-    rows = dict(metadata_rows(aitune_dispatch.load(SAVED)))
+    rows = dict(metadata_rows(h200_result))
     # seconds_pass "0.018894" s = 18.894 ms; seconds_start "0.019680" s = 19.68 ms
     assert rows["the recorded pass"] == "18.89 ms" and rows["starting the activity collector"] == "19.68 ms"
     assert (

@@ -27,27 +27,17 @@ import pandas as pd
 import torch
 from torch import nn
 
+from .. import schema
+from ..config import OP_TRACERS
 from ..profiler import ModuleFunctionKernelProfiler
 from ..results import ProfileResult
-from ..tracing import BACKENDS, native
+from ..schema import BENCHMARK_COLUMNS
+from ..tracing import native
 from ..tracing.samples import sample_key
 from .candidates import ORIGINAL, CandidatesArg, normalize_candidates, original_function
 from .inputs import MakeTensor, ReplayRefused, clone_exact, compare_outputs, runnable
 from .recorded import RecordedSample, recorded_samples, same_kernels_per_call
 
-BENCHMARK_COLUMNS = [
-    "function_name",
-    "sample",  # index into function_data[function_name]
-    "implementation",  # "torch" for the original, else the candidate's name
-    "calls",  # recorded calls of this sample (the weight in DataFrame.attrs["weighted"])
-    "recorded_us_per_call",  # median kernel time of the recorded calls, nested calls included; NaN without links
-    "us_per_call",  # median kernel time of the replayed calls; NaN where the implementation failed
-    "speedup",  # the original's us_per_call / this one's (1.0 on "torch" rows)
-    "kernels_match",  # "torch" rows: every replayed call launches the recorded kernel multiset; NA elsewhere
-    "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
-    "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
-    "error",  # why not ok; None when ok
-]
 Progress = Callable[[int, int, str], None]
 
 
@@ -168,7 +158,7 @@ def replay_device(result: ProfileResult) -> str:
     str
         The device; a RuntimeError when it is CUDA and CUDA is unavailable here.
     """
-    device = result.metadata.get("device") or ("cpu" if result.source == "cpu" else "cuda")
+    device = result.metadata.get(schema.META_DEVICE) or ("cpu" if result.source == "cpu" else "cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             "this result was recorded on CUDA and torch.cuda.is_available() is False here; benchmark it on a "
@@ -178,8 +168,8 @@ def replay_device(result: ProfileResult) -> str:
 
 
 def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernelProfiler:
-    tracer = result.metadata.get("op_tracer")
-    if tracer not in BACKENDS or (tracer == "native" and not native.available()):
+    tracer = result.metadata.get(schema.META_OP_TRACER)
+    if tracer not in OP_TRACERS or (tracer == "native" and not native.available()):
         tracer = None  # the default one; CPU kernel names are op names, the same from both tracers
     return ModuleFunctionKernelProfiler(set(), device=device, op_tracer=tracer)
 

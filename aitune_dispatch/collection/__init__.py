@@ -1,7 +1,14 @@
-"""Collection: activity sources that turn a recorded pass into kernel and correlation tables."""
+"""Collection: activity sources that turn a recorded pass into kernel and correlation tables.
 
+It owns the clock (:mod:`.clock`): activity timestamps leave collection on the host clock.
+"""
+
+import warnings
+
+from ..config import DECODERS
+from ..schema import CPU_KERNEL_PREFIX
 from .base import Activity, ActivitySource
-from .cpu import CPU_KERNEL_PREFIX, CpuOpTimer, activity_from_ops
+from .cpu import CpuOpTimer, activity_from_ops
 
 __all__ = [
     "CPU_KERNEL_PREFIX",
@@ -13,16 +20,29 @@ __all__ = [
     "make_cuda_source",
 ]
 
-
-DECODERS = ("native", "python")
 _fallback_warned = False
 
 
 def make_cuda_source(decoder: str | None = None) -> ActivitySource:
     """The CUDA activity source (CUPTI) with the requested decoder backend.
 
-    ``decoder=None`` picks the compiled decoder of ``native_shims/`` and falls back, with a
-    warning (once per process), to the pure cupti-python decoder when it is unavailable.
+    Parameters
+    ----------
+    decoder:
+        One of ``config.DECODERS``, or None: the compiled decoder of ``native_shims/``, falling
+        back with a warning (once per process) to the pure cupti-python decoder where it is
+        unavailable.
+
+    Returns
+    -------
+    ActivitySource
+        A :class:`~.cupti_source.CuptiSource` for one pass.
+
+    Raises
+    ------
+    RuntimeError
+        cupti-python is missing, or ``decoder="native"`` where it is unavailable; the message says
+        what to install or pass.
     """
     from .cupti_source import CuptiSource, load_cupti
     from .python_sink import PythonRecordSink
@@ -42,8 +62,6 @@ def make_cuda_source(decoder: str | None = None) -> ActivitySource:
                     "(pip install -e . builds native_shims/) or pass decoder='python'"
                 ) from error
             if not _fallback_warned:
-                import warnings
-
                 warnings.warn(
                     f"native CUPTI decoder unavailable ({error}); using the slower cupti-python decoder",
                     RuntimeWarning,

@@ -12,7 +12,8 @@ from .. import schema
 
 @dataclass(frozen=True)
 class Activity:
-    """Activity records of one pass, in the schemas :data:`schema.KERNELS` / :data:`schema.CORRELATION`."""
+    """Activity records of one pass, in the schemas :data:`schema.KERNELS` / :data:`schema.CORRELATION`
+    (and :data:`schema.SCOPE_CORRELATION`, :data:`schema.LAUNCHES`)."""
 
     kernels: pa.Table
     correlation: pa.Table
@@ -24,6 +25,9 @@ class Activity:
     clock_ticks_per_ns: float = 1.0
     # launches made outside any op, tagged with the trace's scope context (schema SCOPE_CORRELATION)
     scope_correlation: pa.Table = field(default_factory=lambda: schema.empty(schema.SCOPE_CORRELATION))
+    # the runtime / driver API calls that launched them (schema LAUNCHES, host clock); empty for
+    # sources without API records (the CPU source)
+    launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
 
 
 class ActivitySource(Protocol):

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
+from ..schema import CPU_KERNEL_PREFIX
 from .base import Activity
 
-CPU_KERNEL_PREFIX = "cpu::"
+__all__ = ["CPU_KERNEL_PREFIX", "CpuOpTimer", "activity_from_ops"]
 
 
 class CpuOpTimer:
@@ -23,7 +24,7 @@ class CpuOpTimer:
     """
 
     name = "cpu"
-    correlation_kind = -1
+    correlation_kind = schema.NO_CORRELATION
 
     def start(self) -> None:
         """Nothing to enable: the clock is always there."""
@@ -63,7 +64,7 @@ def _op_activity(ids: pa.Array, names: pa.Array, starts: pa.Array, ends: pa.Arra
             ends,
             pa.array(np.full(n, schema.CPU_STREAM, np.int32)),
             pa.array(np.full(n, schema.CPU_STREAM, np.int64)),
-            pa.array(np.full(n, "cpu_op", object), pa.string()),
+            pa.array(np.full(n, schema.KIND_CPU_OP, object), pa.string()),
         ],
         schema=schema.KERNELS,
     )

@@ -1,11 +1,17 @@
 """CUDA activity source: CUPTI activity records joined to ops through external correlation ids.
 
-What CUPTI needs (DESIGN.md, measured on an H200): external-correlation records are only emitted
-alongside runtime/driver API records, so RUNTIME and DRIVER are enabled too, but restricted to the
-launch / copy / set callback ids (every other API id is switched off while we collect and switched
-back on afterwards). The op id is pushed as an external correlation id around each aten op.
-Buffer callbacks are process-global (last registration wins), so they are registered again at
-every start; the decoder backend that owns them is a :class:`RecordSink`.
+What CUPTI needs (``docs/design.md``, "Correlation: what CUPTI needs"): external-correlation
+records are only emitted alongside runtime/driver API records, so RUNTIME and DRIVER are enabled
+too, but restricted to the launch / copy / set callback ids (every other API id is switched off
+while we collect and switched back on afterwards). The op id is pushed as an external correlation
+id around each aten op. Buffer callbacks are process-global (last registration wins), so they are
+registered again at every start; the decoder backend that owns them is a :class:`RecordSink`.
+Timestamps are converted onto the host clock here (:mod:`.clock`; ``docs/design.md``, "The clock").
+
+Several GPUs (:mod:`.devices`): one session records every device. Devices other than the current
+one that have a CUDA context are synchronised before collection starts and at its end, and each
+gets its own canary kernel, so a device whose records were lost fails the run by name. With one
+GPU none of that adds a call.
 """
 
 from __future__ import annotations
@@ -15,28 +21,27 @@ import functools
 import re
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
 from .. import schema
+from ..schema import SCOPE_BASE
+from . import devices
 from .base import Activity
-from .records import DecodedRecords
+from .clock import HostClock, host_clock
+from .records import API_DRIVER, API_RUNTIME, DecodedRecords
 
-# One external-correlation kind carries both op ids and scope contexts, on one per-thread stack,
-# so CUPTI tags each launch with the innermost of them: the op if one is running, else the module
-# forward / functional call the launch ran in. Scope ids live above SCOPE_BASE; op ids below.
-SCOPE_BASE = schema.SCOPE_BASE
+__all__ = ["CANARY_ID", "SCOPE_BASE", "CuptiSource", "HostClock", "RecordSink", "host_clock", "load_cupti"]
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
+_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cupti's "cudaLaunchKernel_v7000"; Kineto writes "cudaLaunchKernel"
 
 
 class RecordSink(Protocol):
@@ -49,6 +54,8 @@ class RecordSink(Protocol):
 
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, decoded (call after a forced flush)."""
+
+    # optional: ``warnings``, what the last take() could not decode, in words (the sink warns them)
 
 
 def load_cupti() -> Any:
@@ -85,41 +92,28 @@ def _api_callback_ids(enum: Any) -> tuple[tuple[int, ...], frozenset[int]]:
     return tuple(every), frozenset(needed)
 
 
-@dataclass(frozen=True)
-class HostClock:
-    """Maps CUPTI timestamps onto the host's ``perf_counter_ns``: ``host = host0 + (ts - ts0) / rate``.
+@functools.lru_cache(maxsize=4)
+def callback_names(cupti: Any) -> dict[tuple[int, int], str]:
+    """``(API_RUNTIME | API_DRIVER, cbid) -> name`` of the callback ids we enable, as Kineto names them.
 
-    CUPTI's timestamps are nanoseconds unless a client registered a timestamp callback: Kineto
-    (torch.profiler) registers one that counts TSC ticks, and it stays registered after it stops.
-    Two clock pairs taken around the pass give the rate, so durations are nanoseconds either way and
-    every timestamp lands on the host clock of the trace.
+    Parameters
+    ----------
+    cupti:
+        The ``cupti.cupti`` bindings (their ``runtime_api_trace_cbid`` / ``driver_api_trace_cbid`` enums).
+
+    Returns
+    -------
+    dict
+        One entry per launch / copy / set callback id (a few hundred), the runtime API's version
+        suffix dropped (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; the driver API's
+        ``_v2`` names are real function names and stay).
     """
-
-    host0: int
-    ts0: int
-    ticks_per_ns: float
-
-    def convert(self, kernels: pa.Table) -> pa.Table:
-        """``kernels`` with start_ns / end_ns on the host clock, in nanoseconds."""
-        for name in ("start_ns", "end_ns"):
-            ticks = np.asarray(kernels[name].to_numpy(), dtype=np.int64) - self.ts0
-            host = self.host0 + (
-                ticks if self.ticks_per_ns == 1.0 else np.rint(ticks / self.ticks_per_ns).astype(np.int64)
-            )
-            kernels = kernels.set_column(kernels.schema.get_field_index(name), name, pa.array(host, pa.int64()))
-        return kernels
-
-
-def host_clock(start: tuple[int, int] | None, end: tuple[int, int] | None) -> HostClock:
-    """The clock mapping from two (host ns, CUPTI timestamp) pairs; a rate within 0.1% of 1 is 1."""
-    if start is None:
-        return HostClock(0, 0, 1.0)
-    rate = 1.0
-    if end is not None and end[0] > start[0]:
-        rate = (end[1] - start[1]) / (end[0] - start[0])
-        if abs(rate - 1.0) < 1e-3 or rate <= 0:
-            rate = 1.0
-    return HostClock(start[0], start[1], rate)
+    names: dict[tuple[int, int], str] = {}
+    for api, enum in ((API_RUNTIME, cupti.runtime_api_trace_cbid), (API_DRIVER, cupti.driver_api_trace_cbid)):
+        for name, member in enum.__members__.items():
+            if _API_RECORDS_WE_NEED.match(name):
+                names.setdefault((api, int(member)), _VERSION_SUFFIX.sub("", name))
+    return names
 
 
 def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
@@ -153,6 +147,8 @@ class CuptiSource:
         self._clock_end: tuple[int, int] | None = None
         self._warnings: list[str] = []
         self._canary: torch.Tensor | None = None
+        # one canary per other device with a CUDA context (none with one GPU), by device ordinal
+        self._device_canaries: dict[int, torch.Tensor] = {}
         push = self._cupti.activity_push_external_correlation_id
         pop = self._cupti.activity_pop_external_correlation_id
         kind = self._kind
@@ -178,6 +174,9 @@ class CuptiSource:
             )
         self._started = True
         self._canary = torch.zeros(1, device="cuda")  # allocated before collection starts
+        others = devices.other_devices_in_use()
+        devices.synchronize(others)  # the current device was synchronised by the caller
+        self._add_device_canaries(others)
         cupti = self._cupti
         kinds = cupti.ActivityKind
         try:
@@ -259,16 +258,26 @@ class CuptiSource:
             time.sleep(wait_ns / 1e9)
         return self._clock_pair()
 
+    def _add_device_canaries(self, others: tuple[int, ...]) -> None:
+        """A canary tensor on each of ``others`` that has none (``empty``: allocating launches nothing)."""
+        for device in others:
+            if device not in self._device_canaries:
+                self._device_canaries[device] = torch.empty(1, device=f"cuda:{device}")
+
     def _launch_canary(self) -> None:
-        """One tagged kernel: if its record never reaches our sink, another client took CUPTI."""
+        """One tagged kernel per device in use: if one's record never reaches our sink, CUPTI was taken."""
         if self._canary is None:
             return
+        self._add_device_canaries(devices.other_devices_in_use())  # devices first used during the pass
         self._cupti.activity_push_external_correlation_id(self._kind, CANARY_ID)
         try:
             self._canary.fill_(1.0)
+            for canary in self._device_canaries.values():
+                canary.fill_(1.0)
         finally:
             self._cupti.activity_pop_external_correlation_id(self._kind)
         torch.cuda.synchronize()
+        devices.synchronize(self._device_canaries)  # every kernel of the pass is complete, on every GPU
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)
@@ -286,28 +295,32 @@ class CuptiSource:
         return int(dropped.value)
 
     def activity(self, ops: pa.Table | None = None) -> Activity:
-        """Decoded kernel and correlation tables of the pass (without the canary); ``ops`` is unused."""
+        """Decoded kernel, correlation and launch tables of the pass (without the canary); ``ops`` is unused."""
         records = self._sink.take()
         clock = host_clock(self._clock_start, self._clock_end)
-        kernels, correlation = clock.convert(records.kernels_table()), records.correlation_table()
+        raw = records.kernels_table()
+        if self._clock_start is not None and self._clock_end is not None:
+            self._warnings += devices.clock_coverage_warnings(raw, self._clock_start[1], self._clock_end[1])
+        kernels, correlation = clock.convert(raw), records.correlation_table()
+        launches = clock.convert(records.launches_table(callback_names(self._cupti)))
         if self._canary is not None:
-            kernels, correlation = self._drop_canary(kernels, correlation)
+            kernels, correlation, launches = self._drop_canary(kernels, correlation, launches)
         correlation, scope_correlation = split_scopes(correlation)
-        counters = getattr(self._sink, "counters", {})
-        for counter in ("undecodable", "lost", "layout_mismatches"):
-            if counters.get(counter):
-                self._warnings.append(f"{self._sink.name} decoder: {counters[counter]} {counter.replace('_', ' ')}")
+        self._warnings.extend(getattr(self._sink, "warnings", ()))  # the decoder's own words, warned by the sink
         return Activity(
             kernels=kernels,
             correlation=correlation,
             scope_correlation=scope_correlation,
+            launches=launches,
             source=f"{self.name}/{self._sink.name}",
             dropped_records=self._dropped,
             warnings=tuple(self._warnings),
             clock_ticks_per_ns=clock.ticks_per_ns,
         )
 
-    def _drop_canary(self, kernels: pa.Table, correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
+    def _drop_canary(
+        self, kernels: pa.Table, correlation: pa.Table, launches: pa.Table
+    ) -> tuple[pa.Table, pa.Table, pa.Table]:
         is_canary = pc.equal(correlation["op_id"], pa.scalar(CANARY_ID - 2**64, pa.int64()))
         canary_ids = correlation.filter(is_canary)["correlation_id"]
         if len(canary_ids) == 0:
@@ -316,5 +329,18 @@ class CuptiSource:
                 "disabled collection during profile(), so this run's kernels are incomplete; "
                 "run torch.profiler and profile() one after the other, never nested"
             )
-        keep = pc.invert(pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks()))
-        return kernels.filter(keep), correlation.filter(pc.invert(is_canary))
+        is_canary_kernel = pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks())
+        missing = sorted(set(self._device_canaries) - set(devices.activity_devices(kernels.filter(is_canary_kernel))))
+        if missing:
+            names = ", ".join(f"cuda:{device}" for device in missing)
+            raise RuntimeError(
+                f"the canary kernel launched on {names} at the end of profile() never reached our CUPTI "
+                "buffers, so that device's kernels are incomplete; another CUPTI client (torch.profiler, "
+                "Nsight, ...) may have taken the callbacks: run them one after the other, never nested"
+            )
+        is_canary_launch = pc.is_in(launches["correlation_id"], value_set=canary_ids.combine_chunks())
+        return (
+            kernels.filter(pc.invert(is_canary_kernel)),
+            correlation.filter(pc.invert(is_canary)),
+            launches.filter(pc.invert(is_canary_launch)),
+        )

@@ -1,11 +1,12 @@
 """The CUDA graph observer: which launch created each graph node, so that replays can be attributed.
 
 A CUDA graph replay dispatches no aten op, and CUPTI tags its kernels with the correlation id of
-the ``cudaGraphLaunch`` that replayed them (DESIGN.md fact 9). What launched each kernel is known
-only while the graph is captured: every launch recorded into the graph creates a graph node, on
-the capturing thread, inside the launch call, where our op / scope id is on top of CUPTI's
-external-correlation stack. The compiled decoder (``native_shims/cupti_decoder.c``) subscribes to
-CUPTI's two graph-node resource callbacks and records, without Python:
+the ``cudaGraphLaunch`` that replayed them (``docs/design.md``, "torch.compile and CUDA graphs").
+What launched each kernel is known only while the graph is captured: every launch recorded into
+the graph creates a graph node, on the capturing thread, inside the launch call, where our op /
+scope id is on top of CUPTI's external-correlation stack. The compiled decoder
+(``native_shims/cupti_decoder.c``) subscribes to CUPTI's two graph-node resource callbacks and
+records, without Python:
 
 * a node *created* (during a capture): its graph and node ids and that external id;
 * a node *cloned* (when a graph is instantiated): the clone's ids, which replayed kernels carry,
@@ -29,6 +30,25 @@ from .. import schema
 
 # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: another tool (torch.profiler's Kineto, Nsight) subscribed
 _MULTIPLE_SUBSCRIBERS = "error 39"
+
+
+def loaded_decoder() -> Any | None:
+    """The compiled decoder module with libcupti resolved (the observer runs in it), or None.
+
+    Returns
+    -------
+    module or None
+        ``aitune_dispatch._cupti_native`` after ``load()``; None where it is not built or libcupti
+        cannot be loaded (the observer then reports itself unavailable).
+    """
+    try:
+        from .native_sink import _wheel_libcupti, native_module
+
+        native = native_module()
+        native.load(_wheel_libcupti())
+    except (ImportError, OSError, RuntimeError):
+        return None
+    return native
 
 
 def graph_rows_table(raw: tuple[Any, ...]) -> pa.Table:

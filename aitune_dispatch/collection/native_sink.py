@@ -1,7 +1,8 @@
 """The compiled decoder backend: CUPTI buffers decoded into columns in C (``native_shims/``).
 
 The extension ``aitune_dispatch._cupti_native`` owns the CUPTI buffer callbacks; its callback
-copies kernel / memcpy / memset / external-correlation fields into C arrays and returns, without
+copies kernel / memcpy / memset / external-correlation / runtime and driver API fields into C arrays
+and returns, without
 Python or the GIL. :meth:`NativeRecordSink.take` wraps those arrays with ``np.frombuffer``; the only
 Python loop is over the few distinct names. :func:`decode_buffer_py` is the pure-Python twin of the
 extension's ``decode_buffer`` (same signature, same output), built from the record dtypes that
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .records import KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
+from .records import API_DRIVER, API_RUNTIME, KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
 
 try:
     from .. import _cupti_native as _native_module
@@ -35,10 +36,15 @@ else:
 # kernel name, (KIND_MEMCPY, copy_kind, src_kind, dst_kind) or (KIND_MEMSET, memory_kind)
 NameEntry = str | tuple[int, ...]
 # correlation_id, start_ns, end_ns, device, stream, kind_code, name_index, names, ext_correlation_id, ext_id,
-# counters, graph_id, graph_node_id (the last two after the counters, so older positions stay)
+# counters, then the API rows: api_correlation_id, api_kind, api_cbid, api_start_ns, api_end_ns, api_thread,
+# then the activity rows' graph_id, graph_node_id (each addition after the last, so older positions stay)
 RawRecords = tuple[
-    bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int], bytes, bytes
-]
+    bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int],
+    bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes,
+]  # fmt: skip
+COUNTERS = 10  # the counters' position in a raw decode
+API_COLUMNS = slice(COUNTERS + 1, COUNTERS + 7)  # the API rows' six columns
+GRAPH_COLUMNS = slice(COUNTERS + 7, COUNTERS + 9)  # the activity rows' graph_id, graph_node_id
 
 KIND_SLOTS = 128  # activity kinds a record size can be given for: 0..127
 MAX_RECORD_BYTES = 1 << 16
@@ -78,6 +84,7 @@ class NativeRecordSink:
         self.library: str = self._native.load(_wheel_libcupti())
         self._external_kind = int(external_kind)
         self.counters: dict[str, int] = {}
+        self.warnings: tuple[str, ...] = ()  # what the last take() could not decode, in words
 
     def register(self) -> None:
         """Register the extension's buffer callbacks with CUPTI and forget older records."""
@@ -86,25 +93,41 @@ class NativeRecordSink:
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, as columns (call after a forced flush)."""
         raw = self._native.take()
-        self.counters = dict(raw[10])
-        _warn_incomplete(self.counters)
+        self.counters = dict(raw[COUNTERS])
+        self.warnings = tuple(incomplete_messages(self.counters))
+        for message in self.warnings:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         return to_decoded(raw)
 
 
-def _warn_incomplete(counters: Mapping[str, int]) -> None:
+def incomplete_messages(counters: Mapping[str, int]) -> list[str]:
+    """The decoder's counters of what it could not decode, as messages (the one place that words them).
+
+    Parameters
+    ----------
+    counters:
+        ``undecodable`` (buffers not walked to their end), ``lost`` (records dropped for want of
+        memory) and ``layout_mismatches`` (records whose size disagreed with the compiled layout).
+
+    Returns
+    -------
+    list[str]
+        One message per non-zero counter, saying what it means and what to do.
+    """
+    messages = []
     if counters.get("undecodable"):
-        warnings.warn(
+        messages.append(
             f"the native CUPTI decoder could not walk {counters['undecodable']} buffer(s) to their end, so "
-            "kernels may be missing; pass decoder='python' to compare and report the CUPTI version",
-            RuntimeWarning,
-            stacklevel=3,
+            "kernels may be missing; pass decoder='python' to compare and report the CUPTI version"
         )
     if counters.get("lost"):
-        warnings.warn(
-            f"the native CUPTI decoder ran out of memory and lost {counters['lost']} records",
-            RuntimeWarning,
-            stacklevel=3,
+        messages.append(f"the native CUPTI decoder ran out of memory and lost {counters['lost']} records")
+    if counters.get("layout_mismatches"):
+        messages.append(
+            f"the native CUPTI decoder met {counters['layout_mismatches']} record(s) whose size differs from "
+            "the layout it was compiled for; pass decoder='python' to compare and report the CUPTI version"
         )
+    return messages
 
 
 def _entry_name(entry: NameEntry) -> str:
@@ -124,8 +147,12 @@ def _resolve_names(entries: list[NameEntry]) -> tuple[list[str], np.ndarray | No
 
 def to_decoded(raw: RawRecords) -> DecodedRecords:
     """Wrap a raw decode (extension or twin) into :class:`DecodedRecords` without copying the columns."""
-    cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw[:11]
-    graph_id, graph_node_id = raw[11:13] if len(raw) >= 13 else (b"", b"")  # an extension built before them
+    cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw[: COUNTERS + 1]
+    # an extension built before the API or the graph columns returns fewer entries: those read as empty
+    api_cid, api_kind, api_cbid, api_start, api_end, api_thread = (
+        raw[API_COLUMNS] if len(raw) >= API_COLUMNS.stop else (b"",) * 6
+    )
+    graph_id, graph_node_id = raw[GRAPH_COLUMNS] if len(raw) >= GRAPH_COLUMNS.stop else (b"", b"")
     names, lut = _resolve_names(entries)
     index = np.frombuffer(name_index, np.int32)
     return DecodedRecords(
@@ -140,6 +167,12 @@ def to_decoded(raw: RawRecords) -> DecodedRecords:
         ext_correlation_id=np.frombuffer(ext_cid, np.int64),
         ext_id=np.frombuffer(ext_id, np.int64),
         records=int(counters["records"]),
+        api_correlation_id=np.frombuffer(api_cid, np.int64),
+        api_kind=np.frombuffer(api_kind, np.int8),
+        api_cbid=np.frombuffer(api_cbid, np.int32),
+        api_start_ns=np.frombuffer(api_start, np.int64),
+        api_end_ns=np.frombuffer(api_end, np.int64),
+        api_thread=np.frombuffer(api_thread, np.int64),
         graph_id=np.frombuffer(graph_id, np.int64),
         graph_node_id=np.frombuffer(graph_node_id, np.int64),
     )
@@ -149,7 +182,7 @@ def to_decoded(raw: RawRecords) -> DecodedRecords:
 
 
 class _Layout(NamedTuple):
-    role: str  # "kernel", "memcpy", "memset", "correlation" or "api" (counted only)
+    role: str  # "kernel", "memcpy", "memset", "correlation", "runtime" or "driver"
     size: int  # the whole record, in bytes
     fields: np.dtype  # the fields decoded, at their offsets (its itemsize: the bytes read)
 
@@ -162,8 +195,10 @@ _FIELDS = {
     ),
     "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id", *_GRAPH),
     "correlation": ("external_kind", "external_id", "correlation_id"),
-    "api": ("kind",),
+    "runtime": ("cbid", "start", "end", "thread_id", "correlation_id"),
+    "driver": ("cbid", "start", "end", "thread_id", "correlation_id"),
 }
+_API_CODES = {"runtime": API_RUNTIME, "driver": API_DRIVER}
 
 
 def _subset(dtype: np.dtype, names: tuple[str, ...]) -> np.dtype:
@@ -191,7 +226,8 @@ def record_layouts() -> dict[int, _Layout]:
         "memcpy": _latest_dtype(cupti, "memcpy"),
         "memset": _latest_dtype(cupti, "memset"),
         "correlation": cupti.activity_external_correlation_dtype,
-        "api": cupti.activity_api_dtype,
+        "runtime": cupti.activity_api_dtype,
+        "driver": cupti.activity_api_dtype,
     }
     roles = {
         kinds.KERNEL: "kernel",
@@ -199,8 +235,8 @@ def record_layouts() -> dict[int, _Layout]:
         kinds.MEMCPY: "memcpy",
         kinds.MEMSET: "memset",
         kinds.EXTERNAL_CORRELATION: "correlation",
-        kinds.RUNTIME: "api",
-        kinds.DRIVER: "api",
+        kinds.RUNTIME: "runtime",
+        kinds.DRIVER: "driver",
     }
     return {
         int(kind): _Layout(role, by_role[role].itemsize, _subset(by_role[role], _FIELDS[role]))
@@ -236,6 +272,7 @@ class _TwinColumns:
         self.external_kind = external_kind
         self.rows: list[tuple[int, ...]] = []
         self.links: list[tuple[int, int]] = []
+        self.calls: list[tuple[int, int, int, int, int, int]] = []  # API rows, in the raw column order
         self.keys: dict[Any, int] = {}
         self.entries: list[NameEntry] = []
         self.records = 0
@@ -249,7 +286,11 @@ class _TwinColumns:
 
     def add(self, layout: _Layout | None, record: np.void) -> None:
         self.records += 1
-        role = layout.role if layout else "api"
+        role = layout.role if layout else "counted only"
+        if role in _API_CODES:
+            fields = (record["correlation_id"], _API_CODES[role], record["cbid"], record["start"], record["end"])
+            self.calls.append((*(int(f) for f in fields), int(record["thread_id"])))
+            return
         if role == "correlation":
             if int(record["external_kind"]) == self.external_kind:
                 self.links.append((int(record["correlation_id"]), int(record["external_id"])))
@@ -273,6 +314,7 @@ class _TwinColumns:
     def raw(self) -> RawRecords:
         rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 9)
         links = np.array(self.links, dtype=np.uint64).reshape(len(self.links), 2)
+        calls = np.array(self.calls, dtype=np.uint64).reshape(len(self.calls), 6)
 
         def column(values: np.ndarray, dtype: type) -> bytes:
             return np.ascontiguousarray(values).view(np.int64).astype(dtype).tobytes()
@@ -287,6 +329,10 @@ class _TwinColumns:
             column(links[:, 0], np.int64),
             column(links[:, 1], np.int64),
             counters,
+            column(calls[:, 0], np.int64),
+            column(calls[:, 1], np.int8),
+            column(calls[:, 2], np.int32),
+            *(column(calls[:, i], np.int64) for i in range(3, 6)),
             column(rows[:, 7], np.int64),
             column(rows[:, 8], np.int64),
         )  # type: ignore[return-value]

@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from .records import KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
+from .records import (
+    API_DRIVER,
+    API_RUNTIME,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    DecodedRecords,
+    memcpy_name,
+    memset_name,
+)
 
 BUFFER_BYTES = 8 * 1024 * 1024
 
@@ -29,7 +38,8 @@ class PythonRecordSink:
         self._memcpy = int(kinds.MEMCPY)
         self._memset = int(kinds.MEMSET)
         self._correlation = int(kinds.EXTERNAL_CORRELATION)
-        self._kept = frozenset((self._kernel, self._memcpy, self._memset, self._correlation))
+        self._api = {int(kinds.RUNTIME): API_RUNTIME, int(kinds.DRIVER): API_DRIVER}
+        self._kept = frozenset((self._kernel, self._memcpy, self._memset, self._correlation, *self._api))
         self._objects: list[Any] = []
         self._seen = 0
 
@@ -54,9 +64,13 @@ class PythonRecordSink:
         graphs: list[tuple[int, int]] = []
         ext_cid: list[int] = []
         ext_id: list[int] = []
+        calls: list[tuple[int, int, int, int, int, int]] = []
+        api = self._api
         for a in self._objects:
             kind = a.kind
-            if kind == self._correlation:
+            if kind in api:
+                calls.append((a.correlation_id, api[kind], a.cbid, a.start, a.end, a.thread_id))
+            elif kind == self._correlation:
                 if a.external_kind == self._external_kind:
                     ext_cid.append(a.correlation_id)
                     ext_id.append(a.external_id)
@@ -75,6 +89,7 @@ class PythonRecordSink:
         names: dict[str, int] = {}
         name_index = np.fromiter((names.setdefault(r[6], len(names)) for r in rows), np.int32, len(rows))
         columns = np.array([r[:6] for r in rows], dtype=np.int64).reshape(len(rows), 6)
+        api_columns = np.array(calls, dtype=np.int64).reshape(len(calls), 6)
         graph_columns = np.array(graphs, dtype=np.uint64).reshape(len(graphs), 2).view(np.int64)
         return DecodedRecords(
             correlation_id=columns[:, 0].copy(),
@@ -88,6 +103,12 @@ class PythonRecordSink:
             ext_correlation_id=np.array(ext_cid, dtype=np.int64),
             ext_id=np.array(ext_id, dtype=np.uint64).view(np.int64),  # CUPTI ids are uint64
             records=self._seen,
+            api_correlation_id=api_columns[:, 0].copy(),
+            api_kind=api_columns[:, 1].astype(np.int8),
+            api_cbid=api_columns[:, 2].astype(np.int32),
+            api_start_ns=api_columns[:, 3].copy(),
+            api_end_ns=api_columns[:, 4].copy(),
+            api_thread=api_columns[:, 5].copy(),
             graph_id=graph_columns[:, 0].copy(),
             graph_node_id=graph_columns[:, 1].copy(),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,9 +18,12 @@ import pyarrow as pa
 
 from .. import schema
 
-# activity kinds of the decoded rows (``kind_code``)
+# activity kinds of the decoded rows (``kind_code``), and the ``kind`` each becomes
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
-KIND_NAMES = ("kernel", "memcpy", "memset")
+KIND_NAMES = (schema.KIND_KERNEL, schema.KIND_MEMCPY, schema.KIND_MEMSET)
+# the CUDA API of a decoded API record (``api_kind``): CUPTI_ACTIVITY_KIND_RUNTIME / _DRIVER
+API_RUNTIME, API_DRIVER = 0, 1
+API_NAMES = (schema.LAUNCH_API_RUNTIME, schema.LAUNCH_API_DRIVER)
 
 # CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind, as torch.profiler prints them
 _COPY_KINDS = ("Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP")
@@ -38,6 +42,10 @@ def memcpy_name(copy_kind: int, src_kind: int, dst_kind: int) -> str:
 def memset_name(memory_kind: int) -> str:
     """``Memset (Device)``: the name torch.profiler gives a memset."""
     return f"Memset ({_MEMORY_KINDS[memory_kind] if 0 <= memory_kind < len(_MEMORY_KINDS) else 'Unknown'})"
+
+
+def _no_rows(dtype: type) -> np.ndarray:
+    return np.empty(0, dtype)
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,10 +87,12 @@ class DecodedRecords:
     Activity rows: ``correlation_id, start_ns, end_ns, device, stream`` (int64), ``kind_code``
     (int8, ``KIND_*``) and ``name_index`` (int32) into ``names``. Correlation rows:
     ``ext_correlation_id`` (CUPTI id) and ``ext_id`` (our op id), already filtered to our kind.
-    ``records`` counts every record seen, including the API records that are only needed so
-    that CUPTI emits correlation records. ``graph_id`` / ``graph_node_id`` (int64, one per activity
-    row; empty where a decoder predates them, which reads as 0) are the CUDA graph a row was
-    replayed from, 0 outside graphs.
+    API rows (runtime / driver records of the launch / copy / set callback ids we enable):
+    ``api_correlation_id, api_start_ns, api_end_ns, api_thread`` (int64; the thread is CUPTI's
+    ``threadId``), ``api_kind`` (int8, ``API_*``) and ``api_cbid`` (int32). ``records`` counts
+    every record seen. ``graph_id`` / ``graph_node_id`` (int64, one per activity row; empty where a
+    decoder predates them, which reads as 0) are the CUDA graph a row was replayed from, 0 outside
+    graphs.
     """
 
     correlation_id: np.ndarray
@@ -96,8 +106,14 @@ class DecodedRecords:
     ext_correlation_id: np.ndarray
     ext_id: np.ndarray
     records: int
-    graph_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    graph_node_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    api_correlation_id: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    api_kind: np.ndarray = field(default_factory=lambda: _no_rows(np.int8))
+    api_cbid: np.ndarray = field(default_factory=lambda: _no_rows(np.int32))
+    api_start_ns: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    api_end_ns: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    api_thread: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    graph_id: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    graph_node_id: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
 
     def _graph_column(self, values: np.ndarray) -> pa.Array:
         rows = len(self.correlation_id)
@@ -131,4 +147,45 @@ class DecodedRecords:
         return pa.Table.from_arrays(
             [pa.array(self.ext_correlation_id, pa.int64()), pa.array(self.ext_id, pa.int64())],
             schema=schema.CORRELATION,
+        )
+
+    def launches_table(self, callback_names: Mapping[tuple[int, int], str] | None = None) -> pa.Table:
+        """API rows in the schema :data:`schema.LAUNCHES` (timestamps as CUPTI gave them).
+
+        Parameters
+        ----------
+        callback_names:
+            ``(API_RUNTIME | API_DRIVER, cbid) -> name`` (see ``cupti_source.callback_names``); a
+            callback id it lacks is named ``"<api> cbid <n>"``. Only the distinct (api, cbid) pairs
+            are looked up: there is no per-row Python work.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per API record, in delivery order.
+        """
+        names = callback_names or {}
+        keys = self.api_kind.astype(np.int64) << 32 | self.api_cbid.astype(np.int64)
+        distinct, index = np.unique(keys, return_inverse=True)
+        labels = []
+        for key in distinct.tolist():
+            api, cbid = key >> 32, key & 0xFFFFFFFF
+            labels.append(names.get((api, cbid)) or f"{API_NAMES[api] if api < len(API_NAMES) else api} cbid {cbid}")
+        api_names = pa.DictionaryArray.from_arrays(
+            pa.array(index.astype(np.int32), pa.int32()), pa.array(labels, pa.string())
+        ).cast(pa.string())
+        apis = pa.DictionaryArray.from_arrays(
+            pa.array(self.api_kind.astype(np.int32), pa.int32()), pa.array(API_NAMES, pa.string())
+        ).cast(pa.string())
+        return pa.Table.from_arrays(
+            [
+                pa.array(self.api_correlation_id, pa.int64()),
+                apis,
+                pa.array(self.api_cbid.astype(np.int32), pa.int32()),
+                api_names,
+                pa.array(self.api_start_ns, pa.int64()),
+                pa.array(self.api_end_ns, pa.int64()),
+                pa.array(self.api_thread, pa.int64()),
+            ],
+            schema=schema.LAUNCHES,
         )

@@ -7,7 +7,8 @@ without touching the others. Sections: headline numbers; kernel time per functio
 chart beside the summary table, both in one unit and both as shares of **all** kernel time);
 the top kernels with their op, functional call and module; a module table with repeated layers
 grouped by name pattern (``blocks.*.qkv``) and an icicle of the module tree; coverage (the
-largest unattributed ops, why, and what to do); the distinct input samples; the run in words.
+largest unattributed ops, why, and what to do); for a merged result of several ranks only, the
+per-rank view (``reports/ranks.py``); the distinct input samples; the run in words.
 
 Tables are rendered here (escaped); the two charts are drawn by the inline script from the
 embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
@@ -27,19 +28,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import schema
 from ..results import views
+from ..results.views import UNATTRIBUTED, module_tree
+from ..schema import seconds_key, tensor_strides
 from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
+from .ranks import ranks_section
 from .sample_time import sample_time_section
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-BAR_ROWS = 14
 KERNEL_ROWS = 15  # shown at once; up to MORE_KERNEL_ROWS more behind "show more"
 MORE_KERNEL_ROWS = 200
 MODULE_ROWS = 300
@@ -49,7 +50,6 @@ UNATTRIBUTED_ROWS = 12
 ALL_FUNCTIONS = 1 << 30
 BREAK_CHARS = 24  # names longer than this may wrap inside table cells
 NO_VALUE = "\u2014"
-UNATTRIBUTED = "(not attributed)"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
 
@@ -71,20 +71,11 @@ def is_tensor_like(value: Any) -> bool:
     return not isinstance(value, type) and hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def _stride(value: Any) -> tuple[int, ...] | None:
-    stride = getattr(value, "stride", None)
-    try:
-        stride = stride() if callable(stride) else stride
-        return None if stride is None else tuple(int(s) for s in stride)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError):  # sparse / nested tensors
-        return None
-
-
 def tensor_text(value: Any) -> str:
     """``float32[4, 64] stride (64, 1)``: dtype, shape and strides of a tensor-like value."""
     dtype = str(value.dtype).removeprefix("torch.")
     shape = ", ".join(str(int(size)) for size in value.shape)
-    stride = _stride(value)
+    stride = tensor_strides(value)
     text = f"{dtype}[{shape}]"
     return text if stride is None else f"{text} stride ({', '.join(map(str, stride))}{',' if len(stride) == 1 else ''})"
 
@@ -164,121 +155,11 @@ def function_colors(summary: pd.DataFrame) -> dict[str, str]:
     return {str(name): PALETTE[rank % len(PALETTE)] for rank, name in enumerate(summary["function_name"])}
 
 
-def bar_rows(summary: pd.DataFrame, total_us: float, attributed_us: float) -> list[dict[str, Any]]:
-    """The bar chart's rows: the top functions by kernel time, then the unattributed time.
-
-    ``pct`` is over all kernel time (``total_us``), as in the summary table beside the chart.
-    """
-    rows = [
-        {
-            "name": str(row.function_name),
-            "us": float(row.time_spent_us),
-            "pct": 100.0 * float(row.time_spent_us) / total_us if total_us > 0 else 0.0,
-            "unattributed": False,
-        }
-        for row in summary.head(BAR_ROWS).itertuples()
-    ]
-    rest = total_us - attributed_us
-    if rest > 1e-9:
-        rows.append({"name": UNATTRIBUTED, "us": rest, "pct": 100.0 * rest / total_us, "unattributed": True})
-    return rows
-
-
-def _per_module_function(activity: pa.Table) -> dict[int, list[tuple[str | None, float]]]:
-    if activity.num_rows == 0:
-        return {}
-    attributed = pc.greater_equal(activity["call_id"], 0)
-    names = pc.if_else(attributed, activity["function_name"], pa.scalar(None, pa.string()))
-    table = pa.table({"module_id": activity["module_id"], "function_name": names, "us": activity["kernel_us"]})
-    grouped = table.group_by(["module_id", "function_name"]).aggregate([("us", "sum")]).to_pydict()
-    out: dict[int, list[tuple[str | None, float]]] = {}
-    for module_id, name, us in zip(grouped["module_id"], grouped["function_name"], grouped["us_sum"]):
-        out.setdefault(module_id, []).append((name, float(us)))
-    return out
-
-
-def _leaves(parts: list[tuple[str | None, float]]) -> list[dict[str, Any]]:
-    named = sorted((p for p in parts if p[0] is not None), key=lambda p: -p[1])
-    leaves = [{"name": name, "kind": "function", "total_us": us, "children": []} for name, us in named]
-    no_call = sum(us for name, us in parts if name is None)
-    if no_call > 0:
-        leaves.append({"name": "(no functional call)", "kind": "nocall", "total_us": no_call, "children": []})
-    return leaves
-
-
-def _module_nodes(result: ProfileResult, parts: dict[int, list[tuple[str | None, float]]]) -> dict[int, dict[str, Any]]:
-    modules = result.modules.to_pydict()
-    nodes = {}
-    for module_id, name, module_type in zip(modules["module_id"], modules["module_name"], modules["module_type"]):
-        own = parts.get(module_id, [])
-        nodes[module_id] = {
-            "name": views.local_name(name, module_type),
-            "path": views.module_label(name, module_type),
-            "type": module_type or "",
-            "kind": "module",
-            "module_id": module_id,
-            "self_us": sum(us for _, us in own),
-            "no_call_us": sum(us for name, us in own if name is None),
-            "children": [],
-            "leaves": _leaves(own),
-        }
-    return nodes
-
-
-def _link_and_total(nodes: dict[int, dict[str, Any]], parents: Mapping[int, int]) -> list[dict[str, Any]]:
-    roots = []
-    for module_id in sorted(nodes):
-        parent = parents.get(module_id, schema.NO_MODULE)
-        (nodes[parent]["children"] if parent in nodes else roots).append(nodes[module_id])
-    order, stack = [], list(roots)
-    while stack:  # iterative: module trees can be deeper than the recursion limit allows
-        node = stack.pop()
-        order.append(node)
-        stack.extend(node["children"])
-    for node in reversed(order):  # children before parents
-        node["children"] = node["children"] + node.pop("leaves")
-        node["total_us"] = node["self_us"] + sum(c["total_us"] for c in node["children"] if c["kind"] == "module")
-    return roots
-
-
-def module_tree(result: ProfileResult) -> dict[str, Any]:
-    """Kernel time over the module tree: ``total_us`` of a module includes its descendants.
-
-    Parameters
-    ----------
-    result:
-        The result to draw.
-
-    Returns
-    -------
-    dict
-        Nested nodes ``{name, kind, total_us, children}``. A module node's ``name`` is its local
-        name (``qkv``; the root's is ``Type (root)``), ``path`` its qualified name. Each module's
-        children are its submodules, then one leaf per functional call made directly in it, then
-        ``(no functional call)`` for its own kernels outside any call. The top node
-        ``all activity`` also holds ``(outside profiled modules)``; its ``total_us`` is every kernel's.
-    """
-    parts = _per_module_function(result.activity)
-    nodes = _module_nodes(result, parts)
-    modules = result.modules.to_pydict()
-    roots = _link_and_total(nodes, dict(zip(modules["module_id"], modules["parent_module_id"])))
-    outside = sum(us for module_id, rows in parts.items() if module_id not in nodes for _, us in rows)
-    children = sorted(roots, key=lambda n: -n["total_us"])
-    if outside > 0:
-        children.append({"name": "(outside profiled modules)", "kind": "outside", "total_us": outside, "children": []})
-    return {
-        "name": "all activity",
-        "kind": "all",
-        "total_us": sum(c["total_us"] for c in children),
-        "children": children,
-    }
-
-
 def report_data(result: ProfileResult, summary: pd.DataFrame, unit: TimeUnit | None = None) -> dict[str, Any]:
     """What the inline script draws: bar rows, function colours, the module tree and the page unit."""
     unit = unit or Page.of(result, "").unit
     return {
-        "bars": bar_rows(summary, result.total_us, result.attributed_us),
+        "bars": views.bar_rows(summary, result.total_us, result.attributed_us),
         "function_colors": function_colors(summary),
         "tree": module_tree(result),
         "unit": {"symbol": unit.symbol, "scale": unit.scale},
@@ -350,10 +231,10 @@ def _swatch(color: str) -> str:
 def header_section(page: Page) -> str:
     """The title and the run in one line: device, activity source, torch."""
     result = page.result
-    device = {"cuda": "CUDA", "cpu": "CPU"}.get(str(result.metadata.get("device", "")), "")
+    device = {"cuda": "CUDA", "cpu": "CPU"}.get(str(result.metadata.get(schema.META_DEVICE, "")), "")
     parts = [f"{device} run" if device else "run", f"{result.source} activity source"]
-    if result.metadata.get("torch"):
-        parts.append(f"torch {result.metadata['torch']}")
+    if result.metadata.get(schema.META_TORCH):
+        parts.append(f"torch {result.metadata[schema.META_TORCH]}")
     return f"<header><h1>{esc(page.title)}</h1><p>{esc(' · '.join(parts))}</p></header>"
 
 
@@ -587,23 +468,37 @@ def _seconds(text: str) -> str:
         return text
 
 
+def _per_device(text: str) -> str:
+    """``0: NVIDIA H200, 1: NVIDIA H200`` from the ``gpu_properties`` JSON."""
+    return ", ".join(f"{device}: {facts.get('gpu_name', '?')}" for device, facts in sorted(json.loads(text).items()))
+
+
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
 _FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
 METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
-    "device": ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
-    "gpu_name": ("GPU", str),
-    "gpu_compute_capability": ("compute capability", str),
-    "gpu_memory_bytes": ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
-    "torch": ("PyTorch", str),
-    "op_tracer": ("aten op tracer", lambda v: _TRACERS.get(v, v)),
-    "functions": ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
-    "seconds_start": ("starting the activity collector", _seconds),
-    "seconds_pass": ("the recorded pass", _seconds),
-    "seconds_flush": ("flushing activity records", _seconds),
-    "seconds_decode": ("decoding activity records", _seconds),
-    "seconds_join": ("joining kernels to ops, calls and modules", _seconds),
-    "activity_minus_host_ns": ("activity clock minus host clock", lambda v: f"{v} ns"),
-    "activity_ticks_per_ns": ("activity clock ticks per ns", str),
+    schema.META_DEVICE: ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
+    schema.META_GPU_NAME: ("GPU", str),
+    schema.META_GPU_CAPABILITY: ("compute capability", str),
+    schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
+    schema.META_TORCH: ("PyTorch", str),
+    schema.META_OP_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
+    schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
+    seconds_key("start"): ("starting the activity collector", _seconds),
+    seconds_key("pass"): ("the recorded pass", _seconds),
+    seconds_key("flush"): ("flushing activity records", _seconds),
+    seconds_key("decode"): ("decoding activity records", _seconds),
+    seconds_key("join"): ("joining kernels to ops, calls and modules", _seconds),
+    schema.META_CLOCK_OFFSET: ("activity clock minus host clock", lambda v: f"{v} ns"),
+    schema.META_TICKS_PER_NS: ("activity clock ticks per ns", str),
+    schema.GPU_DEVICES_KEY: ("GPUs used", str),
+    schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
+    schema.RANK_KEY: ("rank", str),
+    schema.WORLD_SIZE_KEY: ("world size", str),
+    schema.HOST_KEY: ("host", str),
+    schema.LOCAL_RANK_KEY: ("local rank", str),
+    schema.DISTRIBUTED_BACKEND_KEY: ("torch.distributed backend", str),
+    schema.MERGED_RANKS_KEY: ("merged ranks", str),
+    schema.RANK_METADATA_KEY: ("each rank's metadata", lambda v: f"{len(json.loads(v))} ranks; kept in the result"),
 }
 
 
@@ -644,6 +539,7 @@ SECTIONS: tuple[Section, ...] = (
     kernels_section,
     modules_section,
     coverage_section,
+    lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
     lambda page: sample_time_section(page.result),  # the most expensive distinct samples
     samples_section,
     run_section,

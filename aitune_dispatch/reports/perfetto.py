@@ -1,57 +1,83 @@
 """Chrome trace JSON in Kineto's conventions: opens in Perfetto, chrome://tracing and HTA.
 
 Host side, one process ``CPU``, one track per profiled thread: module forwards (``cat: "module"``),
-functional calls (``cat: "functional"``) and aten ops (``cat: "cpu_op"``, args ``External id`` =
-op id) as nested complete ("X") slices. Device side, one process ``GPU <device>`` per device, one
-track per stream: kernels (``cat: "kernel"``), memcpys (``"gpu_memcpy"``) and memsets
-(``"gpu_memset"``), each with the args Kineto writes and HolisticTraceAnalysis reads: ``device``,
-``stream``, ``correlation`` (the CUPTI correlation id) and ``External id`` (the launching op's id),
-plus ours (``op``, ``module``, ``function``). A flow arrow (``cat: "ac2g"``, ``s`` → ``f`` with
-``bp: "e"``) leads from each op to each kernel it launched, starting where the op starts and ending
-where the kernel starts, so no arrow goes back in time (a kernel that starts before its op on the
-mapped clock gets no arrow; ``otherData.flows_skipped`` counts them). The collector keeps no
-runtime/driver API records, so the trace has no ``cuda_runtime`` launch slices: arrows start on the
-op. ``deviceProperties`` lists the GPUs whose properties the result's metadata names
-(``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``).
+functional calls (``cat: "functional"``), aten ops (``cat: "cpu_op"``, args ``External id`` = op
+id) and the CUDA API calls that launched the GPU work (``cat: "cuda_runtime"`` / ``"cuda_driver"``,
+named as Kineto names them, ``cudaLaunchKernel``; args ``cbid``, ``correlation``, ``External id``
+where an op claimed the launch, ``os_thread``) as nested complete ("X") slices. A launch goes on
+the track of the thread whose op launched it; a launch no op claimed goes on the track its CUPTI
+thread id maps to through the other launches, else on a track of its own (``os thread <id>``).
+Device side, one process ``GPU <device>`` per device, one track per stream: kernels (``cat:
+"kernel"``), memcpys (``"gpu_memcpy"``) and memsets (``"gpu_memset"``), each with the args Kineto
+writes and HolisticTraceAnalysis reads: ``device``, ``stream``, ``correlation`` (the CUPTI
+correlation id) and ``External id`` (the launching op's id), plus ours (``op``, ``module``,
+``function``): which op launched a kernel is in its args. A flow arrow (``cat: "ac2g"``, ``s`` →
+``f`` with ``bp: "e"``, Kineto's convention) leads from each launch slice's start to the start of
+each kernel / memcpy / memset of the same correlation id. Launch and kernel are both CUPTI
+timestamps, so an arrow never goes back in time; one that would (an explicit clock offset that
+disagrees) is left out and counted in ``otherData.flows_skipped``. Results without launch records
+(the CPU source, results saved before the ``launches`` table) have no launch slices and no arrows.
+``deviceProperties`` lists the GPUs whose properties the result's metadata names
+(``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``; per device from
+``gpu_properties`` when the run used several GPUs).
+
+Several GPUs in one process: one process (track group) ``GPU <device>`` per device. A merged
+result (:func:`aitune_dispatch.merge`, a ``rank`` column) lays every rank out as its own processes:
+``rank <r> CPU`` (pid ``r * RANK_PID_STRIDE + 1``) and ``rank <r> GPU <device>`` (pid
+``r * RANK_PID_STRIDE + 100 + device``), sorted by rank. Ranks on one host share its monotonic
+clock, so their timelines line up; ranks on other hosts are each on their own host's clock.
 
 With the CPU activity source each op is written once, as its ``cpu_op`` slice on its thread (the
 op's measured time; the activity row's name is in ``args.kernel``), with no GPU tracks and no
 arrows. Timestamps are µs (floats) after the earliest event. A path ending in ``.gz`` is written
 gzip-compressed.
 
-Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux); CUDA
-activity times are CUPTI's. ``gpu_clock_offset_ns`` = CUPTI time − host time at one instant,
-subtracted from every GPU timestamp. Taken from the argument, else from ``result.metadata[GPU_CLOCK_OFFSET_KEY]``,
-else 0 (the same clock) when every kernel starts within a second after its op, else estimated as
-the smallest kernel-start − op-start gap. ``otherData`` says which one was used.
+Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
+collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
+corrects nothing: it asks the clock's owner, ``collection.clock.activity_minus_host_ns``, how far
+device (and launch) timestamps sit from host ones (0 for every run recorded since; the argument, the result's
+``metadata[GPU_CLOCK_OFFSET_KEY]``, or what a result that never said implies) and subtracts that.
+``otherData`` says where the offset came from.
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .base import Renderer, module_labels, op_times
+from .. import schema
+from ..collection.clock import activity_minus_host_ns
+from ..results.views import module_labels, op_times
+from ..schema import GPU_PROPERTIES_KEY, HOST_KEY, RANK_COLUMN, RANK_METADATA_KEY
+from .base import Renderer
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-GPU_CLOCK_OFFSET_KEY = "activity_minus_host_ns"  # written by the profiler: activity clock − host clock
+GPU_CLOCK_OFFSET_KEY = schema.META_CLOCK_OFFSET  # written by the capture: activity clock − host clock
 CPU_PID = 1
 GPU_PID_BASE = 100
-SAME_CLOCK_WINDOW_NS = 1_000_000_000
+RANK_PID_STRIDE = 1000  # a merged result's rank r has the pids r * RANK_PID_STRIDE + (CPU_PID | GPU_PID_BASE + device)
 FLOW_CAT = "ac2g"  # Kineto's name for launch-to-GPU flows
-KINETO_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "cpu_op": "cpu_op"}
+KINETO_CATS = {  # activity kind -> Kineto's category
+    schema.KIND_KERNEL: "kernel",
+    schema.KIND_MEMCPY: "gpu_memcpy",
+    schema.KIND_MEMSET: "gpu_memset",
+    schema.KIND_CPU_OP: "cpu_op",
+}
+LAUNCH_CATS = {schema.LAUNCH_API_RUNTIME: "cuda_runtime", schema.LAUNCH_API_DRIVER: "cuda_driver"}  # api -> cat
+OS_THREAD_TID_BASE = 1_000_000  # tid = base + CUPTI thread id: launches on a thread no op ran on
 DEVICE_PROPERTIES = {  # metadata key -> deviceProperties field
-    "gpu_name": "name",
-    "gpu_memory_bytes": "totalGlobalMem",
-    "gpu_sm_count": "numSms",
+    schema.META_GPU_NAME: "name",
+    schema.META_GPU_MEMORY: "totalGlobalMem",
+    schema.META_GPU_SMS: "numSms",
 }
 
 
@@ -72,7 +98,20 @@ def _tid(thread: int | None) -> int:
 
 
 def _is_gpu(kind: str | None, device: int | None) -> bool:
-    return kind != "cpu_op" and device is not None and device >= 0
+    return kind != schema.KIND_CPU_OP and device is not None and device >= 0
+
+
+def _pid(rank: int | None, base: int) -> int:
+    return (rank or 0) * RANK_PID_STRIDE + base
+
+
+def _is_gpu_pid(pid: int) -> bool:
+    return pid % RANK_PID_STRIDE >= GPU_PID_BASE
+
+
+def _ranks(table: pa.Table) -> list[int | None]:
+    """Each row's rank (a merged result's ``rank`` column), None for every row of an unmerged one."""
+    return table[RANK_COLUMN].to_pylist() if RANK_COLUMN in table.column_names else [None] * table.num_rows
 
 
 # -- host slices -----------------------------------------------------------------------------------------
@@ -80,7 +119,7 @@ def _module_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) ->
     rows = result.module_calls.to_pydict()
     return [
         Slice(
-            CPU_PID,
+            _pid(rank, CPU_PID),
             _tid(thread),
             start,
             max(end, start),
@@ -88,18 +127,26 @@ def _module_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) ->
             "module",
             {"module_id": mid, "module_type": labels.get(mid, ("", ""))[1]},
         )
-        for mid, start, end, thread in zip(rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"])
+        for mid, start, end, thread, rank in zip(
+            rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"], _ranks(result.module_calls)
+        )
     ]
 
 
 def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> list[Slice]:
     rows = result.calls.to_pydict()
     fields = zip(
-        rows["call_id"], rows["function_name"], rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"]
+        rows["call_id"],
+        rows["function_name"],
+        rows["module_id"],
+        rows["start_ns"],
+        rows["end_ns"],
+        rows["thread"],
+        _ranks(result.calls),
     )
     return [
         Slice(
-            CPU_PID,
+            _pid(rank, CPU_PID),
             _tid(thread),
             start,
             max(end, start),
@@ -107,7 +154,7 @@ def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> l
             "functional",
             {"call_id": cid, "module_id": mid, "module": labels.get(mid, ("", ""))[0]},
         )
-        for cid, name, mid, start, end, thread in fields
+        for cid, name, mid, start, end, thread, rank in fields
         if start or end  # calls attributed from compiled code or a graph capture are not timed (0, 0)
     ]
 
@@ -117,13 +164,15 @@ def _op_slices(
 ) -> list[Slice]:
     rows = result.ops.select(["op_id", "op", "call_id", "module_id"]).to_pydict()
     out = []
-    for op_id, name, call_id, module_id in zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"]):
+    ops = zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"], _ranks(result.ops))
+    for op_id, name, call_id, module_id, rank in ops:
         if op_id in timed:
             start, end, thread = timed[op_id]
             args = {"External id": op_id, "op_id": op_id, "call_id": call_id, "module_id": module_id}
             if op_id in cpu_rows:  # the CPU source's own row for this op: its name and time, once
                 args |= {"kernel": cpu_rows[op_id]["kernel"], "kernel_us": cpu_rows[op_id]["kernel_us"]}
-            out.append(Slice(CPU_PID, _tid(thread), start, end, name, "cpu_op", args))
+            cat = KINETO_CATS[schema.KIND_CPU_OP]
+            out.append(Slice(_pid(rank, CPU_PID), _tid(thread), start, end, name, cat, args))
     return out
 
 
@@ -154,12 +203,13 @@ _ACTIVITY_COLUMNS = [
 
 
 def _activity_rows(result: ProfileResult) -> list[dict[str, Any]]:
-    return result.activity.select(_ACTIVITY_COLUMNS).to_pylist()
+    columns = _ACTIVITY_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.activity.column_names else [])
+    return result.activity.select(columns).to_pylist()
 
 
 def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The CPU source's activity rows that stand for an op (written once, as the op's slice)."""
-    return {row["op_id"]: row for row in rows if row["kind"] == "cpu_op" and row["op_id"] is not None}
+    return {row["op_id"]: row for row in rows if row["kind"] == schema.KIND_CPU_OP and row["op_id"] is not None}
 
 
 def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[int, dict[str, Any]]) -> list[Slice]:
@@ -169,7 +219,9 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
         if not gpu and row["op_id"] in cpu_ops and cpu_ops[row["op_id"]] is row:
             continue  # already the op's slice
         shift = offset_ns if gpu else 0
-        pid, tid = (GPU_PID_BASE + row["device"], row["stream"]) if gpu else (CPU_PID, _tid(row["thread"]))
+        rank = row.get(RANK_COLUMN)
+        pid = _pid(rank, GPU_PID_BASE + row["device"] if gpu else CPU_PID)
+        tid = row["stream"] if gpu else _tid(row["thread"])
         args: dict[str, Any] = {
             "device": row["device"],
             "stream": row["stream"] if gpu else -1,
@@ -185,27 +237,78 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
     return out
 
 
+# -- launch slices (CUDA runtime / driver API records) ---------------------------------------------------
+_LAUNCH_COLUMNS = ["correlation_id", "api", "cbid", "api_name", "start_ns", "end_ns", "os_thread"]
+
+
+def _launched(result: ProfileResult) -> dict[tuple[int, int], tuple[int | None, int | None]]:
+    """``(rank, correlation id) -> (recorder thread, op id)`` of the first GPU row each launch started."""
+    rows = result.activity.select(["correlation_id", "kind", "device", "thread", "op_id"]).to_pydict()
+    out: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    fields = zip(rows["correlation_id"], rows["kind"], rows["device"], rows["thread"], rows["op_id"])
+    for rank, (correlation, kind, device, thread, op_id) in zip(_ranks(result.activity), fields):
+        if _is_gpu(kind, device):
+            out.setdefault((rank or 0, correlation), (thread, op_id))
+    return out
+
+
+def _thread_of_os_thread(
+    rows: list[dict[str, Any]], launched: dict[tuple[int, int], tuple[int | None, int | None]]
+) -> dict[tuple[int, int], int]:
+    """``(rank, CUPTI thread id) -> recorder thread``: the thread most of that OS thread's claimed launches ran on."""
+    votes: dict[tuple[int, int], collections.Counter[int]] = {}
+    for row in rows:
+        rank = row.get(RANK_COLUMN) or 0
+        thread = launched.get((rank, row["correlation_id"]), (None, None))[0]
+        if thread is not None:
+            votes.setdefault((rank, row["os_thread"]), collections.Counter())[thread] += 1
+    return {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
+
+
+def _launch_slices(result: ProfileResult, offset_ns: int) -> list[Slice]:
+    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track (CUPTI clock shifted)."""
+    if result.launches.num_rows == 0:
+        return []
+    columns = _LAUNCH_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.launches.column_names else [])
+    rows = result.launches.select(columns).to_pylist()
+    launched = _launched(result)
+    by_os_thread = _thread_of_os_thread(rows, launched)
+    out = []
+    for row in rows:
+        rank = row.get(RANK_COLUMN)
+        thread, op_id = launched.get((rank or 0, row["correlation_id"]), (None, None))
+        if thread is None:
+            thread = by_os_thread.get((rank or 0, row["os_thread"]))
+        tid = _tid(thread) if thread is not None else OS_THREAD_TID_BASE + row["os_thread"]
+        args: dict[str, Any] = {
+            "cbid": row["cbid"],
+            "correlation": row["correlation_id"],
+            **({} if op_id is None else {"External id": op_id}),
+            "os_thread": row["os_thread"],
+        }
+        start, end = row["start_ns"] - offset_ns, max(row["end_ns"], row["start_ns"]) - offset_ns
+        cat = LAUNCH_CATS.get(row["api"], row["api"])
+        out.append(Slice(_pid(rank, CPU_PID), tid, start, end, row["api_name"], cat, args))
+    return out
+
+
 # -- clock offset --------------------------------------------------------------------------------------
-def _launch_gaps(result: ProfileResult, timed: dict[int, tuple[int, int, int]]) -> list[int]:
-    rows = result.activity.select(["kind", "device", "op_id", "start_ns"]).to_pydict()
-    return [
-        start - timed[op_id][0]
-        for kind, device, op_id, start in zip(rows["kind"], rows["device"], rows["op_id"], rows["start_ns"])
-        if _is_gpu(kind, device) and op_id in timed
-    ]
-
-
 def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = None) -> tuple[int, str]:
-    """``(CUPTI − host offset in ns, where it came from)`` for this result's GPU timestamps."""
-    if gpu_clock_offset_ns is not None:
-        return int(gpu_clock_offset_ns), "argument"
-    recorded = result.metadata.get(GPU_CLOCK_OFFSET_KEY)
-    if recorded not in (None, ""):
-        return int(recorded), f"metadata[{GPU_CLOCK_OFFSET_KEY!r}]"
-    gaps = _launch_gaps(result, _op_time_map(result))
-    if not gaps or all(0 <= gap <= SAME_CLOCK_WINDOW_NS for gap in gaps):
-        return 0, "assumed: same clock"
-    return min(gaps), "estimated: earliest kernel starts as its op starts"
+    """``(activity − host offset in ns, where it came from)`` for this result's GPU timestamps.
+
+    Parameters
+    ----------
+    result:
+        The result to lay out.
+    gpu_clock_offset_ns:
+        An offset the caller knows; None asks the result (``collection.clock.activity_minus_host_ns``).
+
+    Returns
+    -------
+    tuple[int, str]
+        The offset subtracted from every GPU timestamp, and its source (kept in ``otherData``).
+    """
+    return activity_minus_host_ns(result.activity, result.ops, result.metadata, gpu_clock_offset_ns)
 
 
 # -- events --------------------------------------------------------------------------------------------
@@ -222,20 +325,25 @@ def _complete(piece: Slice, origin_ns: int) -> dict[str, Any]:
     }
 
 
-def _flows(ops: list[Slice], kernels: list[Slice], origin_ns: int) -> tuple[list[dict[str, Any]], int]:
-    """Kineto ``ac2g`` arrows from each op's start to the start of each GPU slice it launched."""
-    by_op = {piece.args["op_id"]: piece for piece in ops}
+def _flows(launches: list[Slice], device: list[Slice], origin_ns: int) -> tuple[list[dict[str, Any]], int]:
+    """Kineto ``ac2g`` arrows from each launch slice's start to the start of each GPU slice it launched."""
+    by_launch: dict[tuple[int, int], Slice] = {}
+    for launch in launches:
+        by_launch.setdefault((launch.pid // RANK_PID_STRIDE, launch.args["correlation"]), launch)
     events: list[dict[str, Any]] = []
     skipped = 0
-    for kernel in kernels:
-        op = by_op.get(kernel.args.get("External id")) if kernel.pid >= GPU_PID_BASE else None
-        if op is None:
+    for kernel in device:
+        if not _is_gpu_pid(kernel.pid):
             continue
-        if kernel.start_ns < op.start_ns:  # the clocks disagree: an arrow would go back in time
+        launch = by_launch.get((kernel.pid // RANK_PID_STRIDE, kernel.args["correlation"]))
+        if launch is None:
+            continue
+        if kernel.start_ns < launch.start_ns:  # the clocks disagree: an arrow would go back in time
             skipped += 1
             continue
         common = {"name": FLOW_CAT, "cat": FLOW_CAT, "id": len(events) // 2 + 1}
-        events.append({"ph": "s", "pid": op.pid, "tid": op.tid, "ts": (op.start_ns - origin_ns) / 1000.0, **common})
+        ts = (launch.start_ns - origin_ns) / 1000.0
+        events.append({"ph": "s", "pid": launch.pid, "tid": launch.tid, "ts": ts, **common})
         events.append(
             {"ph": "f", "bp": "e", "pid": kernel.pid, "tid": kernel.tid, "ts": (kernel.start_ns - origin_ns) / 1000.0}
             | common
@@ -243,19 +351,36 @@ def _flows(ops: list[Slice], kernels: list[Slice], origin_ns: int) -> tuple[list
     return events, skipped
 
 
-def _process_name(pid: int) -> str:
-    return "CPU" if pid == CPU_PID else f"GPU {pid - GPU_PID_BASE}"
+def _process_name(pid: int, hosts: dict[int, str] | None = None) -> str:
+    """``CPU`` / ``GPU <d>``; in a merged result ``rank <r> CPU (<host>)`` / ``rank <r> GPU <d>``."""
+    rank, local = divmod(pid, RANK_PID_STRIDE)
+    name = "CPU" if local == CPU_PID else f"GPU {local - GPU_PID_BASE}"
+    if hosts is None:
+        return name
+    host = hosts.get(rank, "") if local == CPU_PID else ""
+    return f"rank {rank} {name}" + (f" ({host})" if host else "")
 
 
 def _thread_name(pid: int, tid: int) -> str:
-    return f"stream {tid}" if pid >= GPU_PID_BASE else f"thread {tid - 1}"
+    if _is_gpu_pid(pid):
+        return f"stream {tid}"
+    return f"os thread {tid - OS_THREAD_TID_BASE}" if tid >= OS_THREAD_TID_BASE else f"thread {tid - 1}"
 
 
-def _track_metadata(slices: Iterable[Slice]) -> list[dict[str, Any]]:
+def _rank_hosts(result: ProfileResult) -> dict[int, str] | None:
+    """``rank -> host`` of a merged result (None for an unmerged one: its processes keep plain names)."""
+    if RANK_COLUMN not in result.activity.column_names:
+        return None
+    records = json.loads(result.metadata.get(RANK_METADATA_KEY) or "{}")
+    return {int(rank): str(entry.get("metadata", {}).get(HOST_KEY, "")) for rank, entry in records.items()}
+
+
+def _track_metadata(slices: Iterable[Slice], hosts: dict[int, str] | None = None) -> list[dict[str, Any]]:
     tracks = sorted({(piece.pid, piece.tid) for piece in slices})
     events: list[dict[str, Any]] = []
     for pid in sorted({pid for pid, _ in tracks}):
-        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": _process_name(pid)}})
+        name = _process_name(pid, hosts)
+        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}})
         events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": pid}})
     for pid, tid in tracks:
         events.append(
@@ -276,6 +401,20 @@ def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice]
     return host, ops, _activity_slices(rows, offset_ns, cpu_ops)
 
 
+def _kineto_fields(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """``deviceProperties`` fields from ``gpu_name``, ``gpu_compute_capability``, ... entries."""
+    known = {field: facts[key] for key, field in DEVICE_PROPERTIES.items() if key in facts}
+    capability = str(facts.get(schema.META_GPU_CAPABILITY, ""))
+    if "." in capability:
+        major, minor = capability.split(".", 1)
+        if major.isdigit() and minor.isdigit():
+            known |= {"computeMajor": int(major), "computeMinor": int(minor)}
+    for field in ("totalGlobalMem", "numSms"):
+        if field in known and str(known[field]).isdigit():
+            known[field] = int(known[field])
+    return known
+
+
 def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     """Kineto's ``deviceProperties`` for the GPUs of ``result``, from what its metadata names.
 
@@ -283,28 +422,24 @@ def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     ----------
     result:
         The result; its ``metadata`` may hold ``gpu_name``, ``gpu_compute_capability`` (``"9.0"``),
-        ``gpu_memory_bytes`` and ``gpu_sm_count`` (written by the profiler on CUDA runs).
+        ``gpu_memory_bytes`` and ``gpu_sm_count`` (written by the profiler on CUDA runs), and, for a
+        run on several GPUs, ``gpu_properties`` (the same facts per device, JSON).
 
     Returns
     -------
     list[dict]
-        One entry per GPU device in the activity (``id`` plus the known fields); empty when the
-        metadata names none of them (results recorded before these keys existed, CPU runs).
+        One entry per GPU device in the activity (``id`` plus the known fields, a device's own
+        where ``gpu_properties`` has them); empty when the metadata names none of them (results
+        recorded before these keys existed, CPU runs).
     """
-    known = {field: result.metadata[key] for key, field in DEVICE_PROPERTIES.items() if key in result.metadata}
-    capability = str(result.metadata.get("gpu_compute_capability", ""))
-    if "." in capability:
-        major, minor = capability.split(".", 1)
-        if major.isdigit() and minor.isdigit():
-            known |= {"computeMajor": int(major), "computeMinor": int(minor)}
-    if not known or result.activity.num_rows == 0:
+    if result.activity.num_rows == 0:
         return []
-    for field in ("totalGlobalMem", "numSms"):
-        if field in known and str(known[field]).isdigit():
-            known[field] = int(known[field])
+    shared = _kineto_fields(result.metadata)
+    per_device = json.loads(result.metadata.get(GPU_PROPERTIES_KEY) or "{}")
     gpu = pc.filter(result.activity["device"], pc.greater_equal(result.activity["device"], 0))
     devices = sorted(d for d in pc.unique(gpu).to_pylist() if d is not None)
-    return [{"id": device, **known} for device in devices]
+    entries = [{"id": device, **(_kineto_fields(per_device.get(str(device), {})) or shared)} for device in devices]
+    return [entry for entry in entries if len(entry) > 1]
 
 
 def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = None) -> dict[str, Any]:
@@ -323,12 +458,13 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
         ``{"schemaVersion", "traceEvents", "deviceProperties", "displayTimeUnit", "otherData"}``.
     """
     offset_ns, offset_source = gpu_clock_offset(result, gpu_clock_offset_ns)
-    host, ops, device = _host_and_device(result, offset_ns)
-    slices = host + device
+    host, _, device = _host_and_device(result, offset_ns)
+    launches = _launch_slices(result, offset_ns)
+    slices = host + launches + device
     origin_ns = min((piece.start_ns for piece in slices), default=0)
     ordered = sorted(slices, key=lambda p: (p.pid, p.tid, p.start_ns, p.start_ns - p.end_ns))  # parents first
-    flows, skipped = _flows(ops, device, origin_ns)
-    events = _track_metadata(slices) + [_complete(p, origin_ns) for p in ordered] + flows
+    flows, skipped = _flows(launches, device, origin_ns)
+    events = _track_metadata(slices, _rank_hosts(result)) + [_complete(p, origin_ns) for p in ordered] + flows
     other = {
         "source": result.source,
         "gpu_clock_offset_ns": offset_ns,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from .. import schema
 from ..results import views
 from .base import human_time, short_kernel_name, time_unit
 
@@ -226,11 +227,11 @@ def mismatch_warning(a: ProfileResult, b: ProfileResult) -> str | None:
     """A one-line warning when two results come from different activity sources or devices, else None."""
 
     def where(result: ProfileResult) -> str:
-        device = result.metadata.get("device")
+        device = result.metadata.get(schema.META_DEVICE)
         return f"{result.source} on {device}" if device and device != result.source else result.source
 
     sources_differ = a.source.split("/")[0] != b.source.split("/")[0]
-    devices_differ = a.metadata.get("device") != b.metadata.get("device")
+    devices_differ = a.metadata.get(schema.META_DEVICE) != b.metadata.get(schema.META_DEVICE)
     if not (sources_differ or devices_differ):
         return None
     return (

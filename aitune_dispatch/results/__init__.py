@@ -4,22 +4,29 @@ Importing this package, loading a saved result, describing and comparing need no
 """
 
 from .comparison import compare
-from .persist import OpaqueValue, ResultFormatError, TensorMeta, load_result, save_result
-from .profile_result import ProfileResult
+from .persist import ResultFormatError
+from .profile_result import ProfileResult, load, load_result, save_result
+from .rank_views import collectives, compare_ranks, function_ranks, rank_summary
+from .ranks import merge, select_rank
 from .summary import describe_results, empty_summary, logical_bytes
-
-load = load_result
+from .values import OpaqueValue, TensorMeta
 
 __all__ = [
     "OpaqueValue",
     "ProfileResult",
     "ResultFormatError",
     "TensorMeta",
+    "collectives",
     "compare",
+    "compare_ranks",
     "describe_results",
     "empty_summary",
+    "function_ranks",
     "load",
     "load_result",
     "logical_bytes",
+    "merge",
+    "rank_summary",
     "save_result",
+    "select_rank",
 ]

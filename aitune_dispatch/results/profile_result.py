@@ -1,4 +1,9 @@
-"""The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views."""
+"""The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views.
+
+The analyses are :mod:`.views`; keeping is :mod:`.persist` (which this module hands a
+:class:`~.persist.Stored` and builds itself from), the sample codec :mod:`.values`; a notebook
+shows the result through ``aitune_dispatch.display`` (drawn by the reports stage).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
-from ..joining import attributed_mask
-from .samples import sample_table
+from .. import display, schema
+from ..schema import FunctionData
+from . import persist, ranks, views
+from .samples import no_sample_column, sample_table
+from .split import describe_by
 from .summary import describe_results
+from .values import check_tensors_savable, function_data_from_table, function_data_table
 
-FunctionData = dict[str, list[tuple[int, Any]]]
+__all__ = ["FunctionData", "ProfileResult", "load", "load_result", "save_result"]
+ADDED_TABLES = schema.ADDED_TABLES  # tables a result gained after results were first saved
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -79,9 +88,15 @@ class ProfileResult:
     metadata:
         ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``), clock facts,
         and how compiled kernels and CUDA graph replays were attributed (``schema.META_*``).
+    launches:
+        The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
+        ``correlation_id, api, cbid, api_name, start_ns, end_ns, os_thread``; one row per launch,
+        copy or set call, sharing ``correlation_id`` with what it launched). Empty for the CPU
+        source and for results saved before it existed.
     kernel_sources:
         Every FX source (functional call or other call) each attributed compiled kernel was fused
-        from (``schema.KERNEL_SOURCES``): rank 0 is the call the kernel is attributed to.
+        from (``schema.KERNEL_SOURCES``): rank 0 is the call the kernel is attributed to. Empty for
+        eager runs and for results saved before it existed.
 
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
@@ -99,12 +114,13 @@ class ProfileResult:
     dropped_records: int = 0
     warnings: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
     kernel_sources: pa.Table = field(default_factory=lambda: schema.empty(schema.KERNEL_SOURCES))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
         """Activity rows enclosed by both a profiled module and a functional call."""
-        return self.activity.filter(attributed_mask(self.activity))
+        return views.attributed(self.activity)
 
     def profiling_df(self) -> pd.DataFrame:
         """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns."""
@@ -123,8 +139,25 @@ class ProfileResult:
             columns=schema.PROFILING_COLUMNS,
         )
 
-    def describe(self, top_k: int = 10) -> pd.DataFrame:
-        """The spec's ``describe_results`` for this run."""
+    def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
+        """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
+
+        Parameters
+        ----------
+        top_k:
+            The most rows (per part when split).
+        by:
+            None: the spec's summary. ``"device"``: one summary per GPU device, ``"rank"``: one per
+            rank of a merged result, stacked under a ``device`` / ``rank`` column
+            (:mod:`aitune_dispatch.results.split`).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
+        """
+        if by is not None:
+            return describe_by(self, by, top_k)
         return describe_results(self.profiling_df(), self.function_data, top_k)
 
     def samples(self) -> pd.DataFrame:
@@ -145,22 +178,21 @@ class ProfileResult:
     @property
     def total_us(self) -> float:
         """Kernel time of every recorded activity row, attributed or not."""
-        return float(pc.sum(self.activity["kernel_us"]).as_py() or 0.0)
+        return views.total_us(self.activity)
 
     @property
     def attributed_us(self) -> float:
         """Kernel time of the rows ``profiling_df()`` reports."""
-        return float(pc.sum(self.attributed()["kernel_us"]).as_py() or 0.0)
+        return views.attributed_us(self.activity)
 
     @property
     def coverage(self) -> float:
         """Attributed kernel time over all kernel time (NaN when nothing ran)."""
-        total = self.total_us
-        return self.attributed_us / total if total > 0 else math.nan
+        return views.coverage(self.activity)
 
     def unattributed(self) -> pd.DataFrame:
         """Kernels missing a module or a functional call, with the op and module that launched them."""
-        rows = self.activity.filter(pc.invert(attributed_mask(self.activity)))
+        rows = views.unattributed(self.activity)
         return rows.select(
             ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
         ).to_pandas()
@@ -172,9 +204,7 @@ class ProfileResult:
     # -- display --------------------------------------------------------------------------------------
     def __repr__(self) -> str:
         """One line: source, device, rows, distinct kernels, coverage and the top functions."""
-        from .views import headline
-
-        head = headline(self)
+        head = views.headline(self)
         device = f", device={head.device}" if head.device else ""
         coverage = "n/a" if math.isnan(head.coverage) else f"{head.coverage:.1%}"
         top = ", ".join(f"{name} {us:,.1f} us" for name, us in head.top_functions) or "none"
@@ -184,10 +214,8 @@ class ProfileResult:
         )
 
     def _repr_html_(self) -> str:
-        """The summary and coverage as HTML, for notebooks (Jupyter calls this)."""
-        from ..reports.html import notebook_html  # rendering lives in reports; imported only when displayed
-
-        return notebook_html(self)
+        """The summary and coverage as HTML, for notebooks (Jupyter calls this; drawn by reports)."""
+        return display.notebook_html(self)
 
     # -- keep -----------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
@@ -196,8 +224,6 @@ class ProfileResult:
         Samples keep tensor metadata only unless ``with_tensors=True`` (torch.save of the tensors).
         The layout is documented in :mod:`aitune_dispatch.results.persist`.
         """
-        from .persist import save_result
-
         return save_result(self, path, with_tensors=with_tensors)
 
     @classmethod
@@ -206,8 +232,136 @@ class ProfileResult:
     ) -> ProfileResult:
         """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
 
-        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``.
+        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
+        directory of per-rank results loads as their merge (:func:`load`).
         """
-        from .persist import load_result
+        return load(path, with_tensors=with_tensors, map_location=map_location)
 
-        return load_result(path, with_tensors=with_tensors, map_location=map_location)
+
+# -- keep: a result as persist's tables and manifest, and back ----------------------------------------
+def _result_tables(result: ProfileResult) -> dict[str, pa.Table]:
+    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
+    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
+
+
+def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
+    if with_tensors:
+        check_tensors_savable(result.function_data)
+    tensors: list[Any] | None = [] if with_tensors else None
+    tables = _result_tables(result)
+    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
+    facts = {
+        "source": result.source,
+        "dropped_records": int(result.dropped_records),
+        "warnings": list(result.warnings),
+        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
+    }
+    return persist.Stored(tables, facts, tensors)
+
+
+def _from_stored(stored: persist.Stored) -> ProfileResult:
+    tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **stored.tables}
+    manifest = stored.facts
+    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
+    if missing:
+        raise persist.ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
+    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
+    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
+    metadata = dict(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables["calls"] = no_sample_column(tables["calls"])
+        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
+    return ProfileResult(
+        **{name: tables[name] for name in schema.RESULT_TABLES},
+        function_data=function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors),
+        source=manifest["source"],
+        module_objects=(),
+        dropped_records=manifest["dropped_records"],
+        warnings=tuple(manifest["warnings"]),
+        metadata=metadata,
+    )
+
+
+def save_result(result: ProfileResult, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
+    """Write ``result`` as Parquet (layouts in :mod:`aitune_dispatch.results.persist`).
+
+    Parameters
+    ----------
+    result:
+        The result to keep.
+    path:
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+    with_tensors:
+        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    if not isinstance(result, ProfileResult):
+        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
+    return persist.save(_stored(result, with_tensors), path)
+
+
+def load_result(
+    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> ProfileResult:
+    """Read a result written by :func:`save_result`, without torch unless ``with_tensors``.
+
+    Parameters
+    ----------
+    path:
+        A ``.parquet`` file or a directory written by ``save``.
+    with_tensors:
+        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
+    map_location:
+        Where restored tensors go (``torch.load``'s ``map_location``).
+
+    Returns
+    -------
+    ProfileResult
+        The result, with no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path``, or one saved by a newer version (the message says which).
+    """
+    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location))
+
+
+def load(
+    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> ProfileResult:
+    """Read a saved result, or a directory of saved per-rank results as their :func:`~.ranks.merge`.
+
+    Parameters
+    ----------
+    path:
+        A ``.parquet`` file or a directory written by ``save``; or a directory holding several of
+        them (one per rank, any names: :func:`~.ranks.rank_result_paths`), which are loaded and merged.
+    with_tensors, map_location:
+        As for :func:`load_result`.
+
+    Returns
+    -------
+    ProfileResult
+        The result; a merged one when ``path`` holds per-rank results.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path`` nor inside it, or one saved by a newer version.
+    """
+    folder = Path(path)
+    if folder.is_dir() and not (folder / persist.MANIFEST_FILE).exists():
+        parts = ranks.rank_result_paths(folder)
+        if not parts:
+            raise persist.ResultFormatError(
+                f"{folder} is not a result saved by aitune_dispatch (no {persist.MANIFEST_FILE}) and holds no "
+                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
+                "save() wrote"
+            )
+        return ranks.merge([load_result(part, with_tensors=with_tensors, map_location=map_location) for part in parts])
+    return load_result(path, with_tensors=with_tensors, map_location=map_location)

@@ -16,24 +16,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import schema
-from ..joining import attributed_mask
+from ..schema import SAMPLE_COLUMNS, tensor_strides
+from .views import attributed, attributed_us
 
-SAMPLE_COLUMNS = [
-    "function_name",
-    "sample",  # index into function_data[function_name]
-    "calls",  # recorded calls with this sample (function_data's count)
-    "num_modules",  # distinct profiled modules those calls ran in (NaN where calls carry no sample links)
-    "kernel_us",  # attributed kernel time of those calls; NaN where the calls carry no sample links
-    "kernel_us_per_call",
-    "time_spent_pct",  # of all attributed kernel time (describe_results' denominator)
-    "signature",  # e.g. "f16[2,4096,320] f16[320,320] f16[320]"
-]
+__all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "no_sample_column", "sample_table", "signature"]
+
 # metadata key set on results whose calls carry no sample links (saved before the column existed)
-UNLINKED_KEY = "call_samples"
-UNLINKED_VALUE = "not recorded (saved before functional calls had a sample column)"
+UNLINKED_KEY = schema.META_CALL_SAMPLES
 
 _DTYPE_ABBREVIATIONS = {
     "float16": "f16",
@@ -67,11 +58,7 @@ def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 def _tensor_text(value: Any) -> str:
     shape = tuple(int(s) for s in value.shape)
     text = f"{_dtype_text(value.dtype)}[{','.join(map(str, shape))}]"
-    stride = getattr(value, "stride", None)
-    try:
-        strides = tuple(int(s) for s in (stride() if callable(stride) else stride or ()))
-    except (RuntimeError, NotImplementedError, TypeError):
-        strides = ()
+    strides = tuple(int(s) for s in tensor_strides(value) or ())
     if strides and strides != _contiguous_strides(shape):
         text += "{" + ",".join(map(str, strides)) + "}"  # non-contiguous: the strides, in braces
     return text
@@ -124,7 +111,7 @@ def _call_frame(calls: pa.Table) -> pd.DataFrame:
 
 
 def _call_kernel_us(activity: pa.Table) -> pd.Series:
-    rows = activity.filter(attributed_mask(activity)).select(["call_id", "kernel_us"]).to_pandas()
+    rows = attributed(activity).select(["call_id", "kernel_us"]).to_pandas()
     return rows.groupby("call_id")["kernel_us"].sum()
 
 
@@ -200,9 +187,9 @@ def sample_table(
     else:
         frame["num_modules"] = np.nan  # unknown: which calls had which sample was not recorded
         frame["kernel_us"] = np.nan
-    attributed = float(pc.sum(activity.filter(attributed_mask(activity))["kernel_us"]).as_py() or 0.0)
+    kept_us = attributed_us(activity)
     frame["kernel_us_per_call"] = frame["kernel_us"] / frame["calls"].where(frame["calls"] > 0)
-    frame["time_spent_pct"] = frame["kernel_us"] / attributed * 100.0 if attributed > 0 else 0.0
+    frame["time_spent_pct"] = frame["kernel_us"] / kept_us * 100.0 if kept_us > 0 else 0.0
     frame = frame.sort_values("kernel_us", ascending=False, kind="stable", na_position="last")
     return frame[SAMPLE_COLUMNS].reset_index(drop=True)
 

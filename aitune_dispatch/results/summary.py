@@ -8,27 +8,16 @@ metadata both provide.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..schema import SUMMARY_COLUMNS
+from .values import iter_tensor_likes
 
 BYTES_PER_MB = 1024 * 1024
-
-
-def iter_tensor_likes(value: Any) -> Iterable[Any]:
-    """Every tensor (or tensor metadata) in ``value``, looking inside tuples, lists and dicts."""
-    if hasattr(value, "numel") and hasattr(value, "element_size"):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from iter_tensor_likes(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from iter_tensor_likes(item)
 
 
 def logical_bytes(sample: Any) -> int:

@@ -1,12 +1,12 @@
 """Tracing: everything that runs inside the user's forward (module stack, functional calls, ops)."""
 
+from ..schema import FunctionData, Sample
 from .backends import BACKENDS, make_tracer, resolve_backend
 from .contract import CorrelationTarget, ThreadInfo, Tracer, TraceTables
 from .diagnostics import trace_warnings
 from .dispatch import OpObserver
 from .functional import functional_names, functions_to_intercept
 from .modules import ModuleTracker
-from .samples import FunctionData, Sample
 from .session import TraceSession
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The one place that picks the tracing backend: native (C++) where it is built, else pure Python.
 
-Chosen once per process; falling back warns once, naming the build fix. The profiler records the
-choice in ``result.metadata["tracer"]`` (and, for compatibility, ``"op_tracer"``).
+Chosen once per process; falling back warns once, naming the build fix. The capture records the
+choice in ``result.metadata["tracer"]`` (and, for compatibility, ``"op_tracer"``). The backends'
+names are ``config.OP_TRACERS``; see ``docs/design.md``, "The native tracing backend".
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from collections.abc import Iterable
 
 from torch import nn
 
+from ..config import OP_TRACERS
 from . import native
 from .contract import CorrelationTarget, Tracer
 from .pure import PythonTracer
 
-BACKENDS = ("native", "python")
+BACKENDS = OP_TRACERS
 
 
 @functools.lru_cache(maxsize=1)
@@ -31,11 +33,25 @@ def default_backend() -> str:
 
 
 def resolve_backend(requested: str | None) -> str:
-    """The backend to trace with: ``requested`` validated (and loadable), or the process default."""
+    """The backend to trace with: ``requested`` (checked to be loadable), or the process default.
+
+    Parameters
+    ----------
+    requested:
+        None, or one of ``config.OP_TRACERS`` (``ProfileConfig`` validated it).
+
+    Returns
+    -------
+    str
+        ``"native"`` or ``"python"``.
+
+    Raises
+    ------
+    ImportError
+        ``"native"`` where it is not built for this torch; the message says how to build it.
+    """
     if requested is None:
         return default_backend()
-    if requested not in BACKENDS:
-        raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {requested!r}")
     if requested == "native":
         native.load()  # ImportError with the fix, now rather than mid-profile
     return requested

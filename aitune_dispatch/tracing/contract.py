@@ -4,7 +4,9 @@ Tracing gives every aten op an op id and every module forward / functional call 
 an activity source that can tag activity with them (CUPTI external correlation ids) says so with a
 non-negative ``correlation_kind`` and takes the ids through the four callbacks below. The native
 backend pushes the same ids itself, in C++, under that kind; the pure-Python backend calls the
-callbacks. A source with ``correlation_kind < 0`` (the CPU source) is told nothing.
+callbacks. A source with ``correlation_kind == schema.NO_CORRELATION`` (the CPU source) is told
+nothing. Scope contexts are pushed as ``schema.SCOPE_BASE + context id`` (``docs/design.md``,
+"Correlation: what CUPTI needs").
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from typing import Protocol
 import pyarrow as pa
 from torch import nn
 
-from .samples import FunctionData
+from ..schema import FunctionData
 
 
 class CorrelationTarget(Protocol):
     """Where op ids and scope contexts go while the pass runs, on the thread that runs it."""
 
-    # CUPTI external-correlation kind that op and scope ids are pushed with; -1: nothing is pushed
+    # CUPTI external-correlation kind that op and scope ids are pushed with; schema.NO_CORRELATION
+    # (-1): nothing is pushed
     correlation_kind: int
 
     def op_started(self, op_id: int, op: str) -> None:
@@ -63,6 +66,7 @@ class TraceTables:
     contexts: pa.Table
     threads: tuple[ThreadInfo, ...]  # by index; the profiling thread is index 0
     scopes_pushed: int  # scope contexts pushed as correlation ids
+    ops_pushed: int  # op ids pushed as correlation ids (every op but views)
 
 
 class Tracer(Protocol):

@@ -1,8 +1,9 @@
 """The ``TorchDispatchMode`` that gives every dispatched aten op an op id.
 
-The op id is the key that joins activity to tracing: the activity source is told when each op
-starts and ends (the CUDA source pushes the id as a CUPTI external correlation id, the CPU
-source times the op), and the recorder stores which module and functional call enclosed it.
+The op id is the key that joins activity to tracing: the recorder stores which module and
+functional call enclosed each op and times it, and the activity source is told when each op starts
+and ends (the CUDA source pushes the id as a CUPTI external correlation id), except for view ops,
+which only compute metadata and launch nothing.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ class OpMode(TorchDispatchMode):
         self._finished = observer.op_finished
         self._add_op = recorder.add_op
         self._end_op = recorder.end_op
-        self._names: dict[Callable[..., Any], tuple[int, str]] = {}
+        # func -> (name id, name, whether its id is pushed: view ops launch nothing, so never)
+        self._names: dict[Callable[..., Any], tuple[int, str, bool]] = {}
+        self.pushed = 0  # op ids handed to the observer
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -82,8 +85,14 @@ class OpMode(TorchDispatchMode):
         named = self._names.get(func)
         if named is None:
             name = op_name(func)
-            named = self._names[func] = (self._recorder.op_names.id(name), name)
+            named = self._names[func] = (self._recorder.op_names.id(name), name, not getattr(func, "is_view", False))
         op_id = self._add_op(named[0])
+        if not named[2]:
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self._end_op(op_id)
+        self.pushed += 1
         self._started(op_id, named[1])
         try:
             return func(*args, **(kwargs or {}))

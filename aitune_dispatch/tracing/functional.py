@@ -1,11 +1,11 @@
 """The ``TorchFunctionMode`` that opens a functional call for every ``torch.nn.functional`` function.
 
-Nested functional calls are seen (DESIGN.md fact 5): a Python-level functional runs as a gate-free
-copy (see gates.py) with this mode re-armed, so the functionals it calls reach the mode again, and
-an op is attributed to the innermost one. When a functional calls back through its own public
-name (boolean-dispatch wrappers such as ``max_pool2d``, or a tensor subclass asking for its
-override: the copy's gates stay honest for subclasses), the nested request runs the original
-function as-is.
+Nested functional calls are seen (``docs/design.md``, "Nested functional calls"): a Python-level
+functional runs as a gate-free copy (see gates.py) with this mode re-armed, so the functionals it
+calls reach the mode again, and an op is attributed to the innermost one. When a functional calls
+back through its own public name (boolean-dispatch wrappers such as ``max_pool2d``, or a tensor
+subclass asking for its override: the copy's gates stay honest for subclasses), the nested
+request runs the original function as-is.
 
 Every call is recorded; only calls made inside the profiled hierarchy (a module of it on the
 thread's module stack) are counted and sampled, as the spec's samples are module-scoped.
@@ -149,7 +149,14 @@ def functional_names() -> frozenset[str]:
 
 
 def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
-    """``(name, function)`` for every functional call the profiler records, sorted by name."""
+    """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
+
+    ``ModuleFunctionKernelProfiler.get_functions_to_patch()``, as the reference's method of that
+    name, but informational: nothing is patched (calls are seen through a ``TorchFunctionMode``).
+    Every public ``torch.nn.functional`` function that dispatches to a function mode, whatever
+    ``function_names`` says (that only selects samples); the names are the ``function_name`` values
+    of ``profiling_df``. ``functions="all"`` also intercepts torch-level APIs, which this leaves out.
+    """
     return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
 
 

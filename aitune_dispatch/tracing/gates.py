@@ -1,6 +1,7 @@
 """``has_torch_function`` gates that do not see our torch-function mode.
 
-Two problems share this tool (DESIGN.md facts 5 and 6):
+Two problems share this tool (``docs/design.md``, "Nested functional calls" and "Fast paths and
+the has_torch_function gate"):
 
 * inside ``__torch_function__`` our mode is popped, so the functional calls nested in a
   Python-level functional are invisible; running a gate-free copy of the functional

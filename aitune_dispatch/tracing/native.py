@@ -6,12 +6,15 @@ correlation ids, records aten ops with a thread-local ``at::RecordFunction`` cal
 ``TorchDispatchMode`` would see), keys samples, and answers torch's ``__torch_function__`` lookup
 on :class:`NativeFunctionMode` with a C function: a torch call that is not an intercepted
 functional costs one dictionary lookup and no Python frame of ours. Same rows, same semantics and
-the same schemas as the pure-Python backend (``tracing/pure.py``).
+the same schemas as the pure-Python backend (``tracing/pure.py``); ``docs/design.md``, "The
+native tracing backend". Its configuration crosses into C++ by name: :class:`NativePass` holds
+every keyword ``start()`` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -22,10 +25,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .. import schema
+from ..schema import FunctionData
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
 from .recorder import other_threads_running
-from .samples import FunctionData, sample_pair_key
+from .samples import sample_pair_key
 
 BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
 
@@ -79,6 +83,93 @@ LOG_PUSHES = -2
 SCOPE_BASE = schema.SCOPE_BASE  # scope contexts are pushed as SCOPE_BASE + context id
 
 
+def _none(*_: Any) -> None:
+    """A callback for a pass that runs no functional call (``NativePass.stacks_only``)."""
+
+
+@dataclass(frozen=True)
+class NativePass:
+    """Everything ``_tracer.start()`` takes, by name; validated here, handed over as keywords.
+
+    Attributes
+    ----------
+    correlation_kind:
+        The CUPTI external-correlation kind op and scope ids are pushed with, or None: nothing is
+        pushed (the CPU activity source).
+    log_pushes:
+        Log every push and pop into ``take()["push_log"]`` instead (tests without a GPU).
+    modules:
+        ``(module, module_id)`` of every module of the hierarchy (and wrappers standing for one).
+    functions:
+        ``{functional: name}``: the functions the mode opens calls for.
+    sample_names:
+        The function names whose samples are collected; None: every function's.
+    all_functions:
+        Torch-level API calls count as calls too (``functions="all"``).
+    rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below:
+        The Python helpers the mode calls: a functional's gate-free copy, a torch-level API's name,
+        torch's function-mode stack push / pop, and whether a mode below ours wants a call itself.
+    sample_key:
+        The Python keyer of samples the C++ keyer does not decide.
+    singletons:
+        ``(torch.dtype, torch.layout, torch.memory_format)``: types keyed by identity.
+    running_before:
+        Idents of the threads (other than this one) already running: not the profiled function's.
+    """
+
+    correlation_kind: int | None
+    log_pushes: bool
+    modules: Sequence[tuple[nn.Module, int]]
+    functions: dict[Callable[..., Any], str]
+    sample_names: frozenset[str] | None
+    all_functions: bool
+    rearmed_copy: Callable[..., Any]
+    api_name: Callable[..., Any]
+    push_mode: Callable[..., Any]
+    pop_mode: Callable[..., Any]
+    routing_mode_below: Callable[[], Any]
+    sample_key: Callable[..., Any] | None
+    singletons: tuple[type, type, type]
+    running_before: Sequence[int]
+
+    def __post_init__(self) -> None:
+        kind = self.correlation_kind
+        if kind is not None and (isinstance(kind, bool) or not isinstance(kind, int) or kind < 0):
+            raise ValueError(f"correlation_kind must be a CUPTI external-correlation kind (>= 0) or None; got {kind!r}")
+        if self.log_pushes and kind is not None:
+            raise ValueError("log_pushes=True logs the ids instead of pushing them: pass correlation_kind=None")
+
+    @classmethod
+    def for_kind(cls, kind: int, modules: Sequence[tuple[nn.Module, int]], **mode: Any) -> NativePass:
+        """A pass for a correlation target's ``correlation_kind``: >= 0 pushes, ``LOG_PUSHES`` logs,
+        ``schema.NO_CORRELATION`` pushes nothing; ``mode`` gives the function-mode fields."""
+        return cls(correlation_kind=kind if kind >= 0 else None, log_pushes=kind == LOG_PUSHES, modules=modules, **mode)
+
+    @classmethod
+    def stacks_only(cls, modules: Sequence[tuple[nn.Module, int]]) -> NativePass:
+        """The module stacks and columns without a functional call or a push (``benchmarks/pass_breakdown.py``)."""
+        return cls(
+            correlation_kind=None,
+            log_pushes=False,
+            modules=modules,
+            functions={},
+            sample_names=None,
+            all_functions=False,
+            rearmed_copy=_none,
+            api_name=_none,
+            push_mode=_none,
+            pop_mode=_none,
+            routing_mode_below=_none,
+            sample_key=None,
+            singletons=_SINGLETON_TYPES,
+            running_before=(),
+        )
+
+    def keywords(self) -> dict[str, Any]:
+        """The fields as ``start()``'s keyword arguments."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
 def _int64(data: bytes) -> pa.Array:
     return pa.array(np.frombuffer(data, dtype=np.int64))
 
@@ -100,6 +191,8 @@ class NativeTracer:
         correlation_kind: int,
         all_functions: bool = False,
     ) -> None:
+        """One pass over ``modules`` (``(module, module_id)`` pairs); ``correlation_kind`` as
+        ``CorrelationTarget.correlation_kind`` (or ``LOG_PUSHES``), ``function_names`` selects samples."""
         self._native = load()
         self._modules = list(modules)
         self._function_names = function_names
@@ -117,20 +210,7 @@ class NativeTracer:
             raise RuntimeError("a NativeTracer records one pass; create a new one")
         if native.running():
             raise RuntimeError("the native tracer is already recording another pass; profile one thing at a time")
-        registry = {func: name for func, name in functional_registry().items()}
-        mode_config = (
-            registry,
-            self._function_names,
-            self._all,
-            rearmed_copy,
-            api_name,
-            torch._C._push_on_torch_function_stack,
-            torch._C._pop_torch_function_stack,
-            routing_mode_below,
-        )
-        # threads running now, except this one, are not the profiled function's
-        running_before = list(other_threads_running())
-        native.start(self._kind, self._modules, mode_config, sample_pair_key, _SINGLETON_TYPES, running_before)
+        native.start(**self._pass().keywords())
         self._mode = self.function_mode = NativeFunctionMode()
         try:
             self._mode.__enter__()
@@ -148,6 +228,24 @@ class NativeTracer:
         finally:
             self._native.stop()
             self._taken = self._native.take()
+
+    def _pass(self) -> NativePass:
+        return NativePass.for_kind(
+            self._kind,
+            self._modules,
+            functions=dict(functional_registry()),
+            sample_names=self._function_names,
+            all_functions=self._all,
+            rearmed_copy=rearmed_copy,
+            api_name=api_name,
+            push_mode=torch._C._push_on_torch_function_stack,
+            pop_mode=torch._C._pop_torch_function_stack,
+            routing_mode_below=routing_mode_below,
+            sample_key=sample_pair_key,
+            singletons=_SINGLETON_TYPES,
+            # threads running now, except this one, are not the profiled function's
+            running_before=list(other_threads_running()),
+        )
 
     def _columns(self) -> dict[str, Any]:
         if self._taken is None:
@@ -182,7 +280,9 @@ class NativeTracer:
             schema=schema.CONTEXTS,
         )
         threads = tuple(ThreadInfo(*row) for row in c["threads"])
-        return TraceTables(ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]))
+        return TraceTables(
+            ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]), int(c["ops_pushed"])
+        )
 
     def push_log(self) -> list[int]:
         """With ``correlation_kind=LOG_PUSHES``: every id pushed during the pass, and -1 for each pop."""

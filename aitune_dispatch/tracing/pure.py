@@ -14,11 +14,13 @@ from types import TracebackType
 
 from torch import nn
 
+from .. import schema
+from ..schema import FunctionData
 from .contract import CorrelationTarget, ThreadInfo, TraceTables
 from .dispatch import OpMode
 from .functional import FunctionalMode
 from .recorder import TraceRecorder
-from .samples import FunctionData, SampleCollector
+from .samples import SampleCollector
 
 
 class _Silent:
@@ -46,7 +48,7 @@ class PythonTracer:
         self.recorder = TraceRecorder()
         self.samples = SampleCollector(function_names)
         self._ids = {id(module): module_id for module, module_id in modules}
-        correlates = target.correlation_kind != -1  # -1: nothing is correlated (the CPU source)
+        correlates = target.correlation_kind != schema.NO_CORRELATION  # the CPU source correlates nothing
         if correlates:  # launches outside any op are tagged with the scope they ran in
             self.recorder.scope_entered = target.scope_entered
             self.recorder.scope_exited = target.scope_exited
@@ -95,6 +97,7 @@ class PythonTracer:
             contexts=recorder.contexts_table(),
             threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in recorder.threads),
             scopes_pushed=len(recorder.ctx_module),
+            ops_pushed=self._modes[1].pushed,
         )
 
     def function_data(self) -> FunctionData:

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-Sample = tuple[tuple[Any, ...], dict[str, Any]]
-FunctionData = dict[str, list[tuple[int, Sample]]]
+from ..schema import FunctionData, Sample, tensor_strides
 
+__all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
 
 _Tensor = torch.Tensor
 # values that are their own key once their type is part of it (the type keeps True and 1 apart)
@@ -21,11 +21,7 @@ _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch
 
 
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
-    try:
-        strides: Any = value.stride()
-    except (RuntimeError, NotImplementedError):  # nested / sparse tensors have no strides
-        strides = None
-    return (_Tensor, value.shape, value.dtype, value.layout, value.device, strides)
+    return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
 
 
 def _plain_key(value: Any) -> tuple[Any, ...]:

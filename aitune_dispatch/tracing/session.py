@@ -7,10 +7,10 @@ from types import TracebackType
 
 import pyarrow as pa
 
+from ..schema import FunctionData
 from .contract import Tracer, TraceTables
 from .gates import ModeBlindGates
 from .modules import ModuleTracker
-from .samples import FunctionData
 
 
 class TraceSession:

@@ -270,22 +270,16 @@ bool function_mode_ready(PyObject* module) {
   return PyModule_AddObject(module, "FunctionModeBase", reinterpret_cast<PyObject*>(&mode_type)) == 0;
 }
 
-// config: (registry {func: name}, wanted frozenset | None, all_functions, rearm, api_name,
-//          push_mode, pop_mode, routing_below)
-bool function_mode_configure(PyObject* args) {
-  PyObject *registry, *wanted, *rearm, *api_name, *push_mode, *pop_mode, *routing_below;
-  int all_functions;
-  if (!PyArg_ParseTuple(args, "O!OpOOOOO", &PyDict_Type, &registry, &wanted, &all_functions, &rearm, &api_name,
-                        &push_mode, &pop_mode, &routing_below))
-    return false;
+bool function_mode_configure(const FunctionModeSettings& settings) {
+  PyObject* registry = settings.functions;
   clear_config();
-  config.wanted = Py_NewRef(wanted);
-  config.all_functions = all_functions != 0;
-  config.rearm = Py_NewRef(rearm);
-  config.api_name = Py_NewRef(api_name);
-  config.push_mode = Py_NewRef(push_mode);
-  config.pop_mode = Py_NewRef(pop_mode);
-  config.routing_below = Py_NewRef(routing_below);
+  config.wanted = Py_NewRef(settings.sample_names);
+  config.all_functions = settings.all_functions;
+  config.rearm = Py_NewRef(settings.rearmed_copy);
+  config.api_name = Py_NewRef(settings.api_name);
+  config.push_mode = Py_NewRef(settings.push_mode);
+  config.pop_mode = Py_NewRef(settings.pop_mode);
+  config.routing_below = Py_NewRef(settings.routing_mode_below);
   config.rearm_cache = PyDict_New();
   config.api_cache = PyDict_New();
   PyObject* ids = PyDict_New();

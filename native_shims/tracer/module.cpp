@@ -1,7 +1,8 @@
 // aitune_dispatch._tracer: the compiled tracing backend (tracing/native.py drives it).
 //
 // One recorded pass: start() takes the hierarchy's modules, the function-mode configuration and
-// the CUPTI correlation kind, resets every column and registers the RecordFunction op callback;
+// the CUPTI correlation kind, all by keyword (tracing/native.py NativePass), resets every column
+// and registers the RecordFunction op callback;
 // the module hooks call enter_module / exit_module; FunctionModeBase handles torch functions;
 // stop() removes the callback; take() hands every column over as bytes plus the collected samples.
 // libcupti is never linked: push/pop are resolved from the copy already loaded in the process.
@@ -19,6 +20,7 @@ namespace {
 
 // kind kLogPushes (tests without a GPU): pushes and pops are logged instead of sent to CUPTI
 constexpr int kLogPushes = -2;
+constexpr int kNoCorrelation = -1;  // nothing is pushed (the CPU activity source)
 std::vector<int64_t> push_log;  // pushed ids, and -1 for each pop
 int log_push(int, uint64_t id) {
   push_log.push_back(int64_t(id));
@@ -82,6 +84,7 @@ void reset_columns() {
   trace.contexts = ContextColumns();
   trace.function_names = Names();
   trace.scopes_pushed = 0;
+  trace.ops_pushed = 0;
   trace.thread_infos.clear();
   ++trace.generation;
   trace.threads = 0;
@@ -117,13 +120,79 @@ bool set_running_before(PyObject* idents) {
   return true;
 }
 
-// start(kind, modules [(module, id)], mode_config, sample_key, singletons, running_before [ident])
-PyObject* py_start(PyObject*, PyObject* args) {
+// The correlation kind start() was given: kind >= 0 pushes to CUPTI, kNoCorrelation nothing,
+// kLogPushes into take()'s push_log.
+bool correlation_kind_of(PyObject* kind, int log_pushes, int* out) {
+  if (log_pushes) {
+    if (kind != Py_None) {
+      PyErr_SetString(PyExc_ValueError, "pass correlation_kind=None with log_pushes=True: logged ids go nowhere else");
+      return false;
+    }
+    *out = kLogPushes;
+    return true;
+  }
+  if (kind == Py_None) {
+    *out = kNoCorrelation;
+    return true;
+  }
+  long value = PyLong_AsLong(kind);
+  if (value == -1 && PyErr_Occurred()) return false;
+  if (value < 0 || value > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "correlation_kind must be a CUPTI external-correlation kind (>= 0) or None; got %ld",
+                 value);
+    return false;
+  }
+  *out = int(value);
+  return true;
+}
+
+// Keyword arguments of start(), all required (checked by name once parsed).
+struct StartArguments {
+  PyObject* correlation_kind = nullptr;
+  int log_pushes = 0;
+  PyObject* modules = nullptr;
+  PyObject* sample_key = nullptr;
+  PyObject* singletons = nullptr;
+  PyObject* running_before = nullptr;
+  FunctionModeSettings mode;
+};
+
+const char* const kStartKeywords[] = {"correlation_kind", "log_pushes", "modules", "functions", "sample_names",
+                                      "all_functions", "rearmed_copy", "api_name", "push_mode", "pop_mode",
+                                      "routing_mode_below", "sample_key", "singletons", "running_before", nullptr};
+
+bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
+  if (PyTuple_GET_SIZE(args) != 0) {
+    PyErr_SetString(PyExc_TypeError, "start() takes keyword arguments only (tracing/native.py NativePass names them)");
+    return false;
+  }
+  int all_functions = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpOO!OpOOOOOOO!O", const_cast<char**>(kStartKeywords),
+                                   &a->correlation_kind, &a->log_pushes, &a->modules, &PyDict_Type, &a->mode.functions,
+                                   &a->mode.sample_names, &all_functions, &a->mode.rearmed_copy, &a->mode.api_name,
+                                   &a->mode.push_mode, &a->mode.pop_mode, &a->mode.routing_mode_below, &a->sample_key,
+                                   &PyTuple_Type, &a->singletons, &a->running_before))
+    return false;
+  a->mode.all_functions = all_functions != 0;
+  PyObject* given[] = {a->correlation_kind, Py_None, a->modules, a->mode.functions, a->mode.sample_names, Py_None,
+                       a->mode.rearmed_copy, a->mode.api_name, a->mode.push_mode, a->mode.pop_mode,
+                       a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before};
+  for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); ++i) {
+    if (given[i] == nullptr) {
+      PyErr_Format(PyExc_TypeError, "start() is missing the keyword argument %s", kStartKeywords[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// start(*, correlation_kind, log_pushes, modules [(module, id)], functions, sample_names, all_functions,
+//       rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons,
+//       running_before [ident]): tracing/native.py NativePass documents each
+PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
+  StartArguments a;
   int kind;
-  PyObject *modules, *mode_config, *sample_key, *singletons, *running_before;
-  if (!PyArg_ParseTuple(args, "iOO!OO!O", &kind, &modules, &PyTuple_Type, &mode_config, &sample_key,
-                        &PyTuple_Type, &singletons, &running_before))
-    return nullptr;
+  if (!parse_start(args, kwargs, &a) || !correlation_kind_of(a.correlation_kind, a.log_pushes, &kind)) return nullptr;
   if (trace.running) {
     PyErr_SetString(PyExc_RuntimeError, "the native tracer is already recording a pass; stop() it first");
     return nullptr;
@@ -139,7 +208,8 @@ PyObject* py_start(PyObject*, PyObject* args) {
   }
   reset_columns();
   release_modules();
-  if (!set_running_before(running_before) || !add_modules(modules) || !function_mode_configure(mode_config) || !samples_configure(sample_key, singletons)) {
+  if (!set_running_before(a.running_before) || !add_modules(a.modules) || !function_mode_configure(a.mode) ||
+      !samples_configure(a.sample_key, a.singletons)) {
     release_modules();
     function_mode_clear();
     samples_clear();
@@ -192,6 +262,15 @@ PyObject* as_bytes(const std::vector<T>& column) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(column.data()), Py_ssize_t(column.size() * sizeof(T)));
 }
 
+// the column as bytes, its memory released at once (at 10^6 kernels a pass holds millions of rows:
+// never both copies of every column at the same time)
+template <typename T>
+PyObject* moved_bytes(std::vector<T>& column) {
+  PyObject* bytes = as_bytes(column);
+  std::vector<T>().swap(column);
+  return bytes;
+}
+
 PyObject* thread_list() {
   PyObject* list = PyList_New(Py_ssize_t(trace.thread_infos.size()));
   for (size_t i = 0; list != nullptr && i < trace.thread_infos.size(); ++i) {
@@ -228,23 +307,24 @@ PyObject* py_take(PyObject*, PyObject*) {
     return nullptr;
   }
   std::lock_guard<std::mutex> guard(trace.op_lock);
-  const OpColumns& o = trace.ops;
-  const CallColumns& c = trace.calls;
-  const ModuleCallColumns& m = trace.module_calls;
-  const ContextColumns& x = trace.contexts;
+  OpColumns& o = trace.ops;
+  CallColumns& c = trace.calls;
+  ModuleCallColumns& m = trace.module_calls;
+  ContextColumns& x = trace.contexts;
   PyObject* samples = samples_take();
   if (samples == nullptr) return nullptr;
   PyObject* result = Py_BuildValue(
-      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N, s:N,s:N, s:N,s:K,s:N}",
-      "op_names", as_list(trace.op_names), "op_name", as_bytes(o.name), "op_module", as_bytes(o.module), "op_call",
-      as_bytes(o.call), "op_thread", as_bytes(o.thread), "op_start", as_bytes(o.start), "op_end", as_bytes(o.end),
-      "function_names", as_list(trace.function_names), "call_name", as_bytes(c.name), "call_parent",
-      as_bytes(c.parent), "call_module", as_bytes(c.module), "call_start", as_bytes(c.start), "call_end",
-      as_bytes(c.end), "call_thread", as_bytes(c.thread), "call_sample", as_bytes(c.sample), "samples", samples,
-      "mcall_module", as_bytes(m.module), "mcall_start", as_bytes(m.start), "mcall_end", as_bytes(m.end),
-      "mcall_thread", as_bytes(m.thread), "ctx_module", as_bytes(x.module), "ctx_call", as_bytes(x.call),
+      "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N, s:N,s:N,s:N,s:N, s:N,s:N, s:N,s:K,s:K,s:N}",
+      "op_names", as_list(trace.op_names), "op_name", moved_bytes(o.name), "op_module", moved_bytes(o.module), "op_call",
+      moved_bytes(o.call), "op_thread", moved_bytes(o.thread), "op_start", moved_bytes(o.start), "op_end", moved_bytes(o.end),
+      "function_names", as_list(trace.function_names), "call_name", moved_bytes(c.name), "call_parent",
+      moved_bytes(c.parent), "call_module", moved_bytes(c.module), "call_start", moved_bytes(c.start), "call_end",
+      moved_bytes(c.end), "call_thread", moved_bytes(c.thread), "call_sample", moved_bytes(c.sample), "samples", samples,
+      "mcall_module", moved_bytes(m.module), "mcall_start", moved_bytes(m.start), "mcall_end", moved_bytes(m.end),
+      "mcall_thread", moved_bytes(m.thread), "ctx_module", moved_bytes(x.module), "ctx_call", moved_bytes(x.call),
       "threads", thread_list(), "scopes_pushed",
-      (unsigned long long)trace.scopes_pushed, "push_log", as_bytes(push_log));
+      (unsigned long long)trace.scopes_pushed, "ops_pushed", (unsigned long long)trace.ops_pushed, "push_log",
+      as_bytes(push_log));
   push_log.clear();
   trace.ops = OpColumns();
   trace.calls = CallColumns();
@@ -254,9 +334,11 @@ PyObject* py_take(PyObject*, PyObject*) {
 }
 
 PyMethodDef methods[] = {
-    {"start", py_start, METH_VARARGS,
-     "start(kind, modules, mode_config, sample_key, singletons): record a pass on this thread; kind >= 0 pushes "
-     "op and scope ids as CUPTI external correlation ids of that kind (-2: into take()'s push_log, for tests)"},
+    {"start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_start)), METH_VARARGS | METH_KEYWORDS,
+     "start(*, correlation_kind, log_pushes, modules, functions, sample_names, all_functions, rearmed_copy, "
+     "api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, running_before): record a pass "
+     "on this thread; correlation_kind (>= 0) pushes op and scope ids as CUPTI external correlation ids of that "
+     "kind, None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},
     {"stop", py_stop, METH_NOARGS, "stop(): remove the op callback and the configuration (idempotent)"},
     {"running", py_running, METH_NOARGS, "running() -> bool"},
     {"enter_module", py_enter_module, METH_O, "enter_module(module): a forward of a profiled module begins"},

@@ -2,7 +2,9 @@
 // TorchDispatchMode would see (the outermost dispatched op that is not a CompositeImplicitAutograd
 // decomposition; ops run inside it are not seen), gives each an op id, pushes that id as a CUPTI
 // external correlation id around the op, and stamps its row with the thread's innermost module and
-// functional call. Nothing here calls into Python.
+// functional call. View ops (torch's OpOverload.is_view rule: an aliased argument, none written)
+// only compute metadata and never launch, so their row is recorded but no id is pushed for them.
+// Nothing here calls into Python.
 
 #include "trace.h"
 
@@ -19,71 +21,91 @@ constexpr int32_t kHidden = -1;  // a name the dispatch mode would not see (a de
 struct Named {
   int32_t id;        // interned name id, or kHidden
   std::string name;  // checked on every cache hit
+  bool push;         // false for view ops: they launch nothing, so no correlation id is pushed
 };
+
+// torch's OpOverload.is_view: some argument aliases an output, and no aliased argument is written
+bool is_view(const c10::OperatorHandle& op) {
+  if (!op.hasSchema()) return false;
+  bool aliased = false;
+  for (const c10::Argument& argument : op.schema().arguments()) {
+    const c10::AliasInfo* alias = argument.alias_info();
+    if (alias == nullptr) continue;
+    if (alias->isWrite()) return false;
+    aliased = true;
+  }
+  return aliased;
+}
 
 // RecordFunction name pointer -> what it names; guarded by trace.op_lock
 std::unordered_map<const char*, Named> name_cache;
 at::CallbackHandle handle = 0;
 
+const Named kUnseen{kHidden, "", false};
+
 // Called with trace.op_lock held. Cached by name pointer (a dispatcher op's name lives as long as
 // its schema); the name is compared on every hit, as a freed name's address can be reused.
-int32_t name_id(const at::RecordFunction& fn) {
+const Named& named(const at::RecordFunction& fn) {
   const char* key = fn.name();
   auto found = name_cache.find(key);
   if (found != name_cache.end()) {
-    if (std::strcmp(found->second.name.c_str(), key) == 0) return found->second.id;
+    if (std::strcmp(found->second.name.c_str(), key) == 0) return found->second;
     name_cache.erase(found);
   }
   auto op_name = fn.operator_name();
   // a RecordFunction named by a string of its own is no dispatcher op: never seen, never cached
-  if (!op_name) return kHidden;
+  if (!op_name) return kUnseen;
   auto op = c10::Dispatcher::singleton().findOp(*op_name);
   if (op && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
-    name_cache.emplace(key, Named{kHidden, key});
-    return kHidden;
+    return name_cache.emplace(key, Named{kHidden, key, false}).first->second;
   }
   int32_t id = trace.op_names.id(key);
-  name_cache.emplace(key, Named{id, key});
-  return id;
+  return name_cache.emplace(key, Named{id, key, !(op && is_view(*op))}).first->second;
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ThreadState& t = thread_state();
   if (t.op_depth > 0) {
-    t.open_ops.push_back(-1);
+    t.open_ops.push_back(Open{-1, false});
     return nullptr;
   }
   int64_t op_id;
+  bool push;
   {
     std::lock_guard<std::mutex> guard(trace.op_lock);
-    int32_t id = name_id(fn);
-    if (id == kHidden) {
-      t.open_ops.push_back(-1);
+    const Named& name = named(fn);
+    if (name.id == kHidden) {
+      t.open_ops.push_back(Open{-1, false});
       return nullptr;
     }
+    push = name.push && trace.push != nullptr;
     OpColumns& c = trace.ops;
     op_id = int64_t(c.name.size());
-    c.name.push_back(id);
+    c.name.push_back(name.id);
     c.module.push_back(t.modules.back());
     c.call.push_back(t.calls.back());
     c.thread.push_back(t.thread);
     c.end.push_back(0);
     c.start.push_back(now_ns());
   }
-  t.open_ops.push_back(op_id);
+  t.open_ops.push_back(Open{op_id, push});
   ++t.op_depth;
-  if (trace.push) trace.push(trace.kind, uint64_t(op_id));
+  if (push) {
+    trace.push(trace.kind, uint64_t(op_id));
+    ++trace.ops_pushed;
+  }
   return nullptr;
 }
 
 void on_end(const at::RecordFunction&, at::ObserverContext*) {
   ThreadState& t = thread_state();
   if (t.open_ops.empty()) return;  // started before this pass
-  int64_t op_id = t.open_ops.back();
+  Open open = t.open_ops.back();
   t.open_ops.pop_back();
+  int64_t op_id = open.op_id;
   if (op_id < 0) return;
   --t.op_depth;
-  if (trace.pop) {
+  if (open.pushed) {
     uint64_t last = 0;
     trace.pop(trace.kind, &last);
   }

@@ -49,6 +49,12 @@ struct ContextColumns {
   std::vector<int64_t> module, call;
 };
 
+// One started RecordFunction on a thread: the op id it recorded (-1: none) and whether it pushed it.
+struct Open {
+  int64_t op_id;
+  bool pushed;
+};
+
 // A thread that reported a traced event (tracing/contract.py ThreadInfo).
 struct ThreadInfo {
   std::string name;
@@ -69,7 +75,7 @@ struct ThreadState {
   int functional_depth = 0;                    // open torch.nn.functional calls (not torch-level ones)
   std::vector<PyObject*> reentered;            // functionals running as re-armed copies (borrowed)
   int op_depth = 0;                            // recorded ops open on this thread
-  std::vector<int64_t> open_ops;               // one entry per started RecordFunction: op id or -1
+  std::vector<Open> open_ops;                  // one entry per started RecordFunction (ops.cpp)
 };
 
 // Interned strings -> small ids, so that rows hold integers only.
@@ -142,8 +148,19 @@ void samples_clear();
 PyObject* py_sample_key_bytes(PyObject*, PyObject* value);  // exposed for tests
 
 // -- function mode (function_mode.cpp) -----------------------------------------------------------
+// What start() hands the function mode, by name (borrowed references; configure takes its own).
+struct FunctionModeSettings {
+  PyObject* functions = nullptr;           // {functional: name}
+  PyObject* sample_names = nullptr;        // frozenset of function_names, or None: every functional
+  bool all_functions = false;              // torch-level API calls count as calls (functions="all")
+  PyObject* rearmed_copy = nullptr;        // rearmed_copy(func) -> gate-free copy or None
+  PyObject* api_name = nullptr;            // api_name(func) -> "torch.addmm" or None
+  PyObject* push_mode = nullptr;           // torch._C._push_on_torch_function_stack
+  PyObject* pop_mode = nullptr;            // torch._C._pop_torch_function_stack
+  PyObject* routing_mode_below = nullptr;  // routing_mode_below() -> whether a mode below ours wants the call
+};
 bool function_mode_ready(PyObject* module);
-bool function_mode_configure(PyObject* config);  // see function_mode.cpp
+bool function_mode_configure(const FunctionModeSettings& settings);
 void function_mode_clear();
 
 }  // namespace aitune

@@ -1,0 +1,147 @@
+"""What ``profile()`` is given, checked at the public boundary: the root module, warm-up, samples, names.
+
+Each check raises with the reference's wording where it has one, then says what to pass. The
+facade (``profiler.py``) calls them before anything runs; :func:`.capture.record` takes their
+results as given.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from .schema import Sample
+from .tracing import functional_names
+
+
+class SampleError(ValueError):
+    """A ``data`` item is not an ``(args, kwargs)`` pair; the message names the item."""
+
+
+def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
+    """``data`` as a list of ``(args tuple, kwargs dict)``.
+
+    Parameters
+    ----------
+    data:
+        An iterable of ``(args, kwargs)`` pairs such as ``[((x,), {})]``, or None (call the function
+        without arguments).
+
+    Returns
+    -------
+    list or None
+        The samples, copied into tuples and dicts.
+
+    Raises
+    ------
+    SampleError
+        A malformed item (a ValueError that names it).
+    """
+    if data is None:
+        return None
+    samples = []
+    for index, item in enumerate(data):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise SampleError(
+                f"data[{index}] must be an (args, kwargs) pair such as ((x,), {{}}); got {type(item).__name__}"
+            )
+        args, kwargs = item
+        if not isinstance(args, (tuple, list)) or not isinstance(kwargs, Mapping):
+            raise SampleError(
+                f"data[{index}] must be (args tuple, kwargs dict); got ({type(args).__name__}, {type(kwargs).__name__})"
+            )
+        samples.append((tuple(args), dict(kwargs)))
+    return samples
+
+
+def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
+    """The module whose hierarchy is profiled: ``module``, or ``function`` itself when it is one.
+
+    Parameters
+    ----------
+    function:
+        The callable profiled; a ``torch.compile``'d model stands for the model it wraps.
+    module:
+        The ``nn.Module`` to observe when ``function`` is not that module, or None.
+
+    Returns
+    -------
+    torch.nn.Module
+        The root of the profiled hierarchy.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``function`` is not callable, ``module`` is not a module, or it is missing for a plain function.
+    """
+    if not callable(function):
+        raise TypeError(f"function must be callable; got {type(function).__name__}")
+    if module is None:
+        if isinstance(function, nn.Module):
+            # torch.compile(model) profiles the hierarchy of the model it wraps
+            original = getattr(function, "_orig_mod", None)
+            return original if isinstance(original, nn.Module) else function
+        raise ValueError(
+            "module must be provided when function is not an nn.Module. Pass module=<the nn.Module "
+            "to observe>, e.g. profile(inference_fn, module=pipe.transformer)"
+        )
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be an nn.Module; got {type(module).__name__}")
+    return module
+
+
+def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sample] | None:
+    """``profile()``'s ``data`` as samples, after checking ``warmup_iterations``.
+
+    Parameters
+    ----------
+    data:
+        As :func:`normalize_samples` takes it.
+    warmup_iterations:
+        Must be an int >= 0.
+
+    Returns
+    -------
+    list or None
+        What :func:`normalize_samples` returns.
+
+    Raises
+    ------
+    ValueError
+        ``warmup_iterations`` is not an int >= 0 (the reference's message, then what to pass), or
+        a ``data`` item is malformed (:class:`SampleError`).
+    """
+    if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
+        raise ValueError(
+            "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
+            f"warmup); got {warmup_iterations!r}"
+        )
+    return normalize_samples(data)
+
+
+def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
+    """Warn when ``function_names`` names functions that are not intercepted (no samples for them).
+
+    Parameters
+    ----------
+    function_names:
+        The profiler's ``function_names``; names under ``torch.`` (torch-level calls) are fine.
+
+    Returns
+    -------
+    bool
+        Whether there was anything to check (the profiler warns once).
+    """
+    if function_names is None:
+        return False
+    unknown = sorted(n for n in function_names - functional_names() if not n.startswith("torch."))
+    if unknown:
+        warnings.warn(
+            "function_names has names that are not torch.nn.functional functions this profiler "
+            f"intercepts, so no samples will be collected for them: {unknown}",
+            stacklevel=3,
+        )
+    return True

@@ -1,0 +1,148 @@
+"""The profiler's options, validated once, and the only home of every option's vocabulary.
+
+:class:`ProfileConfig` is frozen and checks itself in ``__post_init__`` (as Triton Proton's
+``mode.py`` does): an invalid value raises at construction with a message that names the values
+that work, so every stage below it reads plain, valid fields. Importing this module imports no
+torch (a ``torch.device`` is read by its ``type``), so the command line can offer the vocabulary
+without it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+DEVICES = ("cuda", "cpu")  # where kernels are timed: CUPTI on the GPU, or aten ops on the host
+DECODERS = ("native", "python")  # CUPTI record decoders: native_shims/cupti_decoder.c, or cupti-python
+OP_TRACERS = ("native", "python")  # tracing backends: native_shims/tracer/, or Python modes
+FUNCTIONS = ("functional", "all")  # what counts as a call: torch.nn.functional only, or torch-level APIs too
+SPLITS = ("device", "rank")  # ProfileResult.describe(by=...): one summary per GPU device, or per rank
+
+_DEVICE_TEXT = re.compile(r"^(cuda|cpu)(:\d+)?$")
+
+
+def normalize_function_names(function_names: Iterable[str] | None) -> frozenset[str] | None:
+    """``function_names`` as a frozenset of names, None kept.
+
+    Parameters
+    ----------
+    function_names:
+        Names such as ``{"linear", "relu"}``, or None (every intercepted function's samples).
+
+    Returns
+    -------
+    frozenset[str] or None
+        The names.
+
+    Raises
+    ------
+    TypeError
+        A single string instead of a set, or an entry that is not a string.
+    """
+    if function_names is None:
+        return None
+    if isinstance(function_names, (str, bytes)):
+        raise TypeError(f"function_names must be a set of names such as {{{function_names!r}}}, not a single string")
+    names = frozenset(function_names)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"function_names must contain strings; got {bad!r}")
+    return names
+
+
+def _device_type(device: Any) -> str | None:
+    if isinstance(device, str):
+        match = _DEVICE_TEXT.match(device)
+        return match.group(1) if match else None
+    kind = getattr(device, "type", None)  # a torch.device
+    if isinstance(kind, str):
+        return kind
+    import torch  # anything else torch.device accepts (an ordinal): only torch knows
+
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError):
+        return None
+
+
+def normalize_device(device: Any) -> str:
+    """``"cuda"`` or ``"cpu"`` for None, a device string (``"cuda:0"``) or a ``torch.device``.
+
+    Parameters
+    ----------
+    device:
+        None (CUDA), a string or a ``torch.device``.
+
+    Returns
+    -------
+    str
+        One of :data:`DEVICES`.
+
+    Raises
+    ------
+    ValueError
+        Any other device.
+    """
+    if device is None:
+        return "cuda"
+    kind = _device_type(device)
+    if kind not in DEVICES:
+        raise ValueError(f"device must be None, 'cuda' or 'cpu'; got {device!r}")
+    return kind
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What one profiler records, validated at construction (fields are normalized in place).
+
+    Attributes
+    ----------
+    function_names:
+        The ``torch.nn.functional`` names whose distinct input samples are collected; None
+        collects every intercepted function's. Any iterable of strings becomes a frozenset.
+    device:
+        ``"cuda"`` (CUPTI kernels; also for None and ``torch.device("cuda:0")``) or ``"cpu"`` (aten
+        ops timed on the host; each op becomes one row whose kernel is ``cpu::<op>``).
+    decoder:
+        CUDA only: the CUPTI record decoder, one of :data:`DECODERS`, or None for native with a
+        warned fallback.
+    functions:
+        ``"functional"`` (the spec): only ``torch.nn.functional`` calls; ``"all"``: ops no
+        functional call encloses go to the innermost torch-level API call (``torch.addmm``).
+    op_tracer:
+        The tracing backend, one of :data:`OP_TRACERS`, or None: native where it was built
+        (``tracing.resolve_backend`` turns None into the backend that runs).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An option of the wrong type or value; the message names the accepted ones.
+    """
+
+    function_names: frozenset[str] | None = None
+    device: str = "cuda"
+    decoder: str | None = None
+    functions: str = "functional"
+    op_tracer: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "function_names", normalize_function_names(self.function_names))
+        object.__setattr__(self, "device", normalize_device(self.device))
+        if self.decoder not in (None, *DECODERS):
+            raise ValueError(f"decoder must be None, 'native' or 'python'; got {self.decoder!r}")
+        if self.functions not in FUNCTIONS:
+            raise ValueError(f"functions must be 'functional' (the spec) or 'all'; got {self.functions!r}")
+        if self.op_tracer not in (None, *OP_TRACERS):
+            raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {self.op_tracer!r}")
+
+    @property
+    def cuda(self) -> bool:
+        """Whether kernels are collected with CUPTI (``device == "cuda"``)."""
+        return self.device == "cuda"
+
+    @property
+    def all_functions(self) -> bool:
+        """Whether torch-level API calls count as calls (``functions == "all"``)."""
+        return self.functions == "all"

@@ -1,0 +1,436 @@
+"""Several ranks (torch.distributed): merge per-rank results into one, and the views across ranks.
+
+Each rank profiles its own pass and keeps (or saves) its own :class:`ProfileResult`, whose
+metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.schema`).
+:func:`merge` makes one result of them:
+
+* every table (activity, ops, calls, modules, module_calls, and any table a result gains later)
+  is the concatenation of the ranks' tables, in rank order, with a ``rank`` column appended;
+  ``kernel_sources``, whose own ``rank`` is the fusion rule's order (``schema.RANKED_BY_CALL``),
+  gets none: its rows belong to the rank of their ``call_id``;
+* ids stay unique: each rank's ``op_id``, ``module_id`` and ``call_id`` values (and the parent ids
+  that refer to them) are shifted by the sizes of the id ranges of the ranks before it, sentinels
+  (``-1``, null) kept; CUPTI ``correlation_id`` and ``thread`` stay as each rank recorded them (the
+  ``rank`` column tells them apart);
+* ``function_data`` holds every distinct sample once: samples of several ranks that are the same
+  sample (argument structure, tensor shape, dtype, stride, device, layout, other values) are one
+  entry whose count is the sum, and every call's ``sample`` index is remapped accordingly;
+* metadata keeps the keys on which every rank agrees, plus ``merged_ranks`` (``"0,1"``) and
+  ``rank_metadata`` (JSON: each rank's own source, dropped records and metadata); warnings are
+  prefixed ``rank <r>: ``.
+
+So every view of a single result works on a merged one (``describe()`` sums the ranks);
+:func:`select_rank` gives one rank back, and :mod:`.rank_views` has the views across ranks.
+``results.load`` reads a directory of per-rank results (:func:`rank_result_paths`) as their merge.
+Results are built with ``dataclasses.replace`` of a given result, so this module never imports
+``ProfileResult`` (which imports it). Pure Arrow / pandas: no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .. import schema
+from ..schema import FunctionData, tensor_strides
+from .persist import MANIFEST_FILE, MANIFEST_KEY
+from .samples import UNLINKED_KEY
+
+if TYPE_CHECKING:
+    from .profile_result import ProfileResult
+
+# id columns shifted by merge(), and the id range each belongs to
+ID_COLUMNS = {
+    "op_id": "op",
+    "module_id": "module",
+    "parent_module_id": "module",
+    "call_id": "call",
+    "parent_call_id": "call",
+}
+_PER_RANK_KEYS = (schema.RANK_KEY, schema.LOCAL_RANK_KEY)  # never common to a merge
+
+
+# -- which ranks a result holds ------------------------------------------------------------------------
+def is_merged(result: ProfileResult) -> bool:
+    """Whether ``result`` came out of :func:`merge` (its activity has a ``rank`` column)."""
+    return schema.RANK_COLUMN in result.activity.column_names
+
+
+def own_rank(result: ProfileResult) -> int:
+    """The rank an unmerged result names in its metadata, 0 where it names none."""
+    text = str(result.metadata.get(schema.RANK_KEY, "0"))
+    return int(text) if text.isdigit() else 0
+
+
+def result_ranks(result: ProfileResult) -> list[int]:
+    """The ranks ``result`` holds, ascending: ``merged_ranks`` of a merge, else its own rank."""
+    if not is_merged(result):
+        return [own_rank(result)]
+    named = str(result.metadata.get(schema.MERGED_RANKS_KEY, ""))
+    if named:
+        return [int(rank) for rank in named.split(",")]
+    return sorted(int(r) for r in pc.unique(result.activity[schema.RANK_COLUMN]).to_pylist())
+
+
+def rank_records(result: ProfileResult) -> dict[int, dict[str, Any]]:
+    """A merged result's ``rank -> {"source", "dropped_records", "metadata"}`` (empty for an unmerged one)."""
+    text = result.metadata.get(schema.RANK_METADATA_KEY)
+    return {int(rank): entry for rank, entry in json.loads(text).items()} if text else {}
+
+
+# -- merge ---------------------------------------------------------------------------------------------
+def _tables(result: ProfileResult) -> dict[str, pa.Table]:
+    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
+
+
+def _is_result(value: Any) -> bool:
+    """A ``ProfileResult`` (read by its fields: this module does not import the class)."""
+    if isinstance(value, type) or not dataclasses.is_dataclass(value) or not hasattr(value, "function_data"):
+        return False
+    return all(isinstance(getattr(value, name, None), pa.Table) for name in schema.RESULT_TABLES)
+
+
+def _id_range(result: ProfileResult, space: str) -> int:
+    """One more than the largest id of ``space`` any table of ``result`` holds (0 when none)."""
+    largest = -1
+    for table in _tables(result).values():
+        for column, owner in ID_COLUMNS.items():
+            if owner == space and column in table.column_names and table.num_rows:
+                value = pc.max(table[column]).as_py()
+                largest = max(largest, -1 if value is None else int(value))
+    if space == "module":
+        largest = max(largest, len(result.module_objects) - 1)
+    return largest + 1
+
+
+def _shift(table: pa.Table, offsets: Mapping[str, int]) -> pa.Table:
+    for column, space in ID_COLUMNS.items():
+        if column in table.column_names and offsets[space]:
+            values = table[column]
+            shifted = pc.if_else(pc.greater_equal(values, 0), pc.add(values, offsets[space]), values)
+            table = table.set_column(table.schema.get_field_index(column), table.schema.field(column), shifted)
+    return table
+
+
+def _with_rank(table: pa.Table, rank: int) -> pa.Table:
+    return table.append_column(
+        pa.field(schema.RANK_COLUMN, pa.int64()), pa.array(np.full(table.num_rows, rank, np.int64))
+    )
+
+
+def sample_identity(value: Any) -> Any:
+    """A hashable key, equal for two sample values that are the same sample (live tensors or TensorMeta).
+
+    Parameters
+    ----------
+    value:
+        A sample, or a part of one: tensors (or saved tensor metadata) by shape, dtype, stride,
+        device and layout; tuples, lists and dicts element-wise; any other value by its repr.
+
+    Returns
+    -------
+    object
+        The key; a live tensor and the TensorMeta saved from it have the same key.
+    """
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "element_size"):
+        return (
+            "tensor",
+            tuple(int(s) for s in value.shape),
+            str(value.dtype).removeprefix("torch."),
+            tensor_strides(value),
+            str(getattr(value, "device", "")),
+            str(getattr(value, "layout", "")).removeprefix("torch."),
+        )
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(sample_identity(item) for item in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((repr(key), sample_identity(item)) for key, item in value.items()))
+    return ("value", repr(value))  # an OpaqueValue's repr is the repr it was saved from
+
+
+def _merge_samples(ordered: Sequence[ProfileResult]) -> tuple[FunctionData, list[dict[str, np.ndarray]]]:
+    """Distinct samples of every rank, once each, and per rank ``function -> local index -> merged index``."""
+    merged: FunctionData = {}
+    keys: dict[str, dict[Any, int]] = {}
+    remaps: list[dict[str, np.ndarray]] = []
+    for result in ordered:
+        remap = {}
+        for name, entries in result.function_data.items():
+            known = keys.setdefault(name, {})
+            target = merged.setdefault(name, [])
+            local = np.empty(len(entries), np.int64)
+            for index, (count, sample) in enumerate(entries):
+                key = sample_identity(sample)
+                if key in known:
+                    position = known[key]
+                    target[position] = (target[position][0] + int(count), target[position][1])
+                else:
+                    position = known[key] = len(target)
+                    target.append((int(count), sample))
+                local[index] = position
+            remap[name] = local
+        remaps.append(remap)
+    return merged, remaps
+
+
+def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table:
+    if "sample" not in calls.column_names or calls.num_rows == 0:
+        return calls
+    names = np.asarray(calls["function_name"].to_numpy(zero_copy_only=False), dtype=object)
+    samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
+    out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
+    for name, table in remap.items():
+        rows = (names == name) & (samples >= 0) & (samples < len(table))
+        out[rows] = table[samples[rows]]
+    index = calls.schema.get_field_index("sample")
+    return calls.set_column(index, calls.schema.field("sample"), pa.array(out, pa.int64()))
+
+
+def _ranks_of(results: Sequence[ProfileResult], ranks: Sequence[int] | None) -> list[int]:
+    if ranks is not None:
+        chosen = [int(rank) for rank in ranks]
+        if len(chosen) != len(results) or len(set(chosen)) != len(chosen) or min(chosen) < 0:
+            raise ValueError(
+                f"ranks must give one distinct non-negative rank per result ({len(results)} results); "
+                f"got {list(ranks)!r}"
+            )
+        return chosen
+    named = [result.metadata.get(schema.RANK_KEY) for result in results]
+    if all(rank is None for rank in named):
+        return list(range(len(results)))  # separate runs, no process group: ranks by position
+    unnamed = [index for index, rank in enumerate(named) if rank is None]
+    if unnamed:
+        raise ValueError(
+            f"results {unnamed} name no rank in their metadata while the others do; pass ranks=[...] "
+            "to say which rank each result is"
+        )
+    chosen = [int(str(rank)) for rank in named]
+    seen: dict[int, int] = {}
+    for index, rank in enumerate(chosen):
+        if rank in seen:
+            raise ValueError(
+                f"results {seen[rank]} and {index} are both rank {rank}; merge one result per rank, or pass "
+                "ranks=[...] to number them yourself"
+            )
+        seen[rank] = index
+    return chosen
+
+
+def _common_metadata(ordered: Sequence[ProfileResult]) -> dict[str, str]:
+    first = {str(k): str(v) for k, v in ordered[0].metadata.items() if k not in _PER_RANK_KEYS}
+    return {
+        key: value
+        for key, value in first.items()
+        if all(str(result.metadata.get(key)) == value and key in result.metadata for result in ordered[1:])
+    }
+
+
+def _missing_ranks_warning(ranks: Sequence[int], metadata: Mapping[str, str]) -> list[str]:
+    size = metadata.get(schema.WORLD_SIZE_KEY, "")
+    if not size.isdigit():
+        return []
+    missing = sorted(set(range(int(size))) - set(ranks))
+    if not missing:
+        return []
+    return [
+        f"merged {len(ranks)} of {size} ranks: ranks {missing} are missing, so totals across ranks cover "
+        "part of the job; merge (or save into the directory) every rank's result"
+    ]
+
+
+def merge(results: Sequence[ProfileResult], *, ranks: Sequence[int] | None = None) -> ProfileResult:
+    """One result of several ranks' results, with a ``rank`` column in every table.
+
+    Parameters
+    ----------
+    results:
+        One :class:`ProfileResult` per rank (fresh or loaded), in any order.
+    ranks:
+        The rank of each result; None takes ``metadata["rank"]`` (written under an initialised
+        torch.distributed process group), or numbers results 0, 1, ... in the order given when
+        none names a rank (separate runs).
+
+    Returns
+    -------
+    ProfileResult
+        The merge described in the module docstring, rows in rank order.
+
+    Raises
+    ------
+    TypeError
+        ``results`` is not a sequence of ProfileResults.
+    ValueError
+        No results, a result that is itself a merge, two results of one rank, or results of which
+        only some name their rank (the message says what to pass).
+    """
+    if _is_result(results) or not isinstance(results, Sequence):
+        raise TypeError("merge() takes a list of ProfileResults, one per rank, e.g. merge([rank0, rank1])")
+    bad = [type(r).__name__ for r in results if not _is_result(r)]
+    if bad:
+        raise TypeError(f"merge() takes ProfileResults; got {bad}")
+    if not results:
+        raise ValueError("merge() needs at least one result")
+    merged_already = [index for index, result in enumerate(results) if is_merged(result)]
+    if merged_already:
+        raise ValueError(
+            f"results {merged_already} are merges already; merge the per-rank results themselves "
+            "(select_rank(result, r) gives one rank back)"
+        )
+    order = sorted(zip(_ranks_of(results, ranks), results), key=lambda pair: pair[0])
+    rank_list = [rank for rank, _ in order]
+    ordered = [result for _, result in order]
+    function_data, remaps = _merge_samples(ordered)
+    offsets = {space: 0 for space in set(ID_COLUMNS.values())}
+    parts: dict[str, list[pa.Table]] = {}
+    objects: list[Any] = []
+    for rank, result, remap in zip(rank_list, ordered, remaps):
+        for name, table in _tables(result).items():
+            if name == "calls":
+                table = _remap_samples(table, remap)
+            shifted = _shift(table, offsets)
+            parts.setdefault(name, []).append(shifted if name in schema.RANKED_BY_CALL else _with_rank(shifted, rank))
+        modules = _id_range(result, "module")
+        objects += list(result.module_objects) + [None] * (modules - len(result.module_objects))
+        for space in offsets:
+            offsets[space] += _id_range(result, space)
+    tables = {name: pa.concat_tables(pieces, promote_options="default") for name, pieces in parts.items()}
+    metadata = _common_metadata(ordered)
+    if any(UNLINKED_KEY in result.metadata for result in ordered):
+        metadata[UNLINKED_KEY] = schema.CALL_SAMPLES_UNLINKED
+    metadata[schema.MERGED_RANKS_KEY] = ",".join(map(str, rank_list))
+    metadata[schema.RANK_METADATA_KEY] = json.dumps(
+        {
+            str(rank): {
+                "source": result.source,
+                "dropped_records": int(result.dropped_records),
+                "metadata": {str(k): str(v) for k, v in result.metadata.items()},
+            }
+            for rank, result in zip(rank_list, ordered)
+        },
+        sort_keys=True,
+    )
+    warnings = [f"rank {rank}: {text}" for rank, result in zip(rank_list, ordered) for text in result.warnings]
+    return dataclasses.replace(
+        ordered[0],
+        **tables,
+        function_data=function_data,
+        source="+".join(dict.fromkeys(result.source for result in ordered)),
+        module_objects=tuple(objects) if any(result.module_objects for result in ordered) else (),
+        dropped_records=sum(int(result.dropped_records) for result in ordered),
+        warnings=(*warnings, *_missing_ranks_warning(rank_list, metadata)),
+        metadata=metadata,
+    )
+
+
+# -- one rank back ---------------------------------------------------------------------------------------
+def _rank_function_data(calls: pa.Table, function_data: FunctionData) -> tuple[FunctionData, pa.Table]:
+    """The samples ``calls`` refer to, counted over those calls, and the calls re-indexed onto them."""
+    if "sample" not in calls.column_names or calls.num_rows == 0:
+        return {}, calls
+    names = np.asarray(calls["function_name"].to_numpy(zero_copy_only=False), dtype=object)
+    samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
+    out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
+    data: FunctionData = {}
+    for name in dict.fromkeys(names[samples >= 0]):
+        entries = function_data.get(name, [])
+        rows = (names == name) & (samples >= 0) & (samples < len(entries))
+        used, local, counts = np.unique(samples[rows], return_inverse=True, return_counts=True)
+        out[rows] = local
+        data[name] = [(int(count), entries[index][1]) for index, count in zip(used, counts)]
+    index = calls.schema.get_field_index("sample")
+    return data, calls.set_column(index, calls.schema.field("sample"), pa.array(out, pa.int64()))
+
+
+def select_rank(result: ProfileResult, rank: int) -> ProfileResult:
+    """The part of a merged result that one rank recorded, as that rank's own result.
+
+    Parameters
+    ----------
+    result:
+        A merged result (an unmerged one is returned as is when ``rank`` is its own).
+    rank:
+        The rank to keep.
+
+    Returns
+    -------
+    ProfileResult
+        That rank's rows of every table, without the ``rank`` column and with the merged (unique)
+        ids; its own source, metadata, dropped records and warnings; ``function_data`` holds the
+        samples its calls had, counted over its calls (empty where the calls carry no sample links).
+
+    Raises
+    ------
+    ValueError
+        ``rank`` is not one of the result's ranks (the message lists them).
+    """
+    ranks = result_ranks(result)
+    if rank not in ranks:
+        raise ValueError(f"rank {rank!r} is not in this result; it holds ranks {ranks}")
+    if not is_merged(result):
+        return result
+    tables = {}
+    for name, table in _tables(result).items():
+        if name not in schema.RANKED_BY_CALL and schema.RANK_COLUMN in table.column_names:
+            table = table.filter(pc.equal(table[schema.RANK_COLUMN], rank)).drop_columns([schema.RANK_COLUMN])
+        tables[name] = table
+    rank_calls = pc.unique(tables["calls"]["call_id"])
+    for name in schema.RANKED_BY_CALL:  # the rows of the rank's calls
+        tables[name] = tables[name].filter(pc.is_in(tables[name]["call_id"], value_set=rank_calls))
+    function_data, tables["calls"] = _rank_function_data(tables["calls"], result.function_data)
+    record = rank_records(result).get(rank, {})
+    prefix = f"rank {rank}: "
+    return dataclasses.replace(
+        result,
+        **tables,
+        function_data=function_data,
+        source=str(record.get("source", result.source)),
+        # indexed by the merged module ids, which this rank's modules keep
+        module_objects=result.module_objects or (None,) * _id_range(result, "module"),
+        dropped_records=int(record.get("dropped_records", 0)),
+        warnings=tuple(text[len(prefix) :] for text in result.warnings if text.startswith(prefix)),
+        metadata=dict(record.get("metadata", {})),
+    )
+
+
+# -- a directory of per-rank results -------------------------------------------------------------------------
+def _natural(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def rank_result_paths(directory: str | Path) -> list[Path]:
+    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
+
+    Parameters
+    ----------
+    directory:
+        A folder into which each rank saved its result (``result.save(f"{directory}/rank{rank}")``).
+
+    Returns
+    -------
+    list[pathlib.Path]
+        In natural name order (``rank2`` before ``rank10``); empty when it holds none or is no folder.
+    """
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
+    return sorted(found, key=_natural)
+
+
+def _is_saved_file(path: Path) -> bool:
+    """A ``.parquet`` file that ``save`` wrote (its schema metadata holds the manifest)."""
+    if path.suffix != ".parquet" or not path.is_file():
+        return False
+    try:
+        return MANIFEST_KEY in (pq.read_schema(path).metadata or {})
+    except (pa.ArrowInvalid, OSError):
+        return False

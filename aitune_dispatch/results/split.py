@@ -1,0 +1,121 @@
+"""``describe(by="device" | "rank")``: the spec's summary once per GPU device or per rank.
+
+Each part is exactly ``describe_results`` of that part alone: its attributed kernels, and the
+samples of its calls. So ``time_spent_pct`` is a share of the part's own attributed kernel time
+(each part's shares add up to 100), and a result with one device gives ``describe()`` with a
+``device`` column in front.
+
+* **device**: kernels by their ``device`` column (``-1`` for the CPU source). A sample belongs to
+  the device of its first tensor (``cuda:1`` -> 1, ``cpu`` -> -1), so ``calls``,
+  ``num_distinct_samples`` and ``tensor_size_MB`` count the calls whose inputs were on that device
+  (a sample holding no tensor belongs to no device).
+* **rank**: :func:`~aitune_dispatch.results.ranks.select_rank` of every rank of a merged result.
+
+Pure pandas / Arrow, no torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .. import schema
+from ..config import SPLITS
+from ..schema import FunctionData
+from .ranks import result_ranks, select_rank
+from .summary import describe_results, empty_summary
+from .values import iter_tensor_likes
+
+if TYPE_CHECKING:
+    from .profile_result import ProfileResult
+
+
+
+def sample_device(sample: Any) -> int | None:
+    """The device ordinal of a sample's first tensor: ``cuda:1`` -> 1, ``cpu`` -> -1, None without tensors."""
+    for tensor in iter_tensor_likes(sample):
+        device = str(getattr(tensor, "device", ""))
+        if device == "cpu":
+            return schema.CPU_STREAM
+        kind, _, index = device.partition(":")
+        if kind == "cuda":
+            return int(index) if index.isdigit() else 0
+        return None
+    return None
+
+
+def _device_function_data(function_data: FunctionData, device: int) -> FunctionData:
+    parts: FunctionData = {}
+    for name, entries in function_data.items():
+        own = [(count, sample) for count, sample in entries if sample_device(sample) == device]
+        parts[name] = own  # a function sampled elsewhere only has no samples here, not unknown ones
+    return parts
+
+
+def _attributed_frame(result: ProfileResult) -> pd.DataFrame:
+    rows = result.attributed()
+    return pd.DataFrame(
+        {
+            "module_name": pd.Series(rows["module_name"].to_pylist(), dtype=object),
+            "function_name": pd.Series(rows["function_name"].to_pylist(), dtype=object),
+            "kernel_us": rows["kernel_us"].to_numpy(),
+            "device": np.asarray(rows["device"].to_numpy(), dtype=np.int64),
+        }
+    )
+
+
+def _by_device(result: ProfileResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+    frame = _attributed_frame(result)
+    return [
+        (
+            int(device),
+            describe_results(
+                frame[frame["device"] == device].drop(columns="device"),
+                _device_function_data(result.function_data, int(device)),
+                top_k,
+            ),
+        )
+        for device in sorted(frame["device"].unique())
+    ]
+
+
+def _by_rank(result: ProfileResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+    return [(rank, select_rank(result, rank).describe(top_k)) for rank in result_ranks(result)]
+
+
+def describe_by(result: ProfileResult, by: str, top_k: int = 10) -> pd.DataFrame:
+    """The spec's summary once per device or per rank, stacked.
+
+    Parameters
+    ----------
+    result:
+        A result (``by="rank"``: merged, or one rank's).
+    by:
+        ``"device"`` or ``"rank"``.
+    top_k:
+        The most rows per part.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Column ``by`` (int) then ``schema.SUMMARY_COLUMNS``; parts ascending, each most expensive
+        first; shares are of the part's own attributed kernel time.
+
+    Raises
+    ------
+    ValueError
+        ``by`` is neither ``"device"`` nor ``"rank"``, or ``top_k`` is negative.
+    """
+    if by not in SPLITS:
+        raise ValueError(f"by must be None, 'device' or 'rank'; got {by!r}")
+    if top_k is None or int(top_k) < 0:
+        raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
+    parts = _by_device(result, top_k) if by == "device" else _by_rank(result, top_k)
+    frames = [summary.assign(**{by: key}) for key, summary in parts if not summary.empty]
+    if not frames:
+        return empty_summary().assign(**{by: pd.Series([], dtype=np.int64)})[[by, *schema.SUMMARY_COLUMNS]]
+    table = pd.concat(frames, ignore_index=True)
+    table[by] = table[by].astype(np.int64)
+    return table[[by, *schema.SUMMARY_COLUMNS]]

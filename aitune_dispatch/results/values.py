@@ -1,0 +1,260 @@
+"""The sample codec: sample values as JSON (tensors as :class:`TensorMeta`), and ``function_data`` as a table.
+
+A saved sample keeps its structure: tuples, dicts and non-finite floats are tagged, tensors
+become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size; the tensors
+themselves only with ``with_tensors``), and any other object keeps its repr as
+:class:`OpaqueValue`. Pure Python; torch is never imported (a tensor can only exist once it is).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from .. import schema
+from ..schema import FunctionData, tensor_strides
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A saved tensor's metadata, no data: ``numel()`` and ``element_size()`` as a tensor has."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    stride: tuple[int, ...] | None
+    device: str
+    layout: str
+    itemsize: int
+
+    @classmethod
+    def from_tensor(cls, tensor: Any) -> TensorMeta:
+        """The metadata of a torch tensor (or a TensorMeta, returned as is)."""
+        if isinstance(tensor, TensorMeta):
+            return tensor
+        strides = tensor_strides(tensor)
+        return cls(
+            shape=tuple(int(s) for s in tensor.shape),
+            dtype=str(tensor.dtype).removeprefix("torch."),
+            stride=None if strides is None else tuple(int(s) for s in strides),
+            device=str(tensor.device),
+            layout=str(tensor.layout).removeprefix("torch."),
+            itemsize=int(tensor.element_size()),
+        )
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """Number of elements (1 for a scalar)."""
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.itemsize
+
+
+@dataclass(frozen=True)
+class OpaqueValue:
+    """A sample value JSON cannot hold (a dtype, a user object): its type name and repr."""
+
+    type_name: str
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def iter_tensor_likes(value: Any) -> Iterable[Any]:
+    """Every tensor (or tensor metadata) in ``value``, looking inside tuples, lists and dicts."""
+    if hasattr(value, "numel") and hasattr(value, "element_size"):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from iter_tensor_likes(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_tensor_likes(item)
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")  # no tensor can exist unless torch is already imported
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _opaque(value: Any) -> dict[str, Any]:
+    if isinstance(value, OpaqueValue):  # a loaded result saved again keeps the original type name
+        return {"__repr__": value.text, "type": value.type_name}
+    kind = type(value)
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not stop a save
+        text = f"<{kind.__qualname__} object>"
+    return {"__repr__": text, "type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _tensor_json(value: Any, tensors: list[Any] | None) -> dict[str, Any]:
+    meta = TensorMeta.from_tensor(value)
+    index = None
+    if tensors is not None and not isinstance(value, TensorMeta):
+        index = len(tensors)
+        tensors.append(value)
+    entry = {
+        "shape": list(meta.shape),
+        "dtype": meta.dtype,
+        "stride": None if meta.stride is None else list(meta.stride),
+        "device": meta.device,
+        "layout": meta.layout,
+        "element_size": meta.itemsize,
+        "index": index,
+    }
+    return {"__tensor__": entry}
+
+
+def encode_value(value: Any, tensors: list[Any] | None = None) -> Any:
+    """A JSON-able form of a sample value; tensors are appended to ``tensors`` when it is a list.
+
+    Parameters
+    ----------
+    value:
+        A sample value: tensors, numbers, strings, None, tuples, lists, dicts, anything else.
+    tensors:
+        Where the tensors go when they are kept (``with_tensors``); None keeps metadata only.
+
+    Returns
+    -------
+    Any
+        Strict JSON values (no NaN tokens); :func:`decode_value` inverts it.
+    """
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if type(value) is float:
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    if isinstance(value, TensorMeta) or _is_tensor(value):
+        return _tensor_json(value, tensors)
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode_value(item, tensors) for item in value]}
+    if isinstance(value, list):
+        return [encode_value(item, tensors) for item in value]
+    if isinstance(value, dict):
+        return {"__dict__": [[encode_value(k, tensors), encode_value(v, tensors)] for k, v in value.items()]}
+    return _opaque(value)
+
+
+def _decode_tensor(entry: dict[str, Any], tensors: list[Any] | None) -> Any:
+    if tensors is not None and entry["index"] is not None:
+        return tensors[entry["index"]]
+    stride = entry["stride"]
+    return TensorMeta(
+        shape=tuple(entry["shape"]),
+        dtype=entry["dtype"],
+        stride=None if stride is None else tuple(stride),
+        device=entry["device"],
+        layout=entry["layout"],
+        itemsize=entry["element_size"],
+    )
+
+
+def decode_value(value: Any, tensors: list[Any] | None = None) -> Any:
+    """The inverse of :func:`encode_value`.
+
+    Parameters
+    ----------
+    value:
+        What :func:`encode_value` returned (after a JSON round trip).
+    tensors:
+        The saved tensors, by index; None gives TensorMeta in their place.
+
+    Returns
+    -------
+    Any
+        The sample value.
+    """
+    if isinstance(value, list):
+        return [decode_value(item, tensors) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        return _decode_tensor(value["__tensor__"], tensors)
+    if "__tuple__" in value:
+        return tuple(decode_value(item, tensors) for item in value["__tuple__"])
+    if "__dict__" in value:
+        return {decode_value(k, tensors): decode_value(v, tensors) for k, v in value["__dict__"]}
+    if "__float__" in value:
+        return float(value["__float__"])
+    return OpaqueValue(value["type"], value["__repr__"])
+
+
+def function_data_table(function_data: FunctionData, tensors: list[Any] | None = None) -> pa.Table:
+    """``function_data`` as a table of schema ``schema.FUNCTION_DATA``: one row per distinct sample.
+
+    Parameters
+    ----------
+    function_data:
+        ``name -> [(count, (args, kwargs)), ...]``.
+    tensors:
+        Where the samples' tensors go when they are kept; None keeps metadata only.
+
+    Returns
+    -------
+    pyarrow.Table
+        ``function_name, sample_index, count, sample_json``, in order of first appearance.
+    """
+    rows: dict[str, list[Any]] = {name: [] for name in schema.FUNCTION_DATA.names}
+    for name, entries in function_data.items():
+        for index, (count, sample) in enumerate(entries):
+            rows["function_name"].append(name)
+            rows["sample_index"].append(index)
+            rows["count"].append(int(count))
+            rows["sample_json"].append(json.dumps(encode_value(sample, tensors), allow_nan=False))
+    return pa.table(rows, schema=schema.FUNCTION_DATA)
+
+
+def function_data_from_table(table: pa.Table, tensors: list[Any] | None = None) -> FunctionData:
+    """The inverse of :func:`function_data_table`.
+
+    Parameters
+    ----------
+    table:
+        A table of schema ``schema.FUNCTION_DATA``.
+    tensors:
+        The saved tensors, by index; None gives TensorMeta in their place.
+
+    Returns
+    -------
+    dict
+        ``name -> [(count, (args, kwargs)), ...]``.
+    """
+    data: FunctionData = {}
+    for name, count, text in zip(*(table[c].to_pylist() for c in ("function_name", "count", "sample_json"))):
+        data.setdefault(name, []).append((count, decode_value(json.loads(text), tensors)))
+    return data
+
+
+def check_tensors_savable(function_data: FunctionData) -> None:
+    """Raise ValueError when the samples hold TensorMeta only, so there are no tensors to save.
+
+    Parameters
+    ----------
+    function_data:
+        The samples a save with ``with_tensors=True`` would keep.
+
+    Returns
+    -------
+    None
+        When every tensor of the samples is a real tensor.
+    """
+    for entries in function_data.values():
+        for _, sample in entries:
+            if any(isinstance(t, TensorMeta) for t in iter_tensor_likes(sample)):
+                raise ValueError(
+                    "this result holds tensor metadata only (it was loaded without its tensors), so "
+                    "with_tensors=True cannot save tensors; save without with_tensors or load it with_tensors=True"
+                )

@@ -1,0 +1,196 @@
+"""Where the kernel time went: attributed or not, in total, per activity kind, and the headline.
+
+The spec reports a kernel when a profiled module *and* a functional call enclose it
+(:func:`attributed_mask`); everything else is still recorded and counted here. Every share is over
+all kernel time (:func:`total_us`). Pure Arrow over any object with the result's tables
+(:class:`ResultTables`), so a live and a loaded ``ProfileResult`` read the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ... import schema
+
+BAR_ROWS = 14
+UNATTRIBUTED = "(not attributed)"
+
+
+class ResultTables(Protocol):
+    """What the views read of a result (``ProfileResult`` has it all), read-only."""
+
+    @property
+    def activity(self) -> pa.Table: ...
+    @property
+    def ops(self) -> pa.Table: ...
+    @property
+    def calls(self) -> pa.Table: ...
+    @property
+    def modules(self) -> pa.Table: ...
+    @property
+    def module_calls(self) -> pa.Table: ...
+    @property
+    def function_data(self) -> Mapping[str, Any]: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:
+    """Rows the spec reports: a profiled module and a functional call both enclose the op.
+
+    Parameters
+    ----------
+    activity:
+        A joined activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    pyarrow.ChunkedArray
+        One boolean per row: ``module_id >= 0`` and ``call_id >= 0``.
+    """
+    return pc.and_(pc.greater_equal(activity["module_id"], 0), pc.greater_equal(activity["call_id"], 0))
+
+
+def attributed(activity: pa.Table) -> pa.Table:
+    """The rows of ``activity`` that :func:`attributed_mask` keeps."""
+    return activity.filter(attributed_mask(activity))
+
+
+def unattributed(activity: pa.Table) -> pa.Table:
+    """The rows of ``activity`` that :func:`attributed_mask` leaves out."""
+    return activity.filter(pc.invert(attributed_mask(activity)))
+
+
+def total_us(activity: pa.Table) -> float:
+    """Kernel time of every row of ``activity``, microseconds (0.0 when empty)."""
+    return float(pc.sum(activity["kernel_us"]).as_py() or 0.0)
+
+
+def attributed_us(activity: pa.Table) -> float:
+    """Kernel time of the attributed rows, microseconds."""
+    return total_us(attributed(activity))
+
+
+def coverage(activity: pa.Table) -> float:
+    """Attributed kernel time over all kernel time (NaN when nothing ran)."""
+    total = total_us(activity)
+    return attributed_us(activity) / total if total > 0 else math.nan
+
+
+def activity_kinds(result: ResultTables) -> dict[str, int]:
+    """Activity rows per kind (``schema.ACTIVITY_KINDS``), most first."""
+    if result.activity.num_rows == 0:
+        return {}
+    counts = pc.value_counts(result.activity["kind"]).to_pylist()
+    pairs = sorted(((c["values"], c["counts"]) for c in counts), key=lambda p: (-p[1], str(p[0])))
+    return {str(kind): int(count) for kind, count in pairs}
+
+
+def bar_rows(
+    summary: pd.DataFrame, total: float, attributed_total: float, rows: int = BAR_ROWS
+) -> list[dict[str, Any]]:
+    """Kernel time per functional call, top ``rows`` first, then the unattributed time.
+
+    Parameters
+    ----------
+    summary:
+        ``describe()`` over every function.
+    total, attributed_total:
+        All kernel time and the attributed kernel time, microseconds.
+    rows:
+        The most functions listed.
+
+    Returns
+    -------
+    list[dict]
+        ``{name, us, pct, unattributed}`` per bar; ``pct`` is over all kernel time, and the last bar
+        (``UNATTRIBUTED``) holds what no module-scoped functional call encloses.
+    """
+    bars = [
+        {
+            "name": str(row.function_name),
+            "us": float(row.time_spent_us),
+            "pct": 100.0 * float(row.time_spent_us) / total if total > 0 else 0.0,
+            "unattributed": False,
+        }
+        for row in summary.head(rows).itertuples()
+    ]
+    rest = total - attributed_total
+    if rest > 1e-9:
+        bars.append({"name": UNATTRIBUTED, "us": rest, "pct": 100.0 * rest / total, "unattributed": True})
+    return bars
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The run in a few numbers: what a notebook cell or a summary line shows first.
+
+    Attributes
+    ----------
+    source, device:
+        The activity source (``cupti/native``, ``cpu``, ...) and ``metadata["device"]`` ("" if unknown).
+    activity_rows, attributed_rows, kernels:
+        Activity rows, those ``profiling_df()`` reports, and distinct kernel names.
+    total_us, attributed_us, coverage:
+        All kernel time, attributed kernel time (µs) and their ratio (NaN when nothing ran).
+    top_functions:
+        ``(function_name, kernel µs)`` of the most expensive functional calls, largest first.
+    """
+
+    source: str
+    device: str
+    activity_rows: int
+    attributed_rows: int
+    kernels: int
+    total_us: float
+    attributed_us: float
+    coverage: float
+    top_functions: tuple[tuple[str, float], ...]
+
+
+def _top_functions(rows: pa.Table, top: int) -> tuple[tuple[str, float], ...]:
+    if rows.num_rows == 0:
+        return ()
+    sums = rows.group_by("function_name").aggregate([("kernel_us", "sum")]).to_pydict()
+    pairs = sorted(zip(sums["function_name"], sums["kernel_us_sum"]), key=lambda p: (-p[1], p[0]))
+    return tuple((str(name), float(us)) for name, us in pairs[:top])
+
+
+def headline(result: ResultTables, top: int = 3) -> Headline:
+    """The headline numbers of ``result``.
+
+    Parameters
+    ----------
+    result:
+        A finished (or loaded) result.
+    top:
+        How many functional calls ``top_functions`` names.
+
+    Returns
+    -------
+    Headline
+        Counts, times, coverage and the top functional calls.
+    """
+    activity = result.activity
+    kept = attributed(activity)
+    total, kept_us = total_us(activity), total_us(kept)
+    return Headline(
+        source=result.source,
+        device=str(result.metadata.get(schema.META_DEVICE, "")),
+        activity_rows=activity.num_rows,
+        attributed_rows=kept.num_rows,
+        kernels=len(pc.unique(activity["kernel"])) if activity.num_rows else 0,
+        total_us=total,
+        attributed_us=kept_us,
+        coverage=kept_us / total if total > 0 else math.nan,
+        top_functions=_top_functions(kept, top),
+    )

@@ -1,0 +1,51 @@
+"""Kernel time per (kernel, op, functional call, module pattern): the report's kernel table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...schema import KERNEL_COLUMNS
+from .accounting import ResultTables, total_us
+from .modules import activity_frame, modules_frame, pattern_labels
+
+
+def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
+    """Kernel time per (kernel, op, functional call, module pattern), largest first.
+
+    Parameters
+    ----------
+    result:
+        A finished (or loaded) result.
+    top:
+        Keep only the first ``top`` rows; None keeps all.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``KERNEL_COLUMNS``: one row per distinct kernel name launched by one op inside one
+        functional call of one layer pattern (``blocks.*.qkv`` covers ``blocks.0.qkv`` and
+        ``blocks.1.qkv``), attributed or not; ``share`` is over all kernel time.
+    """
+    frame = activity_frame(result)
+    total = total_us(result.activity)
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in KERNEL_COLUMNS})
+    modules = modules_frame(result)
+    patterns = pattern_labels(modules)
+    frame["module"] = frame["module_id"].map(patterns).astype(object)
+    frame["module"] = frame["module"].where(frame["module"].notna(), None)
+    keys = ["kernel", "kind", "op", "function_name", "module"]
+    frame["module_id"] = frame["module_id"].where(frame["module_id"] >= 0)  # outside the hierarchy: no module
+    grouped = frame.groupby(keys, dropna=False, sort=False).agg(
+        calls=("kernel_us", "size"), total_us=("kernel_us", "sum"), modules=("module_id", "nunique")
+    )
+    table = grouped.reset_index()
+    for column in keys:
+        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    table["mean_us"] = table["total_us"] / table["calls"]
+    table["share"] = table["total_us"] / total if total > 0 else 0.0
+    table = table.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable")
+    table = table[KERNEL_COLUMNS].reset_index(drop=True)
+    return table if top is None else table.head(int(top))
+
+
