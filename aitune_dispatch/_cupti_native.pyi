@@ -12,7 +12,8 @@ else:
 # name, ``(1, copy_kind, src_kind, dst_kind)`` for a copy, ``(2, memory_kind)`` for a set), the
 # correlation columns (int64 ext_correlation_id, ext_id), counters ("records", "undecodable",
 # "lost", "layout_mismatches"), then the runtime / driver API columns (int64 api_correlation_id;
-# int8 api_kind, 0 runtime / 1 driver; int32 api_cbid; int64 api_start_ns, api_end_ns, api_thread).
+# int8 api_kind, 0 runtime / 1 driver; int32 api_cbid; int64 api_start_ns, api_end_ns, api_thread),
+# then the activity rows' int64 graph_id and graph_node_id (0 outside CUDA graphs).
 RawRecords = tuple[
     bytes,
     bytes,
@@ -31,7 +32,13 @@ RawRecords = tuple[
     bytes,
     bytes,
     bytes,
+    bytes,
+    bytes,
 ]
+# Graph-node rows of the graph observer: int8 event (0 created, 1 cloned), int64 graph_id, node_id,
+# external_id (-1: none), original_graph_id, original_node_id, int32 node_type, and counters
+# ("lost", "id_errors").
+GraphRows = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, dict[str, int]]
 
 BUFFER_BYTES: int
 CUPTI_API_VERSION: int
@@ -60,3 +67,23 @@ def _simulate_delivery(buffer: Buffer, foreign: bool = False) -> None:
 
 def _reset(external_kind: int, record_sizes: dict[int, int] | None = None) -> None:
     """Test hook: reset the live collector (sized walk) without registering with CUPTI."""
+
+def graph_observer_start(external_kind: int) -> None:
+    """Subscribe to CUPTI's graph-node created / cloned resource callbacks; RuntimeError with CUPTI's error."""
+
+def graph_observer_stop() -> bool:
+    """Unsubscribe the graph observer; safe to call when it is not running."""
+
+def graph_observer_take() -> GraphRows:
+    """Graph-node rows recorded since start (or the last take); they start empty again."""
+
+def _simulate_graph_node(
+    event: int,
+    graph_id: int,
+    node_id: int,
+    external_id: int = -1,
+    original_graph_id: int = 0,
+    original_node_id: int = 0,
+    node_type: int = 0,
+) -> None:
+    """Test hook: append one graph-node row, as the resource callback would."""

@@ -2,9 +2,12 @@
 
 :func:`record` is the whole pipeline behind ``ModuleFunctionKernelProfiler.profile()``: it takes a
 validated :class:`~.config.ProfileConfig`, the callable, its samples (checked by :mod:`.arguments`)
-and the root module, and returns the immutable :class:`~.results.ProfileResult`. It runs the
-warm-up passes uninstrumented (under ``torch.no_grad()``, like the recorded pass), brackets the
-recorded pass with the activity source and the trace session, decodes, joins, and keeps the
+and the root module, and returns the immutable :class:`~.results.ProfileResult`. A
+:class:`~.provenance_capture.ProvenanceCapture` brackets the whole run (compiled and graphed
+models): it runs the warm-up passes traced, with their rows discarded (under ``torch.no_grad()``,
+like the recorded pass), so that compiles and CUDA graph captures happen where the profiler sees
+them; the recorded pass is bracketed with the activity source and the trace session, decoded and
+joined, and the capture then attributes compiled kernels and graph replays. It keeps the
 seconds of every phase in ``metadata["seconds_<phase>"]`` (``schema.PHASES``). Whoever wants to
 follow it passes ``on_progress``: a :class:`Step` at the start of every phase and after every
 warm-up pass and recorded sample. One run at a time per process (activity sources are global).
@@ -31,6 +34,7 @@ from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join_activity
+from .provenance_capture import ProvenanceCapture, uses_compile
 from .results import ProfileResult
 from .schema import Sample
 from .tracing import (
@@ -187,7 +191,8 @@ def record(
     on_progress:
         Told a :class:`Step` as each phase begins and after each warm-up pass and recorded sample.
     warmup_iterations:
-        Uninstrumented passes before the recorded one (the caller validated it: an int >= 0).
+        Passes before the recorded one (the caller validated it: an int >= 0), traced with their rows
+        discarded, so that compiles and CUDA graph captures happen where the profiler sees them.
 
     Returns
     -------
@@ -205,17 +210,40 @@ def record(
     with _one_capture():
         source = make_source(config)
         clock = PhaseClock(on_progress)
-        with torch.no_grad():
-            _warm_up(function, samples, warmup_iterations, clock)
-            return _recorded(config, function, samples, root, source, clock)
+        # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
+        provenance = ProvenanceCapture(
+            config.device, source, str(config.op_tracer), config.all_functions, compiled=uses_compile(function, root)
+        )
+        with torch.no_grad(), provenance:
+            _warm_up(function, samples, warmup_iterations, clock, root, provenance)
+            return _recorded(config, function, samples, root, source, clock, provenance)
 
 
-def _warm_up(function: Callable[..., Any], samples: list[Sample] | None, passes: int, clock: PhaseClock) -> None:
+def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
+    """Wrappers that stand for the profiled root (torch.compile's OptimizedModule)."""
+    return (function,) if isinstance(function, nn.Module) and function is not root else ()
+
+
+def _warm_up(
+    function: Callable[..., Any],
+    samples: list[Sample] | None,
+    passes: int,
+    clock: PhaseClock,
+    root: nn.Module,
+    provenance: ProvenanceCapture,
+) -> None:
+    """``passes`` traced warm-up passes (``provenance.warm_up``), each reported to ``on_progress``."""
     clock.tell("warmup", 0, passes)
     started = time.perf_counter()
-    for done in range(1, passes + 1):
+    done = 0
+
+    def one_pass() -> None:
+        nonlocal done
         run_pass(function, samples)
+        done += 1
         clock.tell("warmup", done, passes)
+
+    provenance.warm_up(one_pass, passes, root, _aliases(function, root))
     clock.laps["warmup"] = time.perf_counter() - started
 
 
@@ -226,15 +254,16 @@ def _recorded(
     root: nn.Module,
     source: collection.ActivitySource,
     clock: PhaseClock,
+    provenance: ProvenanceCapture,
 ) -> ProfileResult:
-    aliases = (function,) if isinstance(function, nn.Module) and function is not root else ()
-    modules = ModuleTracker(root, aliases)
+    modules = ModuleTracker(root, _aliases(function, root))
     backend = str(config.op_tracer)
     tracer = make_tracer(backend, modules.module_ids(), config.function_names, source, config.all_functions)
     session = TraceSession(modules, tracer)
     _traced_pass(function, samples, session, source, clock, config.cuda)
     clock.tell("decode", 0)
     trace = session.tables()
+    provenance.recorded(trace)  # the graph nodes the recorded pass created, with its trace
     trace_messages = trace_warnings(trace, modules)
     for message in trace_messages:
         warnings.warn(message, RuntimeWarning, stacklevel=5)
@@ -251,6 +280,11 @@ def _recorded(
         activity.scope_correlation,
         trace.contexts,
     )
+    # compiled kernels and CUDA graph replays (provenance.py): the activity, the calls it adds, kernel_sources
+    attributed, provenance_metadata, provenance_messages = provenance.attribute(
+        joined, trace.calls, modules_table, modules
+    )
+    joined = attributed.activity
     clock.lap("join")
     _log.info(
         "recorded %d activity rows (%s source, %s tracer) in %.3f s",
@@ -263,15 +297,16 @@ def _recorded(
         activity=joined,
         launches=activity.launches,
         ops=trace.ops,
-        calls=trace.calls,
+        calls=attributed.calls,
         modules=modules_table,
         module_calls=trace.module_calls,
+        kernel_sources=attributed.kernel_sources,
         function_data=session.function_data(),
         source=activity.source,
         module_objects=tuple(session.modules.modules),
         dropped_records=activity.dropped_records,
-        warnings=(*activity.warnings, *trace_messages),
-        metadata=run_metadata(config, source, trace, activity, joined, clock),
+        warnings=(*activity.warnings, *trace_messages, *provenance_messages),
+        metadata=run_metadata(config, source, trace, activity, joined, clock, provenance_metadata),
     )
 
 
@@ -309,6 +344,7 @@ def run_metadata(
     activity: collection.Activity,
     joined: pa.Table,
     clock: PhaseClock,
+    provenance: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The run's facts in words: versions, options, backends, GPUs, ranks, clock and phase seconds.
 
@@ -317,6 +353,9 @@ def run_metadata(
     config, source, trace, activity, joined, clock:
         The run's options, activity source, traced tables, decoded activity, joined activity
         (the GPUs its kernels ran on) and phase clock.
+    provenance:
+        How compiled kernels and CUDA graph replays were attributed (``ProvenanceCapture.attribute``'s
+        ``schema.META_INDUCTOR`` ... entries), or None.
 
     Returns
     -------
@@ -337,5 +376,6 @@ def run_metadata(
         **rank_metadata(),  # only under an initialised torch.distributed process group
         schema.META_CLOCK_OFFSET: "0",  # activity timestamps are converted to the host clock (collection)
         schema.META_TICKS_PER_NS: f"{activity.clock_ticks_per_ns:.9f}",
+        **(provenance or {}),
         **clock.metadata(),
     }

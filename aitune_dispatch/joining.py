@@ -109,6 +109,17 @@ def join_activity(
         "call_id": pa.array(call_ids, pa.int64()),
         "function_name": _take(calls["function_name"], _rows_of(call_ids, _ints(calls["call_id"]))),
         "thread": _take(ops["thread"], op_rows),
+        **_graph_columns(kernels),
+        "attribution": pa.array([schema.ATTRIBUTION_TRACE] * kernels.num_rows, pa.string()),
     }
     return pa.table(columns).cast(schema.ACTIVITY)
 
+
+def _graph_columns(kernels: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:
+    """``graph_id`` / ``graph_node_id`` of CUDA sources (schema KERNELS_WITH_GRAPHS), else NOT_IN_GRAPH."""
+    return {
+        name: kernels[name]
+        if name in kernels.column_names
+        else pa.array(np.full(kernels.num_rows, schema.NOT_IN_GRAPH, np.int64))
+        for name, _ in schema.GRAPH_FIELDS
+    }

@@ -5,7 +5,7 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
@@ -56,8 +56,8 @@ status=0
 for part in $PARTS; do
   case "$part" in
     tests)
-      echo "== GPU tests (pytest -m gpu)"
-      timeout 420 python3 -m pytest -m gpu -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
+      echo "== GPU tests (pytest -m 'gpu and not gpu_compile'; the compiled ones are the part 'compiled')"
+      timeout 420 python3 -m pytest -m "gpu and not gpu_compile" -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     compare)
@@ -95,13 +95,23 @@ for part in $PARTS; do
       timeout 500 python3 -m benchmarks.replay_ratios --device cuda --out "$OUT/replay" 2>&1 | tee "$OUT/replay.log" | tail -80
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
+    compiled)
+      echo "== torch.compile'd models and CUDA graph replays: the GPU tests (pytest -m gpu_compile)"
+      timeout 420 python3 -m pytest -m gpu_compile -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/compiled_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -30
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
+    compiled_report)
+      echo "== torch.compile'd models and CUDA graph replays: what is attributed (benchmarks/compiled_attribution.py)"
+      timeout 420 python3 -m benchmarks.compiled_attribution --out "$OUT/compiled" 2>&1 | tee "$OUT/compiled.log" | tail -150
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     quick)
       echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
-for f in env.txt gpu_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md; do
+for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md compiled/compiled_attribution.md; do
   [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"

@@ -16,6 +16,14 @@
  * fields to their successors, so the offsets read here are the same). Live buffers are walked with
  * cuptiActivityGetNextRecord (always right for the running libcupti); decode_buffer() replays
  * buffers with our own walk, sized per kind, so tests run without a driver.
+ *
+ * Kernel, copy and set rows carry the CUDA graph they were replayed from (graphId, graphNodeId; 0
+ * outside graphs). The graph observer (graph_observer_start/stop/take) subscribes to two CUPTI
+ * resource callbacks while profile() runs: a node created during a stream capture is recorded with
+ * the external correlation id on top of the capturing thread's stack (popped and pushed back, so
+ * the stack is unchanged), and a node cloned when a graph is instantiated with the node it was
+ * cloned from (replayed kernels carry the clone's ids). CUPTI allows one subscriber per process:
+ * where another tool holds it, start() fails with CUPTI's error and nothing else changes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +36,7 @@
 #include <string.h>
 
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
 #include <cupti_result.h>
 #include <cupti_version.h>
 
@@ -55,12 +64,19 @@ enum { API_RUNTIME = 0, API_DRIVER = 1 };
 typedef __typeof__(&cuptiActivityRegisterCallbacks) RegisterFn;
 typedef __typeof__(&cuptiActivityGetNextRecord) NextRecordFn;
 typedef __typeof__(&cuptiGetResultString) ResultStringFn;
+typedef __typeof__(&cuptiSubscribe) SubscribeFn;
+typedef __typeof__(&cuptiUnsubscribe) UnsubscribeFn;
+typedef __typeof__(&cuptiEnableCallback) EnableCallbackFn;
+typedef __typeof__(&cuptiGetGraphNodeId) GraphNodeIdFn;
+typedef __typeof__(&cuptiGetGraphId) GraphIdFn;
+typedef __typeof__(&cuptiActivityPushExternalCorrelationId) PushFn;
+typedef __typeof__(&cuptiActivityPopExternalCorrelationId) PopFn;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* columns                                                                                        */
 
 typedef struct {
-    int64_t *correlation_id, *start_ns, *end_ns, *device, *stream;
+    int64_t *correlation_id, *start_ns, *end_ns, *device, *stream, *graph_id, *graph_node_id;
     int8_t *kind_code;
     int32_t *name_index;
     size_t rows, row_cap;
@@ -88,6 +104,7 @@ typedef struct {
 /** Free every array of a collector and zero its data, keeping its configuration. */
 static void collector_clear(Collector *c) {
     free(c->correlation_id); free(c->start_ns); free(c->end_ns); free(c->device); free(c->stream);
+    free(c->graph_id); free(c->graph_node_id);
     free(c->kind_code); free(c->name_index);
     free(c->ext_correlation_id); free(c->ext_id);
     free(c->api_correlation_id); free(c->api_start_ns); free(c->api_end_ns); free(c->api_thread);
@@ -119,6 +136,8 @@ static int reserve_row(Collector *c) {
         && grow((void **)&c->end_ns, sizeof(int64_t), cap)
         && grow((void **)&c->device, sizeof(int64_t), cap)
         && grow((void **)&c->stream, sizeof(int64_t), cap)
+        && grow((void **)&c->graph_id, sizeof(int64_t), cap)
+        && grow((void **)&c->graph_node_id, sizeof(int64_t), cap)
         && grow((void **)&c->kind_code, sizeof(int8_t), cap)
         && grow((void **)&c->name_index, sizeof(int32_t), cap);
     if (ok) c->row_cap = cap;
@@ -207,7 +226,7 @@ static int32_t intern_kernel(Collector *c, const char *name) {
 }
 
 static void push_row(Collector *c, uint32_t correlation, uint64_t start, uint64_t end, uint32_t device,
-                     uint32_t stream, int8_t kind, int32_t name) {
+                     uint32_t stream, int8_t kind, int32_t name, uint32_t graph, uint64_t graph_node) {
     if (name < 0 || !reserve_row(c)) { c->lost++; return; }
     size_t r = c->rows++;
     c->correlation_id[r] = correlation;
@@ -215,6 +234,8 @@ static void push_row(Collector *c, uint32_t correlation, uint64_t start, uint64_
     c->end_ns[r] = (int64_t)end;
     c->device[r] = device;
     c->stream[r] = stream;
+    c->graph_id[r] = graph;
+    c->graph_node_id[r] = (int64_t)graph_node;
     c->kind_code[r] = kind;
     c->name_index[r] = name;
 }
@@ -248,19 +269,21 @@ static void decode_record(Collector *c, const CUpti_Activity *record) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)record;
         push_row(c, k->correlationId, k->start, k->end, k->deviceId, k->streamId, ROW_KERNEL,
-                 intern_kernel(c, k->name));
+                 intern_kernel(c, k->name), k->graphId, k->graphNodeId);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)record;
         uint64_t key = TAG_MEMCPY | ((uint64_t)m->copyKind << 16) | ((uint64_t)m->srcKind << 8) | m->dstKind;
-        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMCPY, intern(c, key, NULL));
+        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMCPY, intern(c, key, NULL),
+                 m->graphId, m->graphNodeId);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)record;
         uint64_t key = TAG_MEMSET | (uint64_t)m->memoryKind;
-        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMSET, intern(c, key, NULL));
+        push_row(c, m->correlationId, m->start, m->end, m->deviceId, m->streamId, ROW_MEMSET, intern(c, key, NULL),
+                 m->graphId, m->graphNodeId);
         break;
     }
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
@@ -328,11 +351,14 @@ static size_t bytes_read(uint32_t kind) {
     switch (kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-        return MAX2(FIELD_END(CUpti_ActivityKernel10, name), FIELD_END(CUpti_ActivityKernel10, correlationId));
+        return MAX2(MAX2(FIELD_END(CUpti_ActivityKernel10, name), FIELD_END(CUpti_ActivityKernel10, correlationId)),
+                    MAX2(FIELD_END(CUpti_ActivityKernel10, graphNodeId), FIELD_END(CUpti_ActivityKernel10, graphId)));
     case CUPTI_ACTIVITY_KIND_MEMCPY:
-        return MAX2(FIELD_END(CUpti_ActivityMemcpy6, correlationId), FIELD_END(CUpti_ActivityMemcpy6, streamId));
+        return MAX2(MAX2(FIELD_END(CUpti_ActivityMemcpy6, correlationId), FIELD_END(CUpti_ActivityMemcpy6, streamId)),
+                    MAX2(FIELD_END(CUpti_ActivityMemcpy6, graphNodeId), FIELD_END(CUpti_ActivityMemcpy6, graphId)));
     case CUPTI_ACTIVITY_KIND_MEMSET:
-        return MAX2(FIELD_END(CUpti_ActivityMemset4, memoryKind), FIELD_END(CUpti_ActivityMemset4, correlationId));
+        return MAX2(MAX2(FIELD_END(CUpti_ActivityMemset4, memoryKind), FIELD_END(CUpti_ActivityMemset4, correlationId)),
+                    MAX2(FIELD_END(CUpti_ActivityMemset4, graphNodeId), FIELD_END(CUpti_ActivityMemset4, graphId)));
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION:
         return MAX2(FIELD_END(CUpti_ActivityExternalCorrelation, correlationId),
                     FIELD_END(CUpti_ActivityExternalCorrelation, externalId));
@@ -358,6 +384,14 @@ static void *cupti_library;
 static RegisterFn p_register;
 static NextRecordFn p_next_record;
 static ResultStringFn p_result_string;
+/* the graph observer's functions: resolved with the others, optional (NULL: no observer) */
+static SubscribeFn p_subscribe;
+static UnsubscribeFn p_unsubscribe;
+static EnableCallbackFn p_enable_callback;
+static GraphNodeIdFn p_graph_node_id;
+static GraphIdFn p_graph_id;
+static PushFn p_push;
+static PopFn p_pop;
 
 /** Remember a buffer handed to CUPTI (caller holds live_lock); 0 when out of memory. */
 static int track(void *buffer) {
@@ -409,6 +443,203 @@ static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* the graph observer: CUDA graph nodes created during captures, and their clones                 */
+
+static PyObject *column(const void *data, size_t count, size_t element); /* Python surface, below */
+
+enum { GRAPH_CREATED = 0, GRAPH_CLONED = 1 }; /* schema.GRAPH_NODE_CREATED / GRAPH_NODE_CLONED */
+#define NO_EXTERNAL_ID (-1)
+
+typedef struct {
+    int8_t *event;
+    int64_t *graph_id, *node_id, *external_id, *original_graph_id, *original_node_id;
+    int32_t *node_type;
+    size_t rows, cap;
+    uint64_t lost, id_errors;
+} GraphRows;
+
+static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+static GraphRows graph_rows;
+static CUpti_SubscriberHandle graph_subscriber;
+static int graph_subscribed;
+static int32_t graph_external_kind;
+
+static void graph_rows_clear(GraphRows *g) {
+    free(g->event); free(g->graph_id); free(g->node_id); free(g->external_id);
+    free(g->original_graph_id); free(g->original_node_id); free(g->node_type);
+    memset(g, 0, sizeof(*g));
+}
+
+/** Append one graph-node row (caller holds graph_lock); counted as lost when out of memory. */
+static void push_graph_row(GraphRows *g, int8_t event, uint32_t graph, uint64_t node, int64_t external,
+                           uint32_t original_graph, uint64_t original_node, int32_t node_type) {
+    if (g->rows == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 1024;
+        int ok = grow((void **)&g->event, sizeof(int8_t), cap) && grow((void **)&g->graph_id, sizeof(int64_t), cap)
+            && grow((void **)&g->node_id, sizeof(int64_t), cap) && grow((void **)&g->external_id, sizeof(int64_t), cap)
+            && grow((void **)&g->original_graph_id, sizeof(int64_t), cap)
+            && grow((void **)&g->original_node_id, sizeof(int64_t), cap)
+            && grow((void **)&g->node_type, sizeof(int32_t), cap);
+        if (!ok) { g->lost++; return; }
+        g->cap = cap;
+    }
+    size_t r = g->rows++;
+    g->event[r] = event;
+    g->graph_id[r] = graph;
+    g->node_id[r] = (int64_t)node;
+    g->external_id[r] = external;
+    g->original_graph_id[r] = original_graph;
+    g->original_node_id[r] = (int64_t)original_node;
+    g->node_type[r] = node_type;
+}
+
+/** The external id on top of this thread's stack of our kind, left in place; NO_EXTERNAL_ID if empty. */
+static int64_t current_external_id(void) {
+    uint64_t id = 0;
+    if (!p_pop || !p_push || p_pop((CUpti_ExternalCorrelationKind)graph_external_kind, &id) != CUPTI_SUCCESS)
+        return NO_EXTERNAL_ID;
+    p_push((CUpti_ExternalCorrelationKind)graph_external_kind, id);
+    return (int64_t)id;
+}
+
+static void CUPTIAPI graph_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                    const void *cbdata) {
+    (void)userdata;
+    if (domain != CUPTI_CB_DOMAIN_RESOURCE || !cbdata) return;
+    const CUpti_ResourceData *resource = (const CUpti_ResourceData *)cbdata;
+    const CUpti_GraphData *graph = (const CUpti_GraphData *)resource->resourceDescriptor;
+    if (!graph || !graph->node) return;
+    uint64_t node = 0, original_node = 0;
+    uint32_t graph_id = 0, original_graph_id = 0;
+    int ok = p_graph_node_id(graph->node, &node) == CUPTI_SUCCESS;
+    if (ok && graph->graph) ok = p_graph_id(graph->graph, &graph_id) == CUPTI_SUCCESS;
+    int8_t event;
+    int64_t external = NO_EXTERNAL_ID;
+    if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+        event = GRAPH_CREATED;
+        external = current_external_id();
+    } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+        event = GRAPH_CLONED;
+        if (ok && graph->originalNode) ok = p_graph_node_id(graph->originalNode, &original_node) == CUPTI_SUCCESS;
+        if (ok && graph->originalGraph) ok = p_graph_id(graph->originalGraph, &original_graph_id) == CUPTI_SUCCESS;
+    } else {
+        return;
+    }
+    pthread_mutex_lock(&graph_lock);
+    if (ok) push_graph_row(&graph_rows, event, graph_id, node, external, original_graph_id, original_node,
+                           (int32_t)graph->nodeType);
+    else graph_rows.id_errors++;
+    pthread_mutex_unlock(&graph_lock);
+}
+
+/** Text of a CUPTI status, for error messages. */
+static const char *status_text(CUptiResult status) {
+    const char *text = NULL;
+    if (!p_result_string || p_result_string(status, &text) != CUPTI_SUCCESS || !text) text = "no description";
+    return text;
+}
+
+static PyObject *py_graph_observer_start(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"external_kind", NULL};
+    int external_kind;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i:graph_observer_start", keywords, &external_kind)) return NULL;
+    if (!p_subscribe || !p_unsubscribe || !p_enable_callback || !p_graph_node_id || !p_graph_id || !p_push || !p_pop) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this libcupti lacks the callback or graph-id functions the graph observer needs "
+                        "(call _cupti_native.load() first)");
+        return NULL;
+    }
+    if (graph_subscribed) {
+        PyErr_SetString(PyExc_RuntimeError, "the graph observer is already running; stop it first");
+        return NULL;
+    }
+    pthread_mutex_lock(&graph_lock);
+    graph_rows_clear(&graph_rows);
+    graph_external_kind = external_kind;
+    pthread_mutex_unlock(&graph_lock);
+    CUpti_SubscriberHandle subscriber = NULL;
+    CUptiResult status = p_subscribe(&subscriber, (CUpti_CallbackFunc)graph_callback, NULL);
+    if (status != CUPTI_SUCCESS) {
+        PyErr_Format(PyExc_RuntimeError, "cuptiSubscribe failed with CUPTI error %d (%s)", (int)status,
+                     status_text(status));
+        return NULL;
+    }
+    CUpti_CallbackId ids[] = {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        status = p_enable_callback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, ids[i]);
+        if (status != CUPTI_SUCCESS) {
+            p_unsubscribe(subscriber);
+            PyErr_Format(PyExc_RuntimeError, "cuptiEnableCallback(resource %d) failed with CUPTI error %d (%s)",
+                         (int)ids[i], (int)status, status_text(status));
+            return NULL;
+        }
+    }
+    graph_subscriber = subscriber;
+    graph_subscribed = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_graph_observer_stop(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    if (!graph_subscribed) Py_RETURN_TRUE;
+    CUptiResult status = p_unsubscribe(graph_subscriber);
+    graph_subscribed = 0;
+    graph_subscriber = NULL;
+    if (status != CUPTI_SUCCESS) {
+        PyErr_Format(PyExc_RuntimeError, "cuptiUnsubscribe failed with CUPTI error %d (%s)", (int)status,
+                     status_text(status));
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+/** Every graph-node row since start (or the last take), as columns; the rows start empty again. */
+static PyObject *py_graph_observer_take(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&graph_lock);
+    Py_END_ALLOW_THREADS
+    GraphRows taken = graph_rows;
+    memset(&graph_rows, 0, sizeof(graph_rows));
+    pthread_mutex_unlock(&graph_lock);
+    PyObject *result = Py_BuildValue(
+        "(NNNNNNN{sKsK})", column(taken.event, taken.rows, sizeof(int8_t)),
+        column(taken.graph_id, taken.rows, sizeof(int64_t)), column(taken.node_id, taken.rows, sizeof(int64_t)),
+        column(taken.external_id, taken.rows, sizeof(int64_t)),
+        column(taken.original_graph_id, taken.rows, sizeof(int64_t)),
+        column(taken.original_node_id, taken.rows, sizeof(int64_t)),
+        column(taken.node_type, taken.rows, sizeof(int32_t)), "lost", (unsigned long long)taken.lost, "id_errors",
+        (unsigned long long)taken.id_errors);
+    graph_rows_clear(&taken);
+    return result;
+}
+
+/** Test hook: append one graph-node row as the callback would, without CUPTI. */
+static PyObject *py_simulate_graph_node(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"event", "graph_id", "node_id", "external_id", "original_graph_id",
+                               "original_node_id", "node_type", NULL};
+    int event, node_type = 0;
+    unsigned int graph_id, original_graph_id = 0;
+    unsigned long long node_id, original_node_id = 0;
+    long long external_id = NO_EXTERNAL_ID;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iIK|LIKi:_simulate_graph_node", keywords, &event, &graph_id,
+                                     &node_id, &external_id, &original_graph_id, &original_node_id, &node_type))
+        return NULL;
+    if (event != GRAPH_CREATED && event != GRAPH_CLONED) {
+        PyErr_Format(PyExc_ValueError, "_simulate_graph_node: event must be %d (created) or %d (cloned); got %d",
+                     GRAPH_CREATED, GRAPH_CLONED, event);
+        return NULL;
+    }
+    pthread_mutex_lock(&graph_lock);
+    push_graph_row(&graph_rows, (int8_t)event, graph_id, node_id, external_id, original_graph_id, original_node_id,
+                   node_type);
+    pthread_mutex_unlock(&graph_lock);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Python surface                                                                                 */
 
 static void lock_live(void) {
@@ -449,10 +680,11 @@ static PyObject *name_list(const Collector *c) {
     return names;
 }
 
-/** The raw-records tuple of a collector (see _cupti_native.pyi). */
+/** The raw-records tuple of a collector (see _cupti_native.pyi): the counters stay at index 10; the API
+ * calls after them, then the rows' graph columns. */
 static PyObject *raw_records(const Collector *c) {
     return Py_BuildValue(
-        "(NNNNNNNNNN{sKsKsKsK}NNNNNN)",
+        "(NNNNNNNNNN{sKsKsKsK}NNNNNNNN)",
         column(c->correlation_id, c->rows, sizeof(int64_t)), column(c->start_ns, c->rows, sizeof(int64_t)),
         column(c->end_ns, c->rows, sizeof(int64_t)), column(c->device, c->rows, sizeof(int64_t)),
         column(c->stream, c->rows, sizeof(int64_t)), column(c->kind_code, c->rows, sizeof(int8_t)),
@@ -462,7 +694,8 @@ static PyObject *raw_records(const Collector *c) {
         "lost", (unsigned long long)c->lost, "layout_mismatches", (unsigned long long)c->layout_mismatches,
         column(c->api_correlation_id, c->calls, sizeof(int64_t)), column(c->api_kind, c->calls, sizeof(int8_t)),
         column(c->api_cbid, c->calls, sizeof(int32_t)), column(c->api_start_ns, c->calls, sizeof(int64_t)),
-        column(c->api_end_ns, c->calls, sizeof(int64_t)), column(c->api_thread, c->calls, sizeof(int64_t)));
+        column(c->api_end_ns, c->calls, sizeof(int64_t)), column(c->api_thread, c->calls, sizeof(int64_t)),
+        column(c->graph_id, c->rows, sizeof(int64_t)), column(c->graph_node_id, c->rows, sizeof(int64_t)));
 }
 
 /** Record sizes by kind: the defaults, updated from a {kind: bytes} mapping (0 removes a kind). */
@@ -568,6 +801,14 @@ static PyObject *py_load(PyObject *self, PyObject *args, PyObject *kwargs) {
         ResultStringFn text = (ResultStringFn)dlsym(handle, "cuptiGetResultString");
         if (!reg || !next) { dlclose(handle); return load_error("cuptiActivityRegisterCallbacks not found"); }
         p_register = reg; p_next_record = next; p_result_string = text;
+        /* optional: without them the graph observer says so when started */
+        p_subscribe = (SubscribeFn)dlsym(handle, "cuptiSubscribe");
+        p_unsubscribe = (UnsubscribeFn)dlsym(handle, "cuptiUnsubscribe");
+        p_enable_callback = (EnableCallbackFn)dlsym(handle, "cuptiEnableCallback");
+        p_graph_node_id = (GraphNodeIdFn)dlsym(handle, "cuptiGetGraphNodeId");
+        p_graph_id = (GraphIdFn)dlsym(handle, "cuptiGetGraphId");
+        p_push = (PushFn)dlsym(handle, "cuptiActivityPushExternalCorrelationId");
+        p_pop = (PopFn)dlsym(handle, "cuptiActivityPopExternalCorrelationId");
         cupti_library = handle;
     }
     Dl_info info;
@@ -693,6 +934,13 @@ static PyMethodDef methods[] = {
      "Test hook: pass one buffer through the real CUPTI callbacks."},
     {"_reset", (PyCFunction)(void (*)(void))py_reset, METH_VARARGS | METH_KEYWORDS,
      "Test hook: reset the live collector without registering with CUPTI."},
+    {"graph_observer_start", (PyCFunction)(void (*)(void))py_graph_observer_start, METH_VARARGS | METH_KEYWORDS,
+     "Subscribe to CUPTI's graph-node resource callbacks (load() first); forget older graph rows."},
+    {"graph_observer_stop", py_graph_observer_stop, METH_NOARGS, "Unsubscribe the graph observer (idempotent)."},
+    {"graph_observer_take", py_graph_observer_take, METH_NOARGS,
+     "Graph-node rows recorded since start or the last take, as raw columns; they start empty again."},
+    {"_simulate_graph_node", (PyCFunction)(void (*)(void))py_simulate_graph_node, METH_VARARGS | METH_KEYWORDS,
+     "Test hook: append one graph-node row as the resource callback would."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,4 @@
-"""Shared fixtures; ``gpu``-marked tests skip cleanly where CUDA is unavailable."""
+"""Shared fixtures; ``gpu``- and ``gpu_compile``-marked tests skip cleanly where CUDA is unavailable."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs CUDA (run benchmarks/gpu_run.sh on the GPU machine)")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords or "gpu_compile" in item.keywords:
             item.add_marker(skip)
 
 

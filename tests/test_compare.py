@@ -41,6 +41,9 @@ def _result(rows: list[tuple[str | None, str, float]]) -> ProfileResult:
             "call_id": [i if fn else schema.NO_CALL for i, (fn, _, _) in enumerate(rows)],
             "function_name": [fn for fn, _, _ in rows],
             "thread": [1] * n,
+            "graph_id": [schema.NOT_IN_GRAPH] * n,
+            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
+            "attribution": [schema.ATTRIBUTION_TRACE] * n,
         },
         schema=schema.ACTIVITY,
     )

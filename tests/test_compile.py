@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 from torch import nn
 
@@ -41,18 +42,174 @@ def test_repeated_profiles_do_not_recompile_a_compiled_model(tracing_backend):
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
     compiled = torch.compile(model, backend="aot_eager")
     x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled(x)  # the user's first call: one graph, compiled without our modes
+    assert counters["stats"]["unique_graphs"] == 1
     graphs = []
     for _ in range(12):  # 12 calls: more than Dynamo's recompile limit (8)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ModuleFunctionKernelProfiler(device="cpu").profile(compiled, [((x,), {})], warmup_iterations=1)
         graphs.append(counters["stats"]["unique_graphs"])
-    # one graph without our modes (warmup), one with them (the first recorded pass), never more
-    assert graphs[0] <= 2 and graphs[-1] == graphs[0], graphs
+    # the first profile() compiles one more graph, in its warm-up (Dynamo guards on the function-mode
+    # stack, and warm-up passes run under our modes); later ones compile nothing: 1 + 1 = 2, twelve times
+    assert graphs == [2] * 12, graphs
     # nothing of ours is left in the global hook dicts
     for hooks in (nn_module._global_forward_hooks, nn_module._global_forward_pre_hooks):
         assert not [key for key in hooks if key < 0]
     with torch.no_grad():
         assert torch.equal(compiled(x), model(x))
-    assert counters["stats"]["unique_graphs"] == graphs[0]  # still the compiled graph, no fallback
+    assert counters["stats"]["unique_graphs"] == 2  # the user's graph again, no fallback
     assert not counters["graph_break"]
+
+
+# -- Inductor: compiled kernels attributed from the FX nodes they were generated from ------------------
+def _profile_quietly(profiler: ModuleFunctionKernelProfiler, model, samples, **kwargs):  # noqa: ANN001
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that global hooks also see the OptimizedModule
+        return profiler.profile(model, samples, **kwargs)
+
+
+def test_inductor_kernels_are_attributed_to_submodule_functional_and_op(tracing_backend):
+    """On CPU, Inductor's extern calls (``extern_kernels.addmm``) are the compiled kernels the CPU source sees."""
+    from torch._dynamo.utils import counters
+
+    from aitune_dispatch import schema
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    compiled = torch.compile(model)  # Inductor: C++ kernels and two extern addmm calls
+    x = torch.randn(4, 16)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    results = []
+    for _ in range(2):  # the first profile() compiles in its warm-up; the second compiles nothing
+        profiling_df, _ = _profile_quietly(profiler, compiled, [((x,), {})], warmup_iterations=1)
+        results.append((profiling_df, profiler.last_result, counters["stats"]["unique_graphs"]))
+    for profiling_df, result, _ in results:
+        # Linear(16, 32) and Linear(32, 8) each ran as one extern addmm: the kernels of module "0" and "2"
+        assert profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist() == [
+            ["0", "linear", "aten::addmm", "cpu::aten::addmm"],
+            ["2", "linear", "aten::addmm", "cpu::aten::addmm"],
+        ]
+        assert list(profiling_df["module"]) == [model[0], model[2]]
+        attributed = result.attributed().to_pydict()
+        assert attributed["attribution"] == [schema.ATTRIBUTION_INDUCTOR] * 2
+        # their functional calls were never seen running: appended to calls, untimed, without samples
+        calls = result.calls.to_pydict()
+        assert [calls["function_name"][c] for c in attributed["call_id"]] == ["linear", "linear"]
+        assert {calls["start_ns"][c] for c in attributed["call_id"]} == {0}
+        assert result.kernel_sources.select(["rank", "module_name", "function_name", "op"]).to_pylist() == [
+            {"rank": 0, "module_name": "0", "function_name": "linear", "op": "aten::addmm"},
+            {"rank": 0, "module_name": "2", "function_name": "linear", "op": "aten::addmm"},
+        ]
+        assert result.metadata[schema.META_COMPILED_KERNELS] == "2"
+    # first run: the graph was generated inside profile(); second: remembered from the first
+    assert results[0][1].metadata[schema.META_INDUCTOR].startswith("observed: 3 kernel call sites of 1 graphs")
+    assert "3 of 1 remembered" in results[1][1].metadata[schema.META_INDUCTOR]
+    assert results[0][2] == results[1][2] == 1  # one graph (under our modes), no recompile, no graph break
+    assert not counters["graph_break"]
+    # functions="all": the compiled code's own torch.addmm calls are no functional calls of the model
+    everything = ModuleFunctionKernelProfiler(device="cpu", functions="all")
+    profiling_df, _ = _profile_quietly(everything, compiled, [((x,), {})], warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["0", "linear"], ["2", "linear"]]
+    assert counters["stats"]["unique_graphs"] == 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_compiled_runs_record_steady_state_passes(tracing_backend):
+    """Compilation happens in the traced warm-up, so the first recorded pass is the same as every later one."""
+    import collections
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled(x)  # compiled before profile(): the first profile() recompiles (guards on our modes)
+    ops = []
+    for _ in range(2):
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        _profile_quietly(profiler, compiled, [((x,), {})], warmup_iterations=1)
+        ops.append(collections.Counter(profiler.last_result.ops.column("op").to_pylist()))
+    assert ops[0] == ops[1] and ops[0]["aten::addmm"] == 1
+
+
+def test_inductor_hooks_and_caches_are_restored_also_on_exceptions(tracing_backend):
+    import sys
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    import torch._inductor.debug as debug
+
+    from aitune_dispatch.tracing import compiled as provenance
+
+    original = debug.set_kernel_post_grad_provenance_tracing
+    caches = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache)
+    model = nn.Linear(4, 4)
+
+    def failing():
+        model(torch.randn(1, 4))
+        raise KeyError("the profiled function failed")
+
+    for warmup in (0, 1):  # failing in the warm-up, and in the recorded pass
+        try:
+            ModuleFunctionKernelProfiler(device="cpu").profile(failing, module=model, warmup_iterations=warmup)
+        except KeyError:
+            pass
+        else:
+            raise AssertionError("the exception must reach the caller")
+        assert debug.set_kernel_post_grad_provenance_tracing is original
+        holders = [m for name, m in list(sys.modules.items()) if name.startswith("torch._inductor") and m]
+        assert all(getattr(m, provenance.HOOK, original) is original for m in holders)
+        assert (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache) == caches
+        assert not provenance._active
+
+
+def test_a_torch_without_the_provenance_hook_keeps_kernels_on_the_compiled_module(tracing_backend, monkeypatch):
+    import torch._inductor.debug as debug
+
+    from aitune_dispatch import schema
+
+    monkeypatch.delattr(debug, "set_kernel_post_grad_provenance_tracing")
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    compiled = torch.compile(model, backend="aot_eager")
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with pytest.warns(RuntimeWarning, match="compiled kernels cannot be attributed to functional calls: this torch"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Using `torch.compile")
+            profiler.profile(compiled, [((torch.randn(2, 8),), {})], warmup_iterations=1)
+    result = profiler.last_result
+    assert result.metadata[schema.META_INDUCTOR].startswith("unavailable: this torch's Inductor has no")
+    assert set(result.activity.column("module_name").to_pylist()) == {""}  # today's behaviour: the compiled root
+    assert result.activity.column("function_name").null_count == result.activity.num_rows
+
+
+def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
+    """``model.compile()`` compiles the module's hooks too: its launches run outside any traced module."""
+    import torch.nn.functional as F
+
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(16, 32)
+            self.fc2 = nn.Linear(32, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = MLP().eval()
+    model.compile()
+    x = torch.randn(4, 16)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiling_df, _ = profiler.profile(model, [((x,), {})], warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
+    assert not [w for w in caught if "never ran" in str(w.message)]

@@ -255,6 +255,9 @@ def two_device_result(rows=ROWS, function_data=FUNCTION_DATA, metadata=None) -> 
             "call_id": [i if fn else schema.NO_CALL for i, (_, _, fn, _) in enumerate(rows)],
             "function_name": [fn for _, _, fn, _ in rows],
             "thread": [0] * n,
+            "graph_id": [schema.NOT_IN_GRAPH] * n,
+            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
+            "attribution": [schema.ATTRIBUTION_TRACE] * n,
         },
         schema=schema.ACTIVITY,
     )

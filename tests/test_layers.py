@@ -49,6 +49,8 @@ MODULE_STAGES = {
     "_tracer": "tracing",  # compiled half of tracing/native.py
     "_cupti_native": "collection",  # compiled half of collection/native_sink.py
     "joining": "joining",
+    "provenance": "joining",  # compiled kernels and graph replays attributed on the joined tables
+    "provenance_capture": "capture",  # brackets record(): traced warm-up, graph observer, attribution
     "capture": "capture",
     "arguments": "capture",  # profile()'s arguments, checked before the capture
     "profiler": "profiler",

@@ -59,8 +59,15 @@ def _record(dtype: np.dtype, kind: int, **fields: int) -> bytes:
     return row.tobytes()
 
 
-def kernel(correlation: int, start: int, name: ctypes.Array | None, device: int = 0, stream: int = 7) -> bytes:
-    """A concurrent-kernel record lasting 40 ns."""
+def kernel(
+    correlation: int,
+    start: int,
+    name: ctypes.Array | None,
+    device: int = 0,
+    stream: int = 7,
+    graph: tuple[int, int] = (0, 0),
+) -> bytes:
+    """A concurrent-kernel record lasting 40 ns; ``graph`` = (graph id, graph node id) of a replay."""
     address = ctypes.addressof(name) if name is not None else 0
     return _record(
         KERNEL_DTYPE,
@@ -71,10 +78,19 @@ def kernel(correlation: int, start: int, name: ctypes.Array | None, device: int 
         device_id=device,
         stream_id=stream,
         name=address,
+        graph_id=graph[0],
+        graph_node_id=graph[1],
     )
 
 
-def memcpy(correlation: int, start: int, copy: int = HTOD, src: int = PINNED, dst: int = DEVICE) -> bytes:
+def memcpy(
+    correlation: int,
+    start: int,
+    copy: int = HTOD,
+    src: int = PINNED,
+    dst: int = DEVICE,
+    graph: tuple[int, int] = (0, 0),
+) -> bytes:
     return _record(
         MEMCPY_DTYPE,
         int(KINDS.MEMCPY),
@@ -87,10 +103,12 @@ def memcpy(correlation: int, start: int, copy: int = HTOD, src: int = PINNED, ds
         src_kind=src,
         dst_kind=dst,
         bytes=4096,
+        graph_id=graph[0],
+        graph_node_id=graph[1],
     )
 
 
-def memset(correlation: int, start: int, memory: int = DEVICE) -> bytes:
+def memset(correlation: int, start: int, memory: int = DEVICE, graph: tuple[int, int] = (0, 0)) -> bytes:
     return _record(
         MEMSET_DTYPE,
         int(KINDS.MEMSET),
@@ -101,6 +119,8 @@ def memset(correlation: int, start: int, memory: int = DEVICE) -> bytes:
         stream_id=7,
         memory_kind=memory,
         bytes=512,
+        graph_id=graph[0],
+        graph_node_id=graph[1],
     )
 
 
@@ -239,6 +259,28 @@ def test_a_callback_id_without_a_name_is_named_by_its_number(decode: Decode):
     ]
 
 
+def test_graph_ids_of_replayed_rows_are_decoded(decode: Decode):
+    # a replayed graph's kernel, copy and set carry its graph id and their node ids; others carry 0
+    big = 2**40 + 3  # node ids are uint64: more than 32 bits survive
+    buffer = (
+        kernel(1, 100, GEMM, graph=(5, big)) + memcpy(1, 200, graph=(5, 7)) + memset(1, 300, graph=(5, 8))
+        + kernel(2, 400, RELU)
+    )
+    records = to_decoded(decode(buffer, OURS))
+    assert records.graph_id.tolist() == [5, 5, 5, 0]
+    assert records.graph_node_id.tolist() == [big, 7, 8, 0]
+    table = records.kernels_table()
+    assert table.schema.names[-2:] == ["graph_id", "graph_node_id"]
+    assert table["graph_node_id"].to_pylist() == [big, 7, 8, 0]
+
+
+def test_a_decode_without_graph_columns_reads_as_outside_graphs(decode: Decode):
+    # an extension built before the graph columns returns 11 entries: its rows read as graph 0
+    raw = decode(kernel(1, 100, GEMM, graph=(5, 9)), OURS)[:11]
+    records = to_decoded(raw)
+    assert records.graph_id.tolist() == [] and records.kernels_table()["graph_id"].to_pylist() == [0]
+
+
 def test_api_records_are_decoded_apart_from_activity(decode: Decode):
     raw = decode(api(1, start=10) + api(2, driver=True, start=20) + api(3, start=30), OURS)
     records = to_decoded(raw)
@@ -315,8 +357,8 @@ def test_record_sizes_replay_a_newer_layout(decode: Decode):
 
 
 def test_record_sizes_are_validated(decode: Decode):
-    with pytest.raises(ValueError, match="record size 100 for kind 10 must be 0 or between 112"):
-        decode(b"", OURS, {int(KINDS.CONCURRENT_KERNEL): 100})  # the name pointer ends at 104 + 8 = 112
+    with pytest.raises(ValueError, match="record size 100 for kind 10 must be 0 or between 160"):
+        decode(b"", OURS, {int(KINDS.CONCURRENT_KERNEL): 100})  # the graph id (uint32) ends at 156 + 4 = 160
     with pytest.raises(ValueError, match="outside 0..127"):
         decode(b"", OURS, {200: 8})
     with pytest.raises(ValueError, match="record size 32 for kind 5 must be 0 or between 36"):
@@ -336,10 +378,13 @@ def random_pass(seed: int, count: int = 400) -> bytes:
     """A random mix of every record kind, including other clients' links."""
     rng = random.Random(seed)
     names = [GEMM, RELU, GEMM_AGAIN, None]
+    def graph() -> tuple[int, int]:  # half outside graphs; node ids are uint64
+        return (0, 0) if rng.random() < 0.5 else (rng.randrange(2**32), rng.randrange(2**64))
+
     makers = [
-        lambda i: kernel(i, rng.randrange(2**40), rng.choice(names), rng.randrange(8), rng.randrange(2**32)),
-        lambda i: memcpy(i, rng.randrange(2**40), rng.randrange(12), rng.randrange(9), rng.randrange(9)),
-        lambda i: memset(i, rng.randrange(2**40), rng.randrange(9)),
+        lambda i: kernel(i, rng.randrange(2**40), rng.choice(names), rng.randrange(8), rng.randrange(2**32), graph()),
+        lambda i: memcpy(i, rng.randrange(2**40), rng.randrange(12), rng.randrange(9), rng.randrange(9), graph()),
+        lambda i: memset(i, rng.randrange(2**40), rng.randrange(9), graph()),
         lambda i: link(i, rng.randrange(2**62), rng.choice([OURS, OTHER])),
         lambda i: api(i, rng.random() < 0.5, rng.randrange(2**40), rng.randrange(1, 2**32), rng.randrange(2**32)),
     ]

@@ -21,7 +21,7 @@ from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
 from aitune_dispatch.results import OpaqueValue, ResultFormatError, TensorMeta, load, logical_bytes, persist
 from aitune_dispatch.results.persist import decode_value, encode_value
 
-TABLES = ["activity", "ops", "calls", "modules", "module_calls", "launches"]
+TABLES = ["activity", "ops", "calls", "modules", "module_calls", "launches", "kernel_sources"]
 LAYOUTS = ["result_dir", "result.parquet"]
 
 
@@ -320,3 +320,32 @@ def test_load_describe_compare_without_torch(result, tmp_path):
         assert out[path]["describe"] == result.describe().to_json(orient="split")
         assert out[path]["modules"] is True and out[path]["resaved"] is True
         assert out[path]["compare_rows"] > 0
+
+
+# -- compiled and graphed attribution: columns and table added later ------------------------------------
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_compiled_attribution_round_trips(result, tmp_path, name):
+    import dataclasses
+
+    sources = pa.table(
+        {"call_id": [7, 7], "kernel": ["triton_poi_fused_gelu_0"] * 2, "rank": [0, 1], "module_id": [2, 1],
+         "module_name": ["norm", "lin"], "function_name": ["gelu", "linear"], "op": ["aten::gelu", "aten::addmm"],
+         "source": ["gelu", "lin"]},
+        schema=schema.KERNEL_SOURCES,
+    )
+    attribution = pa.array(["graph_launch"] + ["trace"] * (result.activity.num_rows - 1), pa.string())
+    activity = result.activity.set_column(result.activity.schema.get_field_index("attribution"), "attribution",
+                                          attribution)
+    saved = dataclasses.replace(result, activity=activity, kernel_sources=sources)
+    loaded = load(saved.save(tmp_path / name))
+    assert loaded.kernel_sources.equals(sources) and loaded.activity.equals(activity)
+
+
+def test_results_saved_before_graph_columns_read_as_traced_outside_graphs():
+    # tests/data/h200_demo_result was saved before activity had graph_id / graph_node_id / attribution
+    loaded = load("tests/data/h200_demo_result")
+    assert loaded.activity.schema == schema.ACTIVITY
+    rows = loaded.activity.num_rows
+    assert loaded.activity["graph_id"].to_pylist() == [schema.NOT_IN_GRAPH] * rows
+    assert loaded.activity["attribution"].to_pylist() == [schema.ATTRIBUTION_TRACE] * rows
+    assert loaded.kernel_sources.num_rows == 0 and loaded.kernel_sources.schema == schema.KERNEL_SOURCES

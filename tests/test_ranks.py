@@ -136,6 +136,36 @@ def test_select_rank_gives_each_rank_back(ranks):
         select_rank(merged, 5)
 
 
+def _with_kernel_sources(result: ProfileResult, kernel: str) -> ProfileResult:
+    """``result`` with two sources (fusion ranks 0 and 1) of a compiled kernel on its first call."""
+    call = int(result.calls["call_id"][0].as_py())
+    sources = pa.table(
+        {
+            "call_id": [call, call], "kernel": [kernel] * 2, "rank": [0, 1], "module_id": [1, 1],
+            "module_name": ["0", "0"], "function_name": ["linear", None], "op": ["aten::addmm", "aten::add"],
+            "source": ["linear", "add"],
+        },
+        schema=schema.KERNEL_SOURCES,
+    )  # fmt: skip
+    return dataclasses.replace(result, kernel_sources=sources)
+
+
+def test_kernel_sources_keep_their_fusion_rank_through_merge_and_select(ranks):
+    # kernel_sources has a rank column of its own (the fusion rule's order): merge adds none, its call ids
+    # are shifted with the calls, and select_rank gives each rank the sources of its own calls
+    rank0, rank1 = _with_kernel_sources(ranks[0], "triton_a"), _with_kernel_sources(ranks[1], "triton_b")
+    merged = merge([rank0, rank1])
+    assert merged.kernel_sources.column_names == schema.KERNEL_SOURCES.names
+    assert merged.kernel_sources["rank"].to_pylist() == [0, 1, 0, 1]
+    shift = rank0.calls.num_rows
+    assert _ints(merged.kernel_sources, "call_id") == [0, 0, shift, shift]
+    keep = ["kernel", "rank", "function_name", "op", "source"]  # ids are the merged ones
+    for rank, original in enumerate((rank0, rank1)):
+        back = select_rank(merged, rank)
+        assert back.kernel_sources.select(keep).equals(original.kernel_sources.select(keep))
+        assert set(_ints(back.kernel_sources, "call_id")) <= set(_ints(back.calls, "call_id"))
+
+
 def test_merge_metadata_and_warnings(ranks):
     rank0, rank1 = ranks
     rank1 = dataclasses.replace(rank1, warnings=("something happened",))
@@ -263,6 +293,9 @@ def synthetic(rows: list[tuple[str | None, str, str, str, float]], rank: int) ->
             "call_id": [i if fn else schema.NO_CALL for i, (fn, *_) in enumerate(rows)],
             "function_name": [fn for fn, *_ in rows],
             "thread": [0] * n,
+            "graph_id": [schema.NOT_IN_GRAPH] * n,
+            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
+            "attribution": [schema.ATTRIBUTION_TRACE] * n,
         },
         schema=schema.ACTIVITY,
     )

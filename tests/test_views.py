@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 
+import pyarrow as pa
 import pytest
 from fixture_results import layered_result
 
@@ -117,6 +118,28 @@ def test_unattributed_table_says_why_and_what_to_do():
     # with functions="all" already on, the hint no longer suggests it
     again = views.unattributed_table(layered_result({"functions": "all"}))
     assert "was on" in again["hint"][1]
+
+
+def test_unattributed_graph_replays_and_compiled_kernels_have_their_own_reasons():
+    import dataclasses
+
+    result = layered_result()
+    activity = result.activity
+    # the add of layers.1 was a replay of a graph captured unseen; the fast-path op's kernel an Inductor kernel
+    op = activity["op"].to_pylist()
+    kernel = activity["kernel"].to_pylist()
+    op[op.index("aten::add")] = "cudaGraphLaunch"
+    fused = op.index("aten::_transformer_encoder_layer_fwd")
+    op[fused], kernel[fused] = None, "triton_poi_fused_gelu_0"
+    for name, values in (("op", op), ("kernel", kernel)):
+        activity = activity.set_column(activity.schema.get_field_index(name), name, pa.array(values, pa.string()))
+    table = views.unattributed_table(dataclasses.replace(result, activity=activity))
+    assert [(r.reason, r.module, r.kernels) for r in table.itertuples()] == [
+        ("compiled", "enc", 1),
+        ("graph_replay", "layers.*", 1),
+        ("outside_modules", None, 1),
+    ]
+    assert "torch._dynamo.reset()" in table["hint"][0] and "captured inside the profiled function" in table["hint"][1]
 
 
 def test_headline_counts():

@@ -36,12 +36,15 @@ else:
 # kernel name, (KIND_MEMCPY, copy_kind, src_kind, dst_kind) or (KIND_MEMSET, memory_kind)
 NameEntry = str | tuple[int, ...]
 # correlation_id, start_ns, end_ns, device, stream, kind_code, name_index, names, ext_correlation_id, ext_id,
-# counters, then the API rows: api_correlation_id, api_kind, api_cbid, api_start_ns, api_end_ns, api_thread
+# counters, then the API rows: api_correlation_id, api_kind, api_cbid, api_start_ns, api_end_ns, api_thread,
+# then the activity rows' graph_id, graph_node_id (each addition after the last, so older positions stay)
 RawRecords = tuple[
     bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[NameEntry], bytes, bytes, dict[str, int],
-    bytes, bytes, bytes, bytes, bytes, bytes,
+    bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes,
 ]  # fmt: skip
 COUNTERS = 10  # the counters' position in a raw decode
+API_COLUMNS = slice(COUNTERS + 1, COUNTERS + 7)  # the API rows' six columns
+GRAPH_COLUMNS = slice(COUNTERS + 7, COUNTERS + 9)  # the activity rows' graph_id, graph_node_id
 
 KIND_SLOTS = 128  # activity kinds a record size can be given for: 0..127
 MAX_RECORD_BYTES = 1 << 16
@@ -145,7 +148,11 @@ def _resolve_names(entries: list[NameEntry]) -> tuple[list[str], np.ndarray | No
 def to_decoded(raw: RawRecords) -> DecodedRecords:
     """Wrap a raw decode (extension or twin) into :class:`DecodedRecords` without copying the columns."""
     cid, start, end, device, stream, kind, name_index, entries, ext_cid, ext_id, counters = raw[: COUNTERS + 1]
-    api_cid, api_kind, api_cbid, api_start, api_end, api_thread = raw[COUNTERS + 1 :]
+    # an extension built before the API or the graph columns returns fewer entries: those read as empty
+    api_cid, api_kind, api_cbid, api_start, api_end, api_thread = (
+        raw[API_COLUMNS] if len(raw) >= API_COLUMNS.stop else (b"",) * 6
+    )
+    graph_id, graph_node_id = raw[GRAPH_COLUMNS] if len(raw) >= GRAPH_COLUMNS.stop else (b"", b"")
     names, lut = _resolve_names(entries)
     index = np.frombuffer(name_index, np.int32)
     return DecodedRecords(
@@ -166,6 +173,8 @@ def to_decoded(raw: RawRecords) -> DecodedRecords:
         api_start_ns=np.frombuffer(api_start, np.int64),
         api_end_ns=np.frombuffer(api_end, np.int64),
         api_thread=np.frombuffer(api_thread, np.int64),
+        graph_id=np.frombuffer(graph_id, np.int64),
+        graph_node_id=np.frombuffer(graph_node_id, np.int64),
     )
 
 
@@ -178,10 +187,13 @@ class _Layout(NamedTuple):
     fields: np.dtype  # the fields decoded, at their offsets (its itemsize: the bytes read)
 
 
+_GRAPH = ("graph_id", "graph_node_id")
 _FIELDS = {
-    "kernel": ("start", "end", "device_id", "stream_id", "correlation_id", "name"),
-    "memcpy": ("copy_kind", "src_kind", "dst_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
-    "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id"),
+    "kernel": ("start", "end", "device_id", "stream_id", "correlation_id", "name", *_GRAPH),
+    "memcpy": (
+        "copy_kind", "src_kind", "dst_kind", "start", "end", "device_id", "stream_id", "correlation_id", *_GRAPH
+    ),
+    "memset": ("memory_kind", "start", "end", "device_id", "stream_id", "correlation_id", *_GRAPH),
     "correlation": ("external_kind", "external_id", "correlation_id"),
     "runtime": ("cbid", "start", "end", "thread_id", "correlation_id"),
     "driver": ("cbid", "start", "end", "thread_id", "correlation_id"),
@@ -258,7 +270,7 @@ class _TwinColumns:
 
     def __init__(self, external_kind: int) -> None:
         self.external_kind = external_kind
-        self.rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self.rows: list[tuple[int, ...]] = []
         self.links: list[tuple[int, int]] = []
         self.calls: list[tuple[int, int, int, int, int, int]] = []  # API rows, in the raw column order
         self.keys: dict[Any, int] = {}
@@ -296,10 +308,11 @@ class _TwinColumns:
         else:
             return
         fields = (record["correlation_id"], record["start"], record["end"], record["device_id"], record["stream_id"])
-        self.rows.append((*(int(f) for f in fields), kind, name))
+        graph = (int(record["graph_id"]), int(record["graph_node_id"]))
+        self.rows.append((*(int(f) for f in fields), kind, name, *graph))
 
     def raw(self) -> RawRecords:
-        rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 7)
+        rows = np.array(self.rows, dtype=np.uint64).reshape(len(self.rows), 9)
         links = np.array(self.links, dtype=np.uint64).reshape(len(self.links), 2)
         calls = np.array(self.calls, dtype=np.uint64).reshape(len(self.calls), 6)
 
@@ -320,6 +333,8 @@ class _TwinColumns:
             column(calls[:, 1], np.int8),
             column(calls[:, 2], np.int32),
             *(column(calls[:, i], np.int64) for i in range(3, 6)),
+            column(rows[:, 7], np.int64),
+            column(rows[:, 8], np.int64),
         )  # type: ignore[return-value]
 
 

@@ -61,6 +61,7 @@ class PythonRecordSink:
     def take(self) -> DecodedRecords:
         """Decode the kept objects into columns."""
         rows: list[tuple[int, int, int, int, int, int, str]] = []
+        graphs: list[tuple[int, int]] = []
         ext_cid: list[int] = []
         ext_id: list[int] = []
         calls: list[tuple[int, int, int, int, int, int]] = []
@@ -75,17 +76,21 @@ class PythonRecordSink:
                     ext_id.append(a.external_id)
             elif kind == self._kernel:
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_KERNEL, a.name))
+                graphs.append(_graph_ids(a))
             elif kind == self._memcpy:
                 name = memcpy_name(a.copy_kind, a.src_kind, a.dst_kind)
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_MEMCPY, name))
+                graphs.append(_graph_ids(a))
             elif kind == self._memset:
                 name = memset_name(a.memory_kind)
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_MEMSET, name))
+                graphs.append(_graph_ids(a))
         self._objects = []
         names: dict[str, int] = {}
         name_index = np.fromiter((names.setdefault(r[6], len(names)) for r in rows), np.int32, len(rows))
         columns = np.array([r[:6] for r in rows], dtype=np.int64).reshape(len(rows), 6)
         api_columns = np.array(calls, dtype=np.int64).reshape(len(calls), 6)
+        graph_columns = np.array(graphs, dtype=np.uint64).reshape(len(graphs), 2).view(np.int64)
         return DecodedRecords(
             correlation_id=columns[:, 0].copy(),
             start_ns=columns[:, 1].copy(),
@@ -104,4 +109,11 @@ class PythonRecordSink:
             api_start_ns=api_columns[:, 3].copy(),
             api_end_ns=api_columns[:, 4].copy(),
             api_thread=api_columns[:, 5].copy(),
+            graph_id=graph_columns[:, 0].copy(),
+            graph_node_id=graph_columns[:, 1].copy(),
         )
+
+
+def _graph_ids(activity: Any) -> tuple[int, int]:
+    """(graph_id, graph_node_id) of a kernel / copy / set object; 0 where this cupti-python lacks them."""
+    return int(getattr(activity, "graph_id", 0) or 0), int(getattr(activity, "graph_node_id", 0) or 0)

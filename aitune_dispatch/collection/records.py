@@ -90,7 +90,9 @@ class DecodedRecords:
     API rows (runtime / driver records of the launch / copy / set callback ids we enable):
     ``api_correlation_id, api_start_ns, api_end_ns, api_thread`` (int64; the thread is CUPTI's
     ``threadId``), ``api_kind`` (int8, ``API_*``) and ``api_cbid`` (int32). ``records`` counts
-    every record seen.
+    every record seen. ``graph_id`` / ``graph_node_id`` (int64, one per activity row; empty where a
+    decoder predates them, which reads as 0) are the CUDA graph a row was replayed from, 0 outside
+    graphs.
     """
 
     correlation_id: np.ndarray
@@ -110,9 +112,15 @@ class DecodedRecords:
     api_start_ns: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
     api_end_ns: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
     api_thread: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    graph_id: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+    graph_node_id: np.ndarray = field(default_factory=lambda: _no_rows(np.int64))
+
+    def _graph_column(self, values: np.ndarray) -> pa.Array:
+        rows = len(self.correlation_id)
+        return pa.array(values if len(values) == rows else np.full(rows, schema.NOT_IN_GRAPH, np.int64), pa.int64())
 
     def kernels_table(self) -> pa.Table:
-        """Activity rows in the schema :data:`schema.KERNELS`."""
+        """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS`."""
         names = pa.DictionaryArray.from_arrays(
             pa.array(self.name_index, pa.int32()), pa.array([demangle(n) for n in self.names], pa.string())
         ).cast(pa.string())
@@ -128,8 +136,10 @@ class DecodedRecords:
                 pa.array(self.device.astype(np.int32), pa.int32()),
                 pa.array(self.stream, pa.int64()),
                 kinds,
+                self._graph_column(self.graph_id),
+                self._graph_column(self.graph_node_id),
             ],
-            schema=schema.KERNELS,
+            schema=schema.KERNELS_WITH_GRAPHS,
         )
 
     def correlation_table(self) -> pa.Table:

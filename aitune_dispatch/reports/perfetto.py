@@ -155,6 +155,7 @@ def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> l
             {"call_id": cid, "module_id": mid, "module": labels.get(mid, ("", ""))[0]},
         )
         for cid, name, mid, start, end, thread, rank in fields
+        if start or end  # calls attributed from compiled code or a graph capture are not timed (0, 0)
     ]
 
 

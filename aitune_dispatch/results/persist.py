@@ -7,7 +7,8 @@ tensors) and builds itself from the one :func:`load` returns. Two layouts, picke
 * **directory** (any path not ending in ``.parquet``)::
 
       DIR/manifest.json          format, schema_version, source, warnings, metadata, table schemas
-      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, launches, function_data
+      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, launches, kernel_sources,
+                                 function_data
       DIR/tensors.pt             only with ``with_tensors=True``: torch.save of the sample tensors
 
 * **single file** (``*.parquet``): one Parquet file holding every table. Its columns are a
@@ -24,7 +25,7 @@ In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
 
-Results saved before the ``launches`` table existed load with an empty one
+Results saved before the ``launches`` or ``kernel_sources`` tables existed load with empty ones
 (``schema.ADDED_TABLES``). ``calls.sample`` links each functional call to its ``sample_index``
 (results saved before that column existed load with ``sample = -1`` and ``metadata["call_samples"]``
 saying so). ``function_data`` is a table of ``function_name, sample_index, count, sample_json``
@@ -248,7 +249,8 @@ def _save_file(stored: Stored, path: Path) -> None:
     partial = path.with_name(path.name + ".partial")
     with pq.ParquetWriter(partial, union) as writer:
         for name, table in encoded.items():
-            writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
+            if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
+                writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
     os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
 
 

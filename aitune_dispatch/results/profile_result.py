@@ -86,12 +86,17 @@ class ProfileResult:
     warnings:
         Problems of the run, in words.
     metadata:
-        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``) and clock facts.
+        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``), clock facts,
+        and how compiled kernels and CUDA graph replays were attributed (``schema.META_*``).
     launches:
         The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
         ``correlation_id, api, cbid, api_name, start_ns, end_ns, os_thread``; one row per launch,
         copy or set call, sharing ``correlation_id`` with what it launched). Empty for the CPU
         source and for results saved before it existed.
+    kernel_sources:
+        Every FX source (functional call or other call) each attributed compiled kernel was fused
+        from (``schema.KERNEL_SOURCES``): rank 0 is the call the kernel is attributed to. Empty for
+        eager runs and for results saved before it existed.
 
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
@@ -110,6 +115,7 @@ class ProfileResult:
     warnings: tuple[str, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
     launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
+    kernel_sources: pa.Table = field(default_factory=lambda: schema.empty(schema.KERNEL_SOURCES))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
@@ -259,6 +265,8 @@ def _from_stored(stored: persist.Stored) -> ProfileResult:
     missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
     if missing:
         raise persist.ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
+    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
+    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
     metadata = dict(manifest["metadata"])
     if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
         tables["calls"] = no_sample_column(tables["calls"])

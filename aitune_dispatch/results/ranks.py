@@ -6,6 +6,8 @@ metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.
 
 * every table (activity, ops, calls, modules, module_calls, and any table a result gains later)
   is the concatenation of the ranks' tables, in rank order, with a ``rank`` column appended;
+  ``kernel_sources``, whose own ``rank`` is the fusion rule's order (``schema.RANKED_BY_CALL``),
+  gets none: its rows belong to the rank of their ``call_id``;
 * ids stay unique: each rank's ``op_id``, ``module_id`` and ``call_id`` values (and the parent ids
   that refer to them) are shifted by the sizes of the id ranges of the ranks before it, sentinels
   (``-1``, null) kept; CUPTI ``correlation_id`` and ``thread`` stay as each rank recorded them (the
@@ -294,7 +296,8 @@ def merge(results: Sequence[ProfileResult], *, ranks: Sequence[int] | None = Non
         for name, table in _tables(result).items():
             if name == "calls":
                 table = _remap_samples(table, remap)
-            parts.setdefault(name, []).append(_with_rank(_shift(table, offsets), rank))
+            shifted = _shift(table, offsets)
+            parts.setdefault(name, []).append(shifted if name in schema.RANKED_BY_CALL else _with_rank(shifted, rank))
         modules = _id_range(result, "module")
         objects += list(result.module_objects) + [None] * (modules - len(result.module_objects))
         for space in offsets:
@@ -376,9 +379,12 @@ def select_rank(result: ProfileResult, rank: int) -> ProfileResult:
         return result
     tables = {}
     for name, table in _tables(result).items():
-        if schema.RANK_COLUMN in table.column_names:
+        if name not in schema.RANKED_BY_CALL and schema.RANK_COLUMN in table.column_names:
             table = table.filter(pc.equal(table[schema.RANK_COLUMN], rank)).drop_columns([schema.RANK_COLUMN])
         tables[name] = table
+    rank_calls = pc.unique(tables["calls"]["call_id"])
+    for name in schema.RANKED_BY_CALL:  # the rows of the rank's calls
+        tables[name] = tables[name].filter(pc.is_in(tables[name]["call_id"], value_set=rank_calls))
     function_data, tables["calls"] = _rank_function_data(tables["calls"], result.function_data)
     record = rank_records(result).get(rank, {})
     prefix = f"rank {rank}: "

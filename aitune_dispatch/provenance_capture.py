@@ -1,0 +1,251 @@
+"""What ``profile()`` records for compiled and graphed models, from its first warm-up pass to the join.
+
+One :class:`ProvenanceCapture` brackets a whole ``profile()``:
+
+* **Inductor provenance** (``tracing/compiled.py``) is observed throughout, so a graph compiled on
+  the first call (a warm-up pass, usually) has its kernel call sites recorded.
+* **Warm-up passes run traced**: under the same modes, gates and hooks as the recorded pass, with
+  their rows discarded (no samples collected). Whatever happens once therefore happens where the
+  profiler sees it, and the recorded pass is steady state: Dynamo compiles (or recompiles, since it
+  guards on the function-mode stack) under our modes, CUDA graphs are captured
+  (``torch.compile(mode="reduce-overhead")`` captures on its second call), Triton autotunes.
+* **CUDA graph captures** are observed on CUDA (``collection/graphs.py``): each graph node created
+  while a traced pass runs is resolved, with that pass's trace, to the op, module and functional
+  call its launch ran in; the op and scope ids are pushed as CUPTI external correlation ids during
+  warm-up too (the activity records themselves are only collected in the recorded pass).
+
+:meth:`ProvenanceCapture.attribute` then applies ``provenance.attribute`` to the joined activity and
+says, in the result's metadata and warnings, what could not be attributed and why. Everything is
+removed on exit, also on exceptions; what remains is a bounded record of compiled graphs' sites
+(strings), so that later ``profile()`` calls, which do not recompile, are attributed too.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+from torch import nn
+
+from . import schema
+from .collection.cupti_source import torch_profiler_active
+from .collection.graphs import GraphNodeObserver, loaded_decoder
+from .provenance import Attribution, attribute, captured_nodes
+from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
+from .tracing.compiled import Hierarchy, InductorProvenance, remember, remembered_programs, site_tables
+
+
+class _Uncorrelated:
+    """A correlation target that pushes nothing (graph captures not observed, or the CPU source)."""
+
+    correlation_kind = -1
+
+    def op_started(self, op_id: int, op: str) -> None:
+        """Nothing to push."""
+
+    def op_finished(self, op_id: int) -> None:
+        """Nothing to pop."""
+
+    def scope_entered(self, context_id: int) -> None:
+        """Nothing to push."""
+
+    def scope_exited(self) -> None:
+        """Nothing to pop."""
+
+
+def _is_compiled(module: Any) -> bool:
+    """A torch.compile wrapper (of a module or a function), or a module compiled in place (``module.compile()``)."""
+    return (
+        hasattr(module, "_orig_mod")
+        or hasattr(module, "_torchdynamo_orig_callable")
+        or getattr(module, "_compiled_call_impl", None) is not None
+    )
+
+
+def uses_compile(function: Any, root: nn.Module) -> bool:
+    """Whether ``function`` is compiled, or the hierarchy holds a compiled module (``torch.compile`` of a child)."""
+    return _is_compiled(function) or any(_is_compiled(module) for module in root.modules())
+
+
+def _native_decoder() -> Any | None:
+    """The compiled decoder module with libcupti resolved, or None where it is not built or cannot load."""
+    return loaded_decoder()
+
+
+class ProvenanceCapture:
+    """Context manager around one ``profile()``: compile and graph-capture observation; single-use.
+
+    Parameters
+    ----------
+    device:
+        ``"cuda"`` (graph captures are observed) or ``"cpu"``.
+    source:
+        The run's activity source: where op and scope ids are pushed while warm-up passes capture graphs.
+    backend:
+        The tracing backend (``"native"`` or ``"python"``).
+    all_functions:
+        The profiler's ``functions="all"``.
+    compiled:
+        Whether the profiled code is known to run compiled code (:func:`uses_compile`): only then are
+        graphs compiled during earlier ``profile()`` calls matched (an eager run of the same model
+        must not be attributed to its compiled graph's sites).
+    """
+
+    def __init__(
+        self, device: str, source: Any, backend: str, all_functions: bool = False, compiled: bool = True
+    ) -> None:
+        self._compiled = compiled
+        self._device = device
+        self._source = source
+        self._backend = backend
+        self._all = all_functions
+        self._inductor = InductorProvenance(all_functions)
+        self._graphs: GraphNodeObserver | None = None
+        self._observing = False
+        self._captures: list[tuple[pa.Table, TraceTables, int]] = []
+        self._graph_status = "not observed: CPU activity source" if device == "cpu" else ""
+
+    def __enter__(self) -> ProvenanceCapture:
+        self._inductor.__enter__()
+        try:
+            if self._device == "cuda" and not torch_profiler_active():  # else the source refuses to start
+                kind = int(getattr(self._source, "correlation_kind", -1))
+                self._graphs = GraphNodeObserver(kind, _native_decoder() if kind >= 0 else None)
+                self._observing = kind >= 0 and self._graphs.start()
+                self._graph_status = "observed" if self._observing else str(self._graphs.unavailable)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self._graphs is not None:
+                self._graphs.stop()
+        finally:
+            self._inductor.__exit__(exc_type, exc, tb)
+
+    # -- passes --------------------------------------------------------------------------------------
+    def warm_up(self, run: Callable[[], Any], iterations: int, root: nn.Module, aliases: tuple[nn.Module, ...]) -> None:
+        """Run ``iterations`` warm-up passes traced (rows discarded), observing graph captures.
+
+        Parameters
+        ----------
+        run:
+            One pass (the profiler's ``run_pass(function, samples)``).
+        iterations:
+            How many; 0 runs nothing.
+        root, aliases:
+            The profiled hierarchy and the wrappers that stand for its root, as for the recorded pass.
+        """
+        if iterations <= 0:
+            return
+        modules = ModuleTracker(root, aliases)
+        target = self._source if self._observing else _Uncorrelated()
+        tracer = make_tracer(self._backend, modules.module_ids(), frozenset(), target, self._all)
+        with TraceSession(modules, tracer):
+            for _ in range(iterations):
+                run()
+        self._keep_captures(tracer.tables(), capture=0)
+
+    def recorded(self, trace: TraceTables) -> None:
+        """The recorded pass has ended: keep the graph nodes it created, with its trace."""
+        self._keep_captures(trace, capture=1)
+
+    def _keep_captures(self, trace: TraceTables, capture: int) -> None:
+        if self._graphs is None or not self._observing:
+            return
+        rows = self._graphs.take()
+        if rows.num_rows:
+            self._captures.append((rows, trace, capture))
+
+    # -- the join ------------------------------------------------------------------------------------
+    def attribute(
+        self, activity: pa.Table, calls: pa.Table, modules_table: pa.Table, tracker: ModuleTracker
+    ) -> tuple[Attribution, dict[str, str], tuple[str, ...]]:
+        """Attribute compiled kernels and graph replays of the recorded pass's joined activity.
+
+        Parameters
+        ----------
+        activity, calls, modules_table:
+            The joined activity, the recorded pass's calls and the hierarchy table.
+        tracker:
+            The recorded pass's module tracker (module objects by id).
+
+        Returns
+        -------
+        tuple[Attribution, dict[str, str], tuple[str, ...]]
+            The attribution, metadata entries (``schema.META_*``) and warnings, in words.
+        """
+        hierarchy = Hierarchy.of(tracker.modules, tracker.names)
+        current = self._inductor.programs()
+        sites, site_sources = site_tables(current, remembered_programs() if self._compiled else [], hierarchy)
+        # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
+        in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
+        captured = [
+            captured_nodes(
+                rows, trace.ops, trace.calls, trace.contexts, capture, sites, site_sources, modules_table, in_place
+            )
+            for rows, trace, capture in self._captures
+        ]
+        nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
+        result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
+        remember(current, tracker.modules)  # for later runs, which do not compile again
+        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())
+        return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled)
+
+    def _inductor_status(self, sites: pa.Table, current: int) -> str:
+        if self._inductor.unavailable:
+            return f"unavailable: {self._inductor.unavailable}"
+        priority = sites["priority"].to_numpy() if sites.num_rows else ()
+        now = int(sum(1 for p in priority if p == 0))
+        earlier = len(priority) - now
+        graphs = len(set(sites["program_id"].to_pylist())) - current if sites.num_rows else 0
+        failed = f"; {self._inductor.failures} kernel call sites unreadable" if self._inductor.failures else ""
+        return (
+            f"observed: {now} kernel call sites of {current} graphs compiled in this profile(), {earlier} of "
+            f"{graphs} remembered from earlier ones{failed}"
+        )
+
+    def _metadata(self, result: Attribution, sites: pa.Table, current: int) -> dict[str, str]:
+        graph_status = self._graph_status or "not observed"
+        if self._graphs is not None and self._graphs.lost:
+            graph_status += f"; {self._graphs.lost} graph-node events lost"
+        return {
+            schema.META_INDUCTOR: self._inductor_status(sites, current),
+            schema.META_GRAPH_CAPTURE: graph_status,
+            schema.META_COMPILED_KERNELS: str(result.compiled_rows),
+            schema.META_GRAPH_KERNELS: f"{result.graph_rows} ({result.graph_rows_from_capture} attributed from their "
+            "capture or Inductor provenance)",
+        }
+
+    def _warnings(self, result: Attribution, compiled: bool) -> tuple[str, ...]:
+        messages = []
+        if self._inductor.unavailable and compiled:
+            messages.append(
+                f"compiled kernels cannot be attributed to functional calls: {self._inductor.unavailable}; they "
+                "stay on the module whose forward was compiled"
+            )
+        elif compiled and result.unmatched_inductor_rows:
+            why = self._inductor.unavailable or "their graph was compiled before profile() could see it"
+            messages.append(
+                f"{result.unmatched_inductor_rows} kernels generated by Inductor could not be attributed to a "
+                f"functional call ({why}); they stay on the module whose forward was compiled. Profile the model "
+                "before its first compiled call (or after torch._dynamo.reset()) so that it compiles inside profile()"
+            )
+        unmapped = result.graph_rows - result.graph_rows_from_capture
+        if unmapped:
+            why = "" if self._observing else f" ({self._graph_status})"
+            messages.append(
+                f"{unmapped} kernels were replayed by CUDA graphs whose capture profile() did not see{why}; they "
+                f"are attributed to the replaying module with op {schema.GRAPH_LAUNCH_OP}. Capture the graph inside "
+                "the profiled function (warm-up passes count), or profile the eager model once to see its calls"
+            )
+        for message in messages:
+            warnings.warn(message, RuntimeWarning, stacklevel=7)  # profile()'s caller, as capture's warnings
+        return tuple(messages)

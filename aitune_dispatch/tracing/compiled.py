@@ -1,0 +1,725 @@
+"""Inductor provenance: which FX nodes, modules, functional calls and ops each compiled kernel comes from.
+
+A ``torch.compile``'d region runs no Python of the model: its Triton kernels are launched outside
+any aten op and any functional call, and its extern kernels (``extern_kernels.mm``, fallbacks such
+as ``aten._scaled_dot_product_efficient_attention``) dispatch their aten op from the compiled
+code, under the compiled module only. What each kernel computes is known while Inductor generates
+it: every kernel call site is handed, with its name, the FX nodes it was generated from (their
+``origins``), and those nodes carry Dynamo's metadata: ``nn_module_stack`` (the modules the call was
+made in, keyed by the module object's ``id``), ``source_fn_stack`` (the function or built-in module
+class that made the node) and ``original_aten`` (the aten op it was decomposed from).
+
+:class:`InductorProvenance`, active for the whole of ``profile()`` (warm-up included), observes
+the one function Inductor calls for every kernel call site with those two things,
+``torch._inductor.debug.set_kernel_post_grad_provenance_tracing(node_schedule, kernel_name,
+is_extern)`` (it does nothing unless Inductor's own provenance tracking is on, and we call it
+unchanged). Each call becomes a :class:`Site`: the kernel name (what CUPTI reports for a Triton
+kernel) or the aten op an extern call dispatches, and its :class:`Source` s as plain strings, in
+the order the compiled code launches them. Inductor's FX graph and AOTAutograd caches are bypassed
+while ``profile()`` runs, so a graph compiled there is generated (and seen) rather than loaded.
+Graphs compiled during an earlier ``profile()`` are remembered (a bounded, process-wide record of
+strings), so that later runs, which no longer compile, are attributed too.
+
+Where this torch lacks the hook, nothing is patched and :attr:`InductorProvenance.unavailable`
+says why; compiled kernels then stay on the compiled module, as before. Everything patched is
+restored on exit, also on exceptions, including in Inductor modules imported during the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+from torch import nn
+
+from .. import schema
+from .functional import api_name, functional_registry
+
+HOOK = "set_kernel_post_grad_provenance_tracing"
+_INDUCTOR = "torch._inductor"
+MEMO_PROGRAMS = 64  # compiled graphs remembered across profile() calls (the most recently seen)
+
+# graph positions: how a site's sources are ordered (the latest computes the kernel's result)
+_NO_POSITION = -1
+
+
+@dataclass(frozen=True)
+class Source:
+    """One FX source of a compiled kernel: a functional call (or other call) of the compiled model.
+
+    Attributes
+    ----------
+    order:
+        Graph position (in the post-grad FX graph) of the source's last node.
+    module_key:
+        Dynamo's ``nn_module_stack`` key of the innermost module (``str(id(module))``, maybe with
+        ``@N``), ``""`` at the compiled frame's own level.
+    module_path:
+        That module's path relative to the compiled frame (``blocks.0.fc1``), ``""`` at its level.
+    module_type:
+        The module's class ``__qualname__``, ``""`` at the frame's level.
+    function_name:
+        The ``torch.nn.functional`` name (``linear`` for an ``nn.Linear`` call), None otherwise.
+    op:
+        The aten op the nodes were decomposed from (``aten::gelu``), None if unknown.
+    source:
+        The call, readable and unique in its graph: the module path of a built-in module's call
+        (``blocks.0.fc1``, ``@1`` for a second call of it), else Dynamo's name for the call (``relu_1``).
+    """
+
+    order: int
+    module_key: str
+    module_path: str
+    module_type: str
+    function_name: str | None
+    op: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Site:
+    """One kernel call site of a compiled graph, in launch order.
+
+    ``key`` is what a launch is matched by: the kernel name (a Triton or C++ kernel), or, for an
+    extern call (``extern=True``), the aten op it dispatches (``aten::mm`` for ``extern_kernels.mm``).
+    """
+
+    position: int
+    extern: bool
+    key: str
+    kernel_name: str
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """The kernel call sites of one compiled graph, in the order its compiled code runs them.
+
+    ``bound`` (remembered programs only): weak references to the module objects its sources named,
+    by ``id``, taken when it was compiled; a later run matches it only where they are still the
+    objects it profiles (an ``id`` alone can be reused by another module once one is freed).
+    """
+
+    label: str
+    sites: tuple[Site, ...]
+    bound: dict[int, weakref.ref[nn.Module]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def signature(self) -> tuple[Any, ...]:
+        """What makes two programs the same (a recompile of the same graph generates the same sites)."""
+        return tuple((s.key, s.extern, tuple((x.module_key, x.function_name, x.op, x.source) for x in s.sources))
+                     for s in self.sites)
+
+
+# -- FX node metadata -> Source ---------------------------------------------------------------------
+_FRAME_LOCAL = re.compile(r"""^(?:L|G)\[(['"])[^'"]+\1\]""")
+_CONTAINER_ITEM = re.compile(r"""\._(?:modules|parameters|buffers)\[(['"])([^'"\]]+)\1\]""")
+_QUOTED_ITEM = re.compile(r"""\[(['"])([^'"\]]+)\1\]""")
+_INDEX_ITEM = re.compile(r"\[(\d+)\]")
+
+
+def module_path(source_name: str) -> str:
+    """``blocks.0.fc1`` for Dynamo's ``L['self'].blocks[0]._modules['fc1']``: the path below the frame's local.
+
+    Parameters
+    ----------
+    source_name:
+        The first element of an ``nn_module_stack`` value.
+
+    Returns
+    -------
+    str
+        Dotted attribute path relative to the frame's local (``""`` for the local itself).
+    """
+    path = _FRAME_LOCAL.sub("", source_name, count=1)
+    path = _CONTAINER_ITEM.sub(r".\2", path)
+    path = _QUOTED_ITEM.sub(r".\2", path)
+    path = _INDEX_ITEM.sub(r".\1", path)
+    return path.strip(".")
+
+
+def op_name(op: Any) -> str | None:
+    """``aten::gelu`` for ``aten.gelu.default``; None for something that is not an operator."""
+    schema_ = getattr(op, "_schema", None)
+    if schema_ is not None:
+        return str(schema_.name)
+    name = getattr(op, "name", None)
+    return str(name() if callable(name) else name) if name else None
+
+
+_EXTERN_CALL = re.compile(r"^extern_kernels\.(?P<op>\w+)$")
+_OPS_CALL = re.compile(r"^(?:torch\.ops\.)?(?P<ns>\w+)\.(?P<op>\w+)(?:\.\w+)?$")
+
+
+def extern_op(kernel_name: str) -> str | None:
+    """The aten op an extern kernel call dispatches at run time: ``aten::mm`` for ``extern_kernels.mm``.
+
+    Parameters
+    ----------
+    kernel_name:
+        What Inductor names the call (``extern_kernels.addmm``,
+        ``torch.ops.aten._scaled_dot_product_efficient_attention.default``).
+
+    Returns
+    -------
+    str or None
+        The dispatcher name of the op, None where the call is not an operator (a user Triton kernel).
+    """
+    found = _EXTERN_CALL.match(kernel_name)
+    if found:
+        return f"aten::{found['op']}"
+    found = _OPS_CALL.match(kernel_name)
+    if found and found["ns"] in ("aten", "prims", "quantized", "_c10d_functional", "c10d"):
+        return f"{found['ns']}::{found['op']}"
+    return None
+
+
+# built-in module classes whose functional is not their name in snake case
+_MODULE_FUNCTIONALS = {
+    "MultiheadAttention": "multi_head_attention_forward",
+    "BatchNorm1d": "batch_norm",
+    "BatchNorm2d": "batch_norm",
+    "BatchNorm3d": "batch_norm",
+    "SyncBatchNorm": "batch_norm",
+    "InstanceNorm1d": "instance_norm",
+    "InstanceNorm2d": "instance_norm",
+    "InstanceNorm3d": "instance_norm",
+    "Upsample": "interpolate",
+    "UpsamplingNearest2d": "interpolate",
+    "UpsamplingBilinear2d": "interpolate",
+    "CrossEntropyLoss": "cross_entropy",
+    "BCELoss": "binary_cross_entropy",
+    "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+    "NLLLoss": "nll_loss",
+}
+
+
+def module_functional(module_class: type) -> str | None:
+    """The ``torch.nn.functional`` call a built-in module class makes: ``linear`` for ``nn.Linear``.
+
+    Parameters
+    ----------
+    module_class:
+        An ``nn.Module`` subclass; the first ``torch.nn`` class in its MRO that names a functional is used.
+
+    Returns
+    -------
+    str or None
+        A functional the profiler intercepts, None where the class has none (``nn.Sequential``).
+    """
+    names = {name.replace("_", ""): name for name in functional_registry().values()}
+    for klass in getattr(module_class, "__mro__", ()):
+        if klass is nn.Module:
+            break
+        if not str(getattr(klass, "__module__", "")).startswith("torch.nn."):
+            continue
+        if klass.__name__ in _MODULE_FUNCTIONALS:
+            return _MODULE_FUNCTIONALS[klass.__name__]
+        plain = klass.__name__.lower()
+        for candidate in (plain, plain.removesuffix("loss")):
+            if candidate in names:
+                return names[candidate]
+    return None
+
+
+def functional_of(target: Any, all_functions: bool = False) -> str | None:
+    """The functional name a ``source_fn_stack`` target stands for (``F.relu``, ``nn.GELU``), else None.
+
+    With ``all_functions`` (the profiler's ``functions="all"``) other torch-level calls get their
+    API name (``torch.softmax``), as eager profiling attributes them.
+    """
+    if isinstance(target, type):
+        return module_functional(target) if issubclass(target, nn.Module) else None
+    try:
+        name = functional_registry().get(target)
+    except TypeError:  # unhashable
+        return None
+    if name is None and all_functions:
+        resolved = api_name(target) if callable(target) else None
+        return resolved if resolved and resolved.startswith("torch.") else None
+    return name
+
+
+def source_of(node: Any, position: int, all_functions: bool = False) -> Source:
+    """The :class:`Source` of one FX node, from its ``nn_module_stack``, ``source_fn_stack`` and ``original_aten``.
+
+    Parameters
+    ----------
+    node:
+        A ``torch.fx.Node`` (of Inductor's post-grad graph, or any graph with Dynamo's metadata).
+    position:
+        Its position in its graph.
+    all_functions:
+        As for :func:`functional_of`.
+
+    Returns
+    -------
+    Source
+        The innermost module (key, path, type), the innermost functional of ``source_fn_stack`` and
+        the op; the call is named by its module path for a built-in module's call, else by the name
+        Dynamo gave it (the nodes it was decomposed into share it).
+    """
+    meta = getattr(node, "meta", None) or {}
+    stack = meta.get("nn_module_stack") or {}
+    key, path, kind = "", "", ""
+    if stack:
+        key, (source_name, module_class) = list(stack.items())[-1]
+        key, path, kind = str(key), module_path(str(source_name)), getattr(module_class, "__qualname__", "")
+    entries = list(meta.get("source_fn_stack") or ())
+    function, call = None, None
+    for name, target in reversed(entries):
+        function = functional_of(target, all_functions)
+        if function is not None:
+            call = _module_call(key, path) if isinstance(target, type) and path else str(name)
+            break
+    if call is None:  # not a functional: the call Dynamo recorded (its decomposed nodes share it)
+        call = str(entries[-1][0]) if entries else str(getattr(node, "name", ""))
+    op = op_name(meta.get("original_aten")) or op_name(getattr(node, "target", None))
+    return Source(position, key, path, kind, function, op, call)
+
+
+def _module_call(key: str, path: str) -> str:
+    """``blocks.0.fc1`` for a built-in module's call; ``blocks.0.fc1@1`` for its second call in the graph."""
+    _, at, count = key.partition("@")
+    return f"{path}@{count}" if at else path
+
+
+def merge_sources(sources: Iterable[Source]) -> tuple[Source, ...]:
+    """One :class:`Source` per call (the nodes of one call share module, function and identity), latest first.
+
+    A call's order is its latest node's; sources are returned latest first.
+    """
+    merged: dict[tuple[str, str | None, str], Source] = {}
+    for source in sources:
+        identity = (source.module_key, source.function_name, source.source)
+        known = merged.get(identity)
+        if known is None or source.order > known.order:
+            merged[identity] = source
+    return tuple(sorted(merged.values(), key=lambda s: -s.order))
+
+
+def _origins(node_schedule: Any, is_extern: bool) -> list[Any]:
+    """The FX nodes of one kernel call site, as Inductor hands them to its provenance hook."""
+    if is_extern:
+        origin = getattr(node_schedule, "origin_node", None)  # exact where known; ``origins`` also has inputs
+        return [origin] if origin is not None else list(getattr(node_schedule, "origins", ()) or ())
+    nodes: list[Any] = []
+    for item in node_schedule or ():
+        ir_node = getattr(item, "node", None)
+        parts = [ir_node] if ir_node is not None else [getattr(n, "node", None) for n in _get_nodes(item)]
+        for part in parts:
+            nodes.extend(getattr(part, "origins", ()) or ())
+    return nodes
+
+
+def _get_nodes(item: Any) -> list[Any]:
+    get_nodes = getattr(item, "get_nodes", None)
+    try:
+        return list(get_nodes()) if callable(get_nodes) else []
+    except Exception:  # noqa: BLE001 - a marker or an unfamiliar scheduler node: no nodes
+        return []
+
+
+def site_from_nodes(
+    position: int,
+    kernel_name: str,
+    nodes: Sequence[Any],
+    is_extern: bool = False,
+    all_functions: bool = False,
+    positions: dict[str, int] | None = None,
+) -> Site:
+    """The :class:`Site` of a kernel call generated from ``nodes`` (FX nodes of one graph).
+
+    Parameters
+    ----------
+    position:
+        The call's place in its graph's launch order.
+    kernel_name:
+        Inductor's name for the call (``triton_poi_fused_gelu_0``, ``extern_kernels.mm``).
+    nodes:
+        The FX nodes it was generated from.
+    is_extern:
+        An extern kernel call: matched at run time by the aten op it dispatches.
+    all_functions:
+        As for :func:`functional_of`.
+    positions:
+        Graph position of every node of their graph by name (computed from ``nodes`` when None).
+
+    Returns
+    -------
+    Site
+        With one source per call among ``nodes``, latest in graph order first.
+    """
+    if positions is None:
+        positions = _positions(nodes)
+    sources = merge_sources(
+        source_of(node, positions.get(getattr(node, "name", None), _NO_POSITION), all_functions) for node in nodes
+    )
+    op = extern_op(kernel_name) if is_extern else None
+    return Site(position, op is not None, op or kernel_name, kernel_name, sources)
+
+
+def _graphs_of(nodes: Sequence[Any]) -> list[Any]:
+    return list({id(g): g for g in (getattr(n, "graph", None) for n in nodes) if g is not None}.values())
+
+
+def _graph_positions(graph: Any) -> dict[str, int]:
+    """Position of every node of an FX graph, by node name (unique within a graph)."""
+    return {node.name: index for index, node in enumerate(getattr(graph, "nodes", ()))}
+
+
+def _positions(nodes: Sequence[Any]) -> dict[str, int]:
+    """Graph position of every node of the graphs ``nodes`` belong to, by node name."""
+    positions: dict[str, int] = {}
+    for graph in _graphs_of(nodes):
+        positions.update(_graph_positions(graph))
+    return positions
+
+
+# -- the hook --------------------------------------------------------------------------------------
+@dataclass
+class _Building:
+    """The sites of one graph being generated; a second code generation of the graph starts over."""
+
+    graph: weakref.ref[Any]
+    codegen: weakref.ref[Any] | None
+    label: str
+    sites: list[Site] = field(default_factory=list)
+
+
+_memo: OrderedDict[tuple[Any, ...], Program] = OrderedDict()
+_memo_lock = threading.Lock()
+_active: list[InductorProvenance] = []
+
+
+def remembered_programs() -> list[Program]:
+    """Programs captured by earlier ``profile()`` calls in this process, oldest first."""
+    with _memo_lock:
+        return list(_memo.values())
+
+
+def remember(programs: Iterable[Program], modules: Sequence[nn.Module]) -> None:
+    """Keep ``programs`` for later ``profile()`` calls (the :data:`MEMO_PROGRAMS` most recent).
+
+    Parameters
+    ----------
+    programs:
+        Graphs compiled during a ``profile()``.
+    modules:
+        That run's profiled modules: the ones the programs' sources name are bound by weak reference.
+    """
+    objects = {id(m): m for m in modules}
+    with _memo_lock:
+        for program in programs:
+            ids = {_object_id(s.module_key) for site in program.sites for s in site.sources}
+            bound = {i: weakref.ref(objects[i]) for i in ids if i in objects}
+            key = program.signature()
+            _memo.pop(key, None)
+            _memo[key] = Program(program.label, program.sites, bound)
+        while len(_memo) > MEMO_PROGRAMS:
+            _memo.popitem(last=False)
+
+
+def forget_programs() -> None:
+    """Drop every remembered program (tests; or to free the strings after profiling is done)."""
+    with _memo_lock:
+        _memo.clear()
+
+
+class InductorProvenance:
+    """Observes Inductor's kernel call sites while it is entered; single-use, not reentrant.
+
+    Parameters
+    ----------
+    all_functions:
+        The profiler's ``functions="all"``: torch-level calls that are not functionals get their API name.
+    bypass_caches:
+        Turn Inductor's FX graph cache and AOTAutograd's cache off while entered, so that graphs are
+        generated (and seen) instead of loaded; their generated code is the same.
+    """
+
+    def __init__(self, all_functions: bool = False, bypass_caches: bool = True) -> None:
+        self._all = all_functions
+        self._bypass = bypass_caches
+        self._building: dict[int, _Building] = {}
+        self._positions: dict[int, tuple[weakref.ref[Any] | None, dict[str, int]]] = {}  # by id of an FX graph
+        self._done: list[Program] = []
+        self._original: Any = None
+        self._hook: Any = None
+        self._patched: list[tuple[Any, str]] = []
+        self._configs = contextlib.ExitStack()
+        self._entered = False
+        self.unavailable: str | None = None  # why compiled kernels cannot be attributed, in words
+        self.failures = 0  # kernel call sites whose metadata could not be read
+
+    # -- context ------------------------------------------------------------------------------------
+    def __enter__(self) -> InductorProvenance:
+        if self._entered:
+            raise RuntimeError("an InductorProvenance observes one profile(); create a new one")
+        self._entered = True
+        if _active:
+            raise RuntimeError("another InductorProvenance is active; profile one thing at a time")
+        try:
+            import torch._inductor.debug as debug
+        except Exception as error:  # noqa: BLE001 - any import failure: no compiled attribution, same run
+            self.unavailable = f"torch._inductor does not import here ({error})"
+            return self
+        original = getattr(debug, HOOK, None)
+        if not callable(original):
+            self.unavailable = f"this torch's Inductor has no {HOOK} to observe"
+            return self
+        _active.append(self)
+        try:
+            self._original, self._hook = original, self._make_hook(original)
+            self._patch(debug)
+            for module in _inductor_modules():
+                if getattr(module, HOOK, None) is original:
+                    self._patch(module)
+            if self._bypass:
+                self._bypass_caches()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._restore()
+        finally:
+            self._configs.close()
+            if self in _active:
+                _active.remove(self)
+
+    def _patch(self, module: Any) -> None:
+        setattr(module, HOOK, self._hook)
+        self._patched.append((module, HOOK))
+
+    def _restore(self) -> None:
+        """Put the original back everywhere it was patched, and where modules imported the hook meanwhile."""
+        if self._hook is None:
+            return
+        for module, name in self._patched:
+            setattr(module, name, self._original)
+        self._patched.clear()
+        for module in _inductor_modules():
+            if getattr(module, HOOK, None) is self._hook:
+                setattr(module, HOOK, self._original)
+
+    def _bypass_caches(self) -> None:
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        for config, name in (
+            (inductor_config, "fx_graph_cache"),
+            (inductor_config, "fx_graph_remote_cache"),
+            (functorch_config, "enable_autograd_cache"),
+        ):
+            if hasattr(config, name):
+                self._configs.enter_context(config.patch(**{name: False}))
+
+    def _make_hook(self, original: Any) -> Any:
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            if _active and _active[0] is self:
+                self._observe(args, kwargs)
+            return original(*args, **kwargs)
+
+        observed.__wrapped__ = original  # type: ignore[attr-defined]
+        observed.__doc__ = original.__doc__
+        return observed
+
+    # -- observation --------------------------------------------------------------------------------
+    def _observe(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            node_schedule = kwargs.get("node_schedule", args[0] if args else None)
+            kernel_name = kwargs.get("kernel_name", args[1] if len(args) > 1 else None)
+            is_extern = bool(kwargs.get("is_extern", args[2] if len(args) > 2 else False))
+            if not kernel_name:
+                return
+            building = self._current_graph()
+            nodes = _origins(node_schedule, is_extern)
+            positions = self._graph_positions(nodes)
+            site = site_from_nodes(len(building.sites), str(kernel_name), nodes, is_extern, self._all, positions)
+            building.sites.append(site)
+        except Exception:  # noqa: BLE001 - never interfere with compilation: count it instead
+            self.failures += 1
+
+    def _graph_positions(self, nodes: Sequence[Any]) -> dict[str, int]:
+        """Node positions of the graphs ``nodes`` belong to, computed once per graph (a graph has many sites)."""
+        positions: dict[str, int] = {}
+        for graph in _graphs_of(nodes):
+            known = self._positions.get(id(graph))
+            if known is None or (known[0] is not None and known[0]() is not graph):
+                known = self._positions[id(graph)] = (_weak(graph), _graph_positions(graph))
+            positions.update(known[1])
+        return positions
+
+    def _current_graph(self) -> _Building:
+        from torch._inductor.virtualized import V
+
+        graph = V.graph
+        codegen = getattr(graph, "wrapper_code", None)
+        known = self._building.get(id(graph))
+        if known is not None and known.graph() is not graph:  # another graph at a freed one's address
+            self._finish(id(graph))
+            known = None
+        if known is None:
+            known = self._building[id(graph)] = _Building(
+                weakref.ref(graph), _weak(codegen), _graph_label(graph)
+            )
+        elif known.codegen is not None and known.codegen() is not codegen:  # generated again: keep the last
+            known.sites.clear()
+            known.codegen = _weak(codegen)
+        return known
+
+    def _finish(self, key: int) -> None:
+        building = self._building.pop(key)
+        if building.sites:
+            self._done.append(Program(building.label, tuple(building.sites)))
+
+    def programs(self) -> list[Program]:
+        """The compiled graphs seen so far, in the order their generation began."""
+        building = [Program(b.label, tuple(b.sites)) for b in self._building.values() if b.sites]
+        return [*self._done, *building]
+
+
+def _weak(value: Any) -> weakref.ref[Any] | None:
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return None
+
+
+def _graph_label(graph: Any) -> str:
+    """Dynamo's compile id (``0/1``: frame 0, second compile) where known, else the graph's name."""
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - only a label
+        compile_id = None
+    return str(compile_id) if compile_id is not None else str(getattr(graph, "name", "graph"))
+
+
+def _inductor_modules() -> list[Any]:
+    return [m for name, m in list(sys.modules.items()) if m is not None and name.startswith(_INDUCTOR)]
+
+
+# -- resolution against the profiled hierarchy -------------------------------------------------------
+STRONG, WEAK = 1, 2  # a module found by object identity, or by path and type
+
+
+def _object_id(module_key: str) -> int:
+    """The module ``id`` in an ``nn_module_stack`` key (``"140023...@1"``); -1 for a key that holds none."""
+    head = module_key.split("@", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """The profiled modules by id: what a :class:`Source` 's module is resolved against."""
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    by_object: dict[int, int]
+    objects: tuple[nn.Module, ...] = ()
+
+    @classmethod
+    def of(cls, modules: Sequence[nn.Module], names: Sequence[str]) -> Hierarchy:
+        """The hierarchy of ``ModuleTracker.modules`` / ``.names`` (module id = position)."""
+        return cls(
+            tuple(names),
+            tuple(type(m).__qualname__ for m in modules),
+            {id(m): i for i, m in enumerate(modules)},
+            tuple(modules),
+        )
+
+    def resolve(self, source: Source, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> tuple[int, int]:
+        """``(module_id, strength)`` of a source's module; ``(NO_MODULE, 0)`` where it is not found.
+
+        By object identity (the ``nn_module_stack`` key is the module's ``id``; its type must match,
+        and for a remembered program, ``bound``, the object must be the one it was compiled for);
+        else by path relative to the root; else by the one module whose name ends with that path
+        and whose type matches. A source at the compiled frame's own level has no module here: the
+        kernel keeps the module it was launched in.
+        """
+        if not source.module_type:
+            return schema.NO_MODULE, 0
+        object_id = _object_id(source.module_key)
+        found = self.by_object.get(object_id)
+        if found is not None and self.types[found] == source.module_type:
+            if bound is None:
+                return found, STRONG
+            ref = bound.get(object_id)
+            if ref is not None and self.objects and ref() is self.objects[found]:
+                return found, STRONG
+        path = source.module_path
+        matches = [
+            i
+            for i, name in enumerate(self.names)
+            if self.types[i] == source.module_type and path and (name == path or name.endswith("." + path))
+        ]
+        exact = [i for i in matches if self.names[i] == path]
+        if exact:
+            return exact[0], WEAK
+        if len(matches) == 1:
+            return matches[0], WEAK
+        return schema.NO_MODULE, 0
+
+
+def site_tables(
+    current: Sequence[Program], earlier: Sequence[Program], hierarchy: Hierarchy
+) -> tuple[pa.Table, pa.Table]:
+    """The sites of ``current`` (compiled during this profile()) and ``earlier`` programs, resolved.
+
+    Parameters
+    ----------
+    current:
+        Programs compiled while this ``profile()`` ran: priority 0.
+    earlier:
+        Programs remembered from earlier runs: kept (priority 1) when one of their modules is one of
+        ``hierarchy``'s objects, skipped when the same as a current one (names alone could be
+        another model's).
+    hierarchy:
+        The profiled modules.
+
+    Returns
+    -------
+    tuple[pyarrow.Table, pyarrow.Table]
+        ``SITES`` and ``SITE_SOURCES`` (schema.py).
+    """
+    sites: dict[str, list[Any]] = {name: [] for name in schema.SITES.names}
+    sources: dict[str, list[Any]] = {name: [] for name in schema.SITE_SOURCES.names}
+    seen = {p.signature() for p in current}
+    ranked: list[tuple[Program, int, list[list[tuple[Source, int]]]]] = []
+    for program in current:
+        ranked.append((program, 0, [[(s, hierarchy.resolve(s)[0]) for s in site.sources] for site in program.sites]))
+    for program in earlier:
+        if program.signature() in seen:
+            continue
+        resolved = [[(s, *hierarchy.resolve(s, program.bound)) for s in site.sources] for site in program.sites]
+        if not any(strength == STRONG for site in resolved for _, _, strength in site):
+            continue  # none of its modules is one of this hierarchy's objects: another model's graph
+        ranked.append((program, 1, [[(s, m) for s, m, _ in site] for site in resolved]))
+    site_id = 0
+    for program_id, (program, priority, resolved) in enumerate(ranked):
+        for site, site_sources in zip(program.sites, resolved):
+            for column, value in zip(
+                schema.SITES.names, (site_id, program_id, site.position, site.extern, site.key, priority)
+            ):
+                sites[column].append(value)
+            for source, module_id in site_sources:
+                row = (site_id, source.order, module_id, source.function_name, source.op, source.source)
+                for column, value in zip(schema.SITE_SOURCES.names, row):
+                    sources[column].append(value)
+            site_id += 1
+    return pa.table(sites, schema=schema.SITES), pa.table(sources, schema=schema.SITE_SOURCES)
