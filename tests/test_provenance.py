@@ -405,3 +405,14 @@ def test_an_extern_call_captured_into_a_graph_gets_its_site():
                     "thread": [0, 0], "start_ns": [0, 0], "end_ns": [0, 0]}, schema=schema.OPS)
     table = captured_nodes(rows, ops, schema.empty(schema.CALLS), schema.empty(schema.CONTEXTS), 0, sites)
     assert table["site_id"].to_pylist() == [0, 2]  # the first mm is block 0's fc1, the second block 1's
+
+
+def test_module_stack_entries_written_as_strings_resolve_like_classes():
+    # some torch versions store nn_module_stack values as (path, "qualified.class.Name") strings,
+    # and write paths from the frame's `self`: both must name the same module as the class form
+    from aitune_dispatch.tracing.compiled import module_path, module_type_name
+
+    assert module_type_name("torch.nn.modules.linear.Linear") == module_type_name(torch.nn.Linear) == "Linear"
+    assert module_path("self._modules['0']") == module_path("L['self']._modules['0']") == "0"
+    assert module_path("self.blocks[1]._modules['fc1']") == "blocks.1.fc1"
+    assert module_path("self") == ""

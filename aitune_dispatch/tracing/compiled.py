@@ -121,6 +121,7 @@ class Program:
 
 # -- FX node metadata -> Source ---------------------------------------------------------------------
 _FRAME_LOCAL = re.compile(r"""^(?:L|G)\[(['"])[^'"]+\1\]""")
+_SELF_LOCAL = re.compile(r"^self(?=$|[.\[])")  # a path written from the frame's ``self``
 _CONTAINER_ITEM = re.compile(r"""\._(?:modules|parameters|buffers)\[(['"])([^'"\]]+)\1\]""")
 _QUOTED_ITEM = re.compile(r"""\[(['"])([^'"\]]+)\1\]""")
 _INDEX_ITEM = re.compile(r"\[(\d+)\]")
@@ -140,10 +141,28 @@ def module_path(source_name: str) -> str:
         Dotted attribute path relative to the frame's local (``""`` for the local itself).
     """
     path = _FRAME_LOCAL.sub("", source_name, count=1)
+    path = _SELF_LOCAL.sub("", path, count=1)
     path = _CONTAINER_ITEM.sub(r".\2", path)
     path = _QUOTED_ITEM.sub(r".\2", path)
     path = _INDEX_ITEM.sub(r".\1", path)
     return path.strip(".")
+
+
+def module_type_name(module_class: Any) -> str:
+    """``Linear`` for ``nn.Linear`` and for the ``"torch.nn.modules.linear.Linear"`` some torch versions store.
+
+    Parameters
+    ----------
+    module_class:
+        The second element of an ``nn_module_stack`` value: a class, or its qualified name.
+
+    Returns
+    -------
+    str
+        The class's own name (the last part of its qualified name); ``""`` where there is none.
+    """
+    name = module_class if isinstance(module_class, str) else getattr(module_class, "__qualname__", "")
+    return str(name).rpartition(".")[2]
 
 
 def op_name(op: Any) -> str | None:
@@ -272,7 +291,7 @@ def source_of(node: Any, position: int, all_functions: bool = False) -> Source:
     key, path, kind = "", "", ""
     if stack:
         key, (source_name, module_class) = list(stack.items())[-1]
-        key, path, kind = str(key), module_path(str(source_name)), getattr(module_class, "__qualname__", "")
+        key, path, kind = str(key), module_path(str(source_name)), module_type_name(module_class)
     entries = list(meta.get("source_fn_stack") or ())
     function, call = None, None
     for name, target in reversed(entries):
@@ -638,7 +657,7 @@ class Hierarchy:
         """The hierarchy of ``ModuleTracker.modules`` / ``.names`` (module id = position)."""
         return cls(
             tuple(names),
-            tuple(type(m).__qualname__ for m in modules),
+            tuple(module_type_name(type(m)) for m in modules),
             {id(m): i for i, m in enumerate(modules)},
             tuple(modules),
         )
