@@ -7,29 +7,13 @@ import collections
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import bare_kernels  # CUPTI alone: no hooks, no modes, no correlation ids
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
-from aitune_dispatch.collection import make_cuda_source
 from aitune_dispatch.demo import DemoModel
 
 pytestmark = pytest.mark.gpu
-
-
-def bare_kernels(function, samples) -> collections.Counter[str]:
-    """Kernel names of one pass captured by CUPTI alone: no hooks, no modes, no correlation ids."""
-    source = make_cuda_source()
-    with torch.no_grad():
-        torch.cuda.synchronize()
-        source.start()
-        try:
-            for args, kwargs in samples:
-                function(*args, **kwargs)
-            torch.cuda.synchronize()
-        finally:
-            source.stop()
-    kernels = source.activity().kernels
-    return collections.Counter(kernels.column("name").to_pylist())
 
 
 def profiled_kernels(result) -> collections.Counter[str]:
