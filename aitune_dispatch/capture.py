@@ -41,6 +41,7 @@ from .tracing import (
     ModuleTracker,
     TraceSession,
     TraceTables,
+    backend_for_run,
     make_tracer,
     resolve_backend,
     trace_warnings,
@@ -205,14 +206,14 @@ def record(
         Another capture is running, CUDA is unavailable on ``device="cuda"``, or another CUPTI
         client took the activity callbacks; the message says what to do.
     """
-    if config.op_tracer is None:
-        config = replace(config, op_tracer=resolve_backend(None))
+    compiled = uses_compile(function, root)
+    config = replace(config, op_tracer=backend_for_run(resolve_backend(config.op_tracer), compiled))
     with _one_capture():
         source = make_source(config)
         clock = PhaseClock(on_progress)
         # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
         provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled=uses_compile(function, root)
+            config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
         )
         with torch.no_grad(), provenance:
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)

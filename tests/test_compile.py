@@ -213,3 +213,36 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
         profiling_df, _ = profiler.profile(model, [((x,), {})], warmup_iterations=1)
     assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
     assert not [w for w in caught if "never ran" in str(w.message)]
+
+
+def test_the_native_mode_probe_leaves_dynamos_counters_as_they_were():
+    from torch._dynamo.utils import counters
+
+    from aitune_dispatch.tracing import backends
+
+    counters["stats"]["unique_graphs"] += 5  # whatever the user's process had counted
+    before = {key: dict(value) for key, value in counters.items()}
+    backends.native_mode_compiles.cache_clear()
+    assert isinstance(backends.native_mode_compiles(), bool)
+    assert {key: dict(value) for key, value in counters.items()} == before
+
+
+def test_compiled_code_is_traced_by_the_python_backend_where_dynamo_cannot_trace_the_native_mode(monkeypatch):
+    # torch 2.11's Dynamo runs frames eagerly under the native mode: profiling must not change what runs
+    import pytest
+
+    from aitune_dispatch.tracing import backends
+
+    monkeypatch.setattr(backends, "native_mode_compiles", lambda: False)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(2, 8)
+    with pytest.warns(RuntimeWarning, match="cannot trace the native function mode"):
+        result = ModuleFunctionKernelProfiler(device="cpu", op_tracer="native").profile_result(
+            compiled, [((x,), {})], warmup_iterations=1
+        )
+    assert result.metadata["tracer"] == "python"
+    eager = ModuleFunctionKernelProfiler(device="cpu", op_tracer="native").profile_result(
+        model, [((x,), {})], warmup_iterations=0
+    )
+    assert eager.metadata["tracer"] == "native"  # eager code keeps the native backend

@@ -1,7 +1,7 @@
 """Tracing: everything that runs inside the user's forward (module stack, functional calls, ops)."""
 
 from ..schema import FunctionData, Sample
-from .backends import BACKENDS, make_tracer, resolve_backend
+from .backends import BACKENDS, backend_for_run, make_tracer, resolve_backend
 from .contract import CorrelationTarget, ThreadInfo, Tracer, TraceTables
 from .diagnostics import trace_warnings
 from .dispatch import OpObserver
@@ -19,6 +19,7 @@ __all__ = [
     "ThreadInfo",
     "TraceSession",
     "TraceTables",
+    "backend_for_run",
     "Tracer",
     "functional_names",
     "functions_to_intercept",

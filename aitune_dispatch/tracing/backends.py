@@ -57,6 +57,70 @@ def resolve_backend(requested: str | None) -> str:
     return requested
 
 
+@functools.lru_cache(maxsize=1)
+def native_mode_compiles() -> bool:
+    """Whether this torch's Dynamo compiles code that runs under the native function mode.
+
+    Measured once per process on a tiny function (``backend="eager"``): compiled once bare, then
+    called under an (unconfigured, transparent) ``NativeFunctionMode``. Dynamo guards on the mode
+    stack, so it must compile a second graph; a torch whose Dynamo cannot trace the native mode
+    (torch 2.11 on the H200) runs the frame eagerly instead, which would change what runs. Dynamo's
+    counters are left as they were.
+    """
+    import torch
+    from torch._dynamo.utils import counters
+
+    saved = {key: dict(value) for key, value in counters.items()}
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(x) + 1
+
+    compiled = torch.compile(probe, backend="eager", dynamic=False)
+    x = torch.ones(2)
+    try:
+        compiled(x)
+        before = counters["stats"]["unique_graphs"]
+        with native.NativeFunctionMode():
+            compiled(x)
+        return counters["stats"]["unique_graphs"] > before
+    except Exception:  # noqa: BLE001 - a torch that cannot compile here: do not trust the native mode with it
+        return False
+    finally:
+        counters.clear()
+        for key, value in saved.items():
+            counters[key].update(value)
+
+
+def backend_for_run(backend: str, compiled: bool) -> str:
+    """The backend one run traces with: ``backend``, unless compiled code would not stay compiled under it.
+
+    Parameters
+    ----------
+    backend:
+        The resolved backend (``"native"`` or ``"python"``).
+    compiled:
+        Whether the profiled code runs ``torch.compile``'d code.
+
+    Returns
+    -------
+    str
+        ``backend``; ``"python"`` (with a warning) for compiled code where this torch's Dynamo cannot
+        compile under the native function mode, so that profiling does not turn compiled regions eager.
+    """
+    if backend != "native" or not compiled or native_mode_compiles():
+        return backend
+    import torch
+
+    warnings.warn(
+        f"torch {torch.__version__}'s torch.compile cannot trace the native function mode, so compiled "
+        "regions would run eagerly under it: tracing this compiled model with the pure-Python backend "
+        "(op_tracer='python'), which keeps them compiled",
+        RuntimeWarning,
+        4,
+    )
+    return "python"
+
+
 def make_tracer(
     backend: str,
     modules: Iterable[tuple[nn.Module, int]],
