@@ -100,11 +100,10 @@ def _module_hooks(model: Any) -> Callable[[Callable[[], None]], None]:
 
     def around(run: Callable[[], None]) -> None:
         modules = ModuleTracker(model)
-        tracer = native.NativeTracer(modules.module_ids(), None, -1)
         native_module = native.load()
         # the native stacks and columns without its modes: start, report forwards, stop
         native_module.start(**native.NativePass.stacks_only(modules.module_ids()).keywords())
-        modules.install(tracer.module_entered, tracer.module_exited)
+        modules.install(native_module.enter_module, native_module.exit_module)
         try:
             run()
         finally:

@@ -198,22 +198,21 @@ class NativeTracer:
         self._function_names = function_names
         self._kind = correlation_kind
         self._all = all_functions
-        self._mode: NativeFunctionMode | None = None
-        self.function_mode: object = None
+        self.function_mode: NativeFunctionMode | None = None  # the mode it pushes, once entered
         self._taken: dict[str, Any] | None = None
         self.module_entered = self._native.enter_module
         self.module_exited = self._native.exit_module
 
     def __enter__(self) -> NativeTracer:
         native = self._native
-        if self._taken is not None or self._mode is not None:
+        if self._taken is not None or self.function_mode is not None:
             raise RuntimeError("a NativeTracer records one pass; create a new one")
         if native.running():
             raise RuntimeError("the native tracer is already recording another pass; profile one thing at a time")
         native.start(**self._pass().keywords())
-        self._mode = self.function_mode = NativeFunctionMode()
+        self.function_mode = NativeFunctionMode()
         try:
-            self._mode.__enter__()
+            self.function_mode.__enter__()
         except BaseException:
             native.stop()
             raise
@@ -223,8 +222,8 @@ class NativeTracer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self._mode is not None:
-                self._mode.__exit__(exc_type, exc, tb)
+            if self.function_mode is not None:
+                self.function_mode.__exit__(exc_type, exc, tb)
         finally:
             self._native.stop()
             self._taken = self._native.take()
