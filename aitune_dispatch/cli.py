@@ -363,7 +363,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Load a saved result, print its summary and write the requested reports."""
     result = _load(args.result)
-    _print_summary(result, args.top_k, f"{args.result} ({result.source} activity source; shares of all kernel time)")
+    tail = f" ({result.source} activity source; shares of all kernel time)"
+    name = text.cut_middle(str(args.result), max(_width() - len(tail), 20))
+    _print_summary(result, args.top_k, name + tail)
     ranks = rank_text(result, args.top_k, _width())  # merged results only
     if ranks:
         print(f"\n{ranks}")
@@ -384,8 +386,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table = compare(before, after)
     delta = after.total_us - before.total_us
     change = f" ({100 * delta / before.total_us:+.1f}%)" if before.total_us > 0 else ""
-    print(f"before {args.before}: {human_time(before.total_us)} kernel time ({before.source})")
-    print(f"after  {args.after}: {human_time(after.total_us)} kernel time ({after.source})")
+    for label, path, result in (("before", args.before, before), ("after ", args.after, after)):
+        tail = f": {human_time(result.total_us)} kernel time ({result.source})"
+        room = _width() - len(label) - 1 - len(tail)
+        print(f"{label} {text.cut_middle(str(path), max(room, 20))}{tail}")
     print(f"delta {'+' if delta >= 0 else '-'}{human_time(abs(delta))}{change}")
     for level in ("function", "kernel"):
         print()

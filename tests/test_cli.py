@@ -7,6 +7,7 @@ import csv as csv_module
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -316,7 +317,8 @@ def two_saved(models, tmp_path) -> tuple[Path, Path]:
     return a / "result", b
 
 
-def test_report_prints_the_summary_and_writes_reports(two_saved, fake_reports, tmp_path):
+def test_report_prints_the_summary_and_writes_reports(two_saved, fake_reports, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # room for the whole temporary path in the title line
     saved, _ = two_saved
     code, stdout, _ = _run(["report", str(saved), "--top-k", "1", "--out", str(tmp_path / "r")])
     assert code == 0
@@ -404,14 +406,18 @@ def test_tables_fit_the_terminal_width(monkeypatch):
 def test_compare_shows_percent_change_and_warns_on_mixed_sources(two_saved, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
     cpu_dir, _ = two_saved
-    monkeypatch.chdir(cpu_dir.parent)  # short paths in the before / after lines
-    code, stdout, stderr = _run(["compare", os.path.relpath(H200), cpu_dir.name, "--top", "3"])
+    long_dir = cpu_dir.parent / ("deeply_nested_results_folder_" * 3) / "run"
+    shutil.copytree(H200, long_dir)
+    code, stdout, stderr = _run(["compare", str(long_dir), str(cpu_dir), "--top", "3"])
     assert code == 0
     assert stderr.splitlines() == [
         "aitune-dispatch: warning: comparing cupti/native on cuda with cpu: kernel names and times differ by "
         "nature (CUDA kernels vs cpu:: ops), so the difference is not a like-for-like change"
     ]
-    assert all(len(line) <= 100 for line in stdout.splitlines())  # kernel names shortened and cut
+    assert all(len(line) <= 100 for line in stdout.splitlines())  # kernel names and long paths cut
+    before_line = stdout.splitlines()[0]
+    assert before_line.startswith("before " + str(long_dir)[:20]) and "\u2026" in before_line
+    assert f"{os.sep}run: " in before_line  # the path's end survives the cut
     table = compare(load(H200), load(cpu_dir))
     top = table[table["level"] == "function"].iloc[0]
     change = f"{100 * (top.after_us - top.before_us) / top.before_us:+.1f}%" if top.before_us > 0 else "new"

@@ -42,6 +42,16 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "\u2026"
 
 
+def cut_middle(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` characters, so that both ends of a path stay readable."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    head = (width - 1) // 2
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
+
+
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
     """Rows of cell text as aligned columns under a title line and a rule.
 
