@@ -246,3 +246,38 @@ def test_compiled_code_is_traced_by_the_python_backend_where_dynamo_cannot_trace
         model, [((x,), {})], warmup_iterations=0
     )
     assert eager.metadata["tracer"] == "native"  # eager code keeps the native backend
+
+
+@pytest.mark.single_backend
+def test_compiled_code_stays_compiled_under_the_native_function_mode():
+    """Dynamo binds the mode's traceable __torch_function__ only where the lookup returns a method.
+
+    The native handler used to be a builtin bound to the mode; torch 2.11's Dynamo then inlined the
+    class's Python ``__torch_function__`` without ``self``, failed, and ran the compiled frame eagerly.
+    """
+    import types
+
+    from torch._dynamo.utils import counters
+
+    from aitune_dispatch.tracing import backends, native
+
+    if not native.available():
+        pytest.skip("the native tracer is not built")
+    mode = native.NativeFunctionMode()
+    assert isinstance(mode.__torch_function__, types.MethodType) and mode.__torch_function__.__self__ is mode
+    torch._dynamo.reset()
+    counters.clear()
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x) * 2 + 1
+
+    compiled = torch.compile(step, backend="eager", dynamic=False)
+    x = torch.randn(3)
+    compiled(x)
+    with mode:
+        out = compiled(x)
+    assert counters["stats"]["unique_graphs"] == 2  # a second graph for the mode stack, no eager fallback
+    assert not counters["graph_break"]
+    assert torch.equal(out, step(x))
+    backends.native_mode_compiles.cache_clear()
+    assert backends.native_mode_compiles()

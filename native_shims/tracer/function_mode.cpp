@@ -23,7 +23,7 @@ namespace {
 
 struct ModeObject {
   PyObject_HEAD
-  PyObject* handler;  // the bound C handler, created on first lookup
+  PyObject* handler;  // the C handler bound to the mode (a method object), created on first lookup
 };
 
 struct Config {
@@ -216,14 +216,31 @@ PyObject* handle(PyObject* self, PyObject* const* argv, Py_ssize_t nargs, PyObje
   return run_call(self, t, func, args, kwargs, name_id, sample, true);
 }
 
-PyMethodDef handler_def = {"__torch_function__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(handle)),
+PyTypeObject mode_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// The handler unbound, (mode, func, types, args=(), kwargs=None): the lookup binds it to the mode as
+// a real method object (types.MethodType), because torch.compile's tracer takes what the lookup
+// returns for a plain function unless it is one. With a builtin bound to the mode instead, torch
+// 2.11's Dynamo inlined the class's Python __torch_function__ without `self`, failed, and ran the
+// compiled frame eagerly.
+PyObject* handle_unbound(PyObject*, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
+  if (nargs < 1 || !PyObject_TypeCheck(argv[0], &mode_type)) {
+    PyErr_SetString(PyExc_TypeError, "__torch_function__ needs a FunctionModeBase as its first argument");
+    return nullptr;
+  }
+  return handle(argv[0], argv + 1, nargs - 1, kwnames);
+}
+
+PyMethodDef handler_def = {"__torch_function__",
+                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(handle_unbound)),
                            METH_FASTCALL | METH_KEYWORDS, "the native torch-function handler"};
+PyObject* unbound_handler = nullptr;
 
 PyObject* mode_getattro(PyObject* self, PyObject* name) {
   if (PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) == 18 && PyUnicode_Compare(name, torch_function_name) == 0) {
     ModeObject* mode = reinterpret_cast<ModeObject*>(self);
     if (mode->handler == nullptr) {
-      mode->handler = PyCFunction_NewEx(&handler_def, self, nullptr);
+      mode->handler = PyMethod_New(unbound_handler, self);
       if (mode->handler == nullptr) return nullptr;
     }
     Py_INCREF(mode->handler);
@@ -248,14 +265,13 @@ void mode_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
-PyTypeObject mode_type = {PyVarObject_HEAD_INIT(nullptr, 0)};
-
 }  // namespace
 
 bool function_mode_ready(PyObject* module) {
   empty_tuple = PyTuple_New(0);
   torch_function_name = PyUnicode_InternFromString("__torch_function__");
-  if (empty_tuple == nullptr || torch_function_name == nullptr) return false;
+  unbound_handler = PyCFunction_NewEx(&handler_def, nullptr, nullptr);
+  if (empty_tuple == nullptr || torch_function_name == nullptr || unbound_handler == nullptr) return false;
   mode_type.tp_name = "aitune_dispatch._tracer.FunctionModeBase";
   mode_type.tp_basicsize = sizeof(ModeObject);
   mode_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC;
