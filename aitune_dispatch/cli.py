@@ -6,7 +6,8 @@
   aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
-  aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--csv FILE.csv]
+  aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--cache warm|cold]
+                       [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
 or a path/to/file.py) and calls FACTORY (an attribute, dotted for nested ones) with
@@ -481,6 +482,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             sorted(args.functions) if args.functions else None,
             repeats=args.repeats,
             warmup=args.warmup,
+            cache=args.cache,
             progress=lambda done, total, label: progress.step(f"replayed {label};", done, total),
         )
     except (TypeError, ValueError, RuntimeError) as error:
@@ -498,6 +500,13 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     bench.add_argument("--functions", type=_names, help="replay these functions only (default: all with samples)")
     bench.add_argument("--repeats", type=_positive, default=50, help="timed calls per sample (default 50)")
     bench.add_argument("--warmup", type=_non_negative, default=5, help="untimed calls before them (default 5)")
+    bench.add_argument(
+        "--cache",
+        choices=("warm", "cold"),
+        default="warm",
+        help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) is overwritten before "
+        "each timed call (default: warm)",
+    )
     bench.add_argument("--csv", type=Path, help="write the full table to this CSV file")
     bench.set_defaults(run=cmd_bench)
 

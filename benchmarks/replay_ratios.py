@@ -1,7 +1,8 @@
 """Replayed vs recorded per-call kernel time of the zoo's samples (``aitune_dispatch.benchmark``).
 
     python -m benchmarks.replay_ratios [--device cuda|cpu] [--size bench|small] [--models ...]
-                                       [--functions linear,conv2d,...] [--repeats 50] [--out DIR]
+                                       [--functions linear,conv2d,...] [--repeats 50] [--cache warm|cold]
+                                       [--out DIR]
 
 For each zoo model: one ``profile()`` (after ``--profile-warmup`` passes), then ``benchmark()`` on the
 selected functions' samples. Prints one line per (model, function, sample): calls, the recorded
@@ -37,7 +38,7 @@ def model_rows(name: str, args: argparse.Namespace) -> pd.DataFrame:
     functions = [f for f in args.functions if f in result.function_data]
     if not functions:
         return pd.DataFrame()
-    table = benchmark(result, functions, repeats=args.repeats, warmup=args.warmup)
+    table = benchmark(result, functions, repeats=args.repeats, warmup=args.warmup, cache=args.cache)
     signatures = result.samples().set_index(["function_name", "sample"])["signature"]
     table.insert(0, "model", name)
     table["signature"] = [signatures.get((f, s), "") for f, s in zip(table["function_name"], table["sample"])]
@@ -75,6 +76,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile-warmup", type=int, default=3)
+    parser.add_argument("--cache", choices=["warm", "cold"], default="warm", help="benchmark()'s cache state")
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out / "replay_ratios.csv", index=False)
         text = per_model.to_markdown(index=False) if _has_tabulate() else per_model.to_string(index=False)
-        (args.out / "replay_ratios.md").write_text(f"# Replayed / recorded kernel time per call\n\n{text}\n")
+        title = f"# Replayed / recorded kernel time per call ({args.cache} cache)"
+        (args.out / "replay_ratios.md").write_text(f"{title}\n\n{text}\n")
     return 0
 
 

@@ -92,6 +92,35 @@ def test_relu_samples_replay_their_kernels(mixed_result):
     assert table["sample"].tolist() == [0, 1] and table["kernels_match"].tolist() == [True, True]
 
 
+def test_a_cold_cache_replay_flushes_before_every_timed_call_and_times_only_the_call(mixed_result, monkeypatch):
+    from aitune_dispatch.benchmarking import replay
+
+    flushed: list[int] = []
+    original_forward = replay._Flush.forward
+
+    def counted(self) -> None:
+        flushed.append(self._buffer[0].numel())
+        original_forward(self)
+
+    monkeypatch.setattr(replay, "cache_bytes", lambda device: 1 << 16)  # a small buffer keeps the test fast
+    monkeypatch.setattr(replay._Flush, "forward", counted)
+    table = benchmark(mixed_result, ["relu", "linear"], repeats=REPEATS, warmup=WARMUP, cache="cold")
+    assert table.attrs["cache"] == "cold" and len(table) == 4
+    assert flushed == [2 << 16] * (REPEATS * len(table))  # twice the cache, before each timed call
+    # the flush's aten::zero_ is attributed to flush.i, not to the timed call: the kernels still match
+    assert table["kernels_match"].all() and table["ok"].all() and (table["us_per_call"] > 0).all()
+    assert benchmark(mixed_result, ["relu"], repeats=REPEATS, warmup=WARMUP).attrs["cache"] == "warm"
+    assert len(flushed) == REPEATS * len(table)  # a warm replay flushes nothing
+    with pytest.raises(ValueError, match="cache must be one of"):
+        benchmark(mixed_result, ["relu"], cache="hot")
+
+
+def test_the_cold_cache_buffer_is_sized_from_the_cache():
+    from aitune_dispatch.benchmarking.replay import cache_bytes
+
+    assert cache_bytes("cpu") >= 1 << 20
+
+
 def test_recorded_kernels_include_nested_calls():
     class MHA(nn.Module):
         def __init__(self) -> None:

@@ -55,3 +55,24 @@ def test_cli_bench_reports_bad_input_in_one_line(mixed_result, tmp_path, capsys)
     assert main(["bench", str(saved), "--functions", "conv2d", "-q"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("aitune-dispatch: error: no samples of ['conv2d']")
+
+
+def test_cli_bench_passes_the_cache_state_on(mixed_result, tmp_path, capsys, monkeypatch):
+    from aitune_dispatch.benchmarking import replay
+
+    seen: list[str] = []
+    real = replay.benchmark
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["cache"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replay, "cache_bytes", lambda device: 1 << 16)
+    monkeypatch.setattr("aitune_dispatch.benchmarking.benchmark", spy)
+    saved = mixed_result.save(tmp_path / "mixed", with_tensors=True)
+    assert main(["bench", str(saved), "--functions", "relu", "--repeats", "2", "--cache", "cold", "-q"]) == 0
+    assert main(["bench", str(saved), "--functions", "relu", "--repeats", "2", "-q"]) == 0
+    assert seen == ["cold", "warm"]
+    with pytest.raises(SystemExit):
+        main(["bench", str(saved), "--cache", "hot"])
+    assert "invalid choice: 'hot'" in capsys.readouterr().err

@@ -66,6 +66,7 @@ class _Plan:
     candidates: dict[str, dict[str, Callable[..., Any]]]
     repeats: int
     warmup: int
+    flush: torch.Tensor | None  # the buffer a cold-cache replay overwrites before each timed call
     make_tensor: MakeTensor | None
     generator: torch.Generator
     sample_keys: dict[str, dict[int, Any]] = field(default_factory=dict)
@@ -88,23 +89,69 @@ class _Calls(nn.Module):
             implementation(*args, **kwargs)
 
 
+CACHE_STATES = ("warm", "cold")
+_CPU_LAST_LEVEL_CACHE = "/sys/devices/system/cpu/cpu0/cache/index3/size"
+_CPU_CACHE_FALLBACK = 32 << 20
+
+
+def cache_bytes(device: str) -> int:
+    """The size of the last-level cache a ``cache="cold"`` replay overwrites before each timed call.
+
+    CUDA: the device's L2 (``L2_cache_size``); CPU: the last-level cache from sysfs (32 MiB where
+    it cannot be read). The flush writes twice that, so replacement policies leave nothing behind.
+    """
+    if device.startswith("cuda"):
+        size = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
+    else:
+        try:
+            with open(_CPU_LAST_LEVEL_CACHE) as text:
+                value = text.read().strip().upper()
+            size = int(value[:-1]) << (10 if value.endswith("K") else 20) if value[-1] in "KM" else int(value)
+        except (OSError, ValueError, IndexError):
+            size = 0
+    return max(size, _CPU_CACHE_FALLBACK if not device.startswith("cuda") else 1 << 20)
+
+
+class _Flush(nn.Module):
+    """Overwrites a buffer twice the last-level cache: the next timed call starts with a cold cache."""
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        super().__init__()
+        self._buffer = (buffer,)  # in a tuple: not a registered buffer, shared by every flush
+
+    def forward(self) -> None:
+        self._buffer[0].zero_()
+
+
 class _Replay(nn.Module):
     """The recorded pass of a replay: ``warmup`` calls, then ``repeats`` timed calls, under the same modes.
 
     Warming up inside the recorded pass matters for compiled candidates: Dynamo guards on the
     function-mode stack, so a warm-up outside it would leave the recompile in the timed calls.
     Each timed call is a module of its own (``timed.0``, ``timed.1``, ...), so every kernel is
-    attributed to the call that launched it, on CUDA as on CPU.
+    attributed to the call that launched it, on CUDA as on CPU. With ``flush`` (a buffer), a
+    ``flush.i`` module overwrites it before ``timed.i``; its kernels are attributed to it and left
+    out of the timing like the warm-up's.
     """
 
-    def __init__(self, implementation: Callable[..., Any], inputs: tuple[Any, ...], warmup: int, repeats: int):
+    def __init__(
+        self,
+        implementation: Callable[..., Any],
+        inputs: tuple[Any, ...],
+        warmup: int,
+        repeats: int,
+        flush: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.warmup = _Calls(implementation, inputs, warmup)
         self.timed = nn.ModuleList(_Calls(implementation, inputs, 1) for _ in range(repeats))
+        self.flush = nn.ModuleList(_Flush(flush) for _ in range(repeats)) if flush is not None else None
 
     def forward(self) -> None:
         self.warmup()
-        for call in self.timed:
+        for i, call in enumerate(self.timed):
+            if self.flush is not None:
+                self.flush[i]()
             call()
 
 
@@ -177,7 +224,7 @@ def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernel
 # -- one sample -------------------------------------------------------------------------------------
 def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, list[Counter[str]]]:
     """The median kernel time of the ``repeats`` timed calls, and each call's kernel names."""
-    replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats)
+    replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats, plan.flush)
     replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
     names = {f"timed.{i}": i for i in range(plan.repeats)}
     per_call_us = [0.0] * plan.repeats
@@ -345,6 +392,7 @@ def benchmark(
     candidates: CandidatesArg | None = None,
     repeats: int = 50,
     warmup: int = 5,
+    cache: str = "warm",
     make_tensor: MakeTensor | None = None,
     seed: int = 0,
     progress: Progress | None = None,
@@ -366,6 +414,11 @@ def benchmark(
         median of their kernel times (robust to a preempted call on a busy CPU).
     warmup:
         Untimed calls before them.
+    cache:
+        ``"warm"``: the timed calls follow each other, so inputs and weights that fit stay in the
+        last-level cache (L2 on CUDA). ``"cold"``: before each timed call a buffer twice that
+        cache (:func:`cache_bytes`) is overwritten, so every timed call reads its inputs from
+        memory, as a call deep inside a model often does. The flush's own kernels are not timed.
     make_tensor:
         Builds a tensor from each saved TensorMeta (needed for integer / bool inputs of a result
         saved without tensors); default: random normal floating-point tensors, integers refused.
@@ -389,6 +442,11 @@ def benchmark(
     named = normalize_candidates(candidates)
     _check_candidates(named, selected)
     device = replay_device(result)
+    if cache not in CACHE_STATES:
+        raise ValueError(f"cache must be one of {CACHE_STATES}; got {cache!r}")
+    flush = None
+    if cache == "cold":
+        flush = torch.empty(2 * cache_bytes(device), dtype=torch.uint8, device=device)
     plan = _Plan(
         profiler=_replay_profiler(result, device),
         device=device,
@@ -396,6 +454,7 @@ def benchmark(
         candidates=named,
         repeats=_positive("repeats", repeats, 1),
         warmup=_positive("warmup", warmup, 0),
+        flush=flush,
         make_tensor=make_tensor,
         generator=torch.Generator().manual_seed(int(seed)),
     )
@@ -408,7 +467,7 @@ def benchmark(
     table = _frame(rows)
     table.attrs["weighted"] = _weighted_attr(table)
     table.attrs["sample_keys"] = plan.sample_keys
-    table.attrs["device"], table.attrs["repeats"] = device, plan.repeats
+    table.attrs["device"], table.attrs["repeats"], table.attrs["cache"] = device, plan.repeats, cache
     return table
 
 
