@@ -162,7 +162,9 @@ def test_kernel_sources_keep_their_fusion_rank_through_merge_and_select(ranks):
     keep = ["kernel", "rank", "function_name", "op", "source"]  # ids are the merged ones
     for rank, original in enumerate((rank0, rank1)):
         back = select_rank(merged, rank)
-        assert back.kernel_sources.select(keep).equals(original.kernel_sources.select(keep))
+        # the same values; the string columns' dictionaries are the merge's (they hold every rank's names)
+        assert back.kernel_sources.select(keep).to_pylist() == original.kernel_sources.select(keep).to_pylist()
+        assert back.kernel_sources.schema == original.kernel_sources.schema
         assert set(_ints(back.kernel_sources, "call_id")) <= set(_ints(back.calls, "call_id"))
 
 
