@@ -60,8 +60,9 @@ def test_a_profiled_run_keeps_every_string_column_dictionary_encoded(cpu_profile
     result = cpu_profiler.profile_result(model, samples, warmup_iterations=0)
     assert_encoded(result)
     kernels = result.activity["kernel"].chunk(0)
-    # each distinct kernel name is held once: far fewer values than rows
-    assert len(kernels.dictionary) == len(pc.unique(strings.plain(kernels))) < result.activity.num_rows
+    # each name once (the native tracer interns names per process: the dictionary may hold earlier runs' names)
+    used = set(strings.plain(kernels).to_pylist())
+    assert used <= set(kernels.dictionary.to_pylist()) and len(used) < result.activity.num_rows
     assert result.activity.schema == schema.ACTIVITY
 
 
