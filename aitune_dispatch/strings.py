@@ -17,6 +17,7 @@ another row's value. :func:`objects` is the way to a NumPy array.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +41,7 @@ __all__ = [
     "plain",
 ]
 
-Column = pa.Array | pa.ChunkedArray
+Column: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def _is_text(kind: pa.DataType) -> bool:
