@@ -8,8 +8,9 @@ null ``op_id``. ``graph_id == 0`` means "not launched by a CUDA graph" (CUPTI's 
 Every stage imports this module; it imports nothing of the package.
 
 Repeated strings are dictionary-encoded (:data:`STRING`) in every table a result holds (``KERNELS``,
-``LAUNCHES``, ``OPS``, ``CALLS``, ``MODULES``, ``ACTIVITY``, ``KERNEL_SOURCES``): no per-row string
-exists between decoding and the spec's outputs.
+``LAUNCHES``, ``OPS``, ``CALLS``, ``MODULES``, ``ACTIVITY``, ``KERNEL_SOURCES``): between decoding
+and the spec's outputs no per-row string exists (the attribution of compiled kernels and CUDA graph
+replays, ``provenance.py``, still reads those rows' names as Python objects).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ carried to the rows by their codes; :func:`objects` gives a NumPy object array s
 string per distinct value; :func:`decoded` turns a table back into plain strings where a pandas
 frame must look exactly as it would have from plain strings (the spec's outputs, ``to_pandas()``).
 
-Watch out for ``ChunkedArray.to_numpy()`` on a dictionary column: pyarrow fills its nulls with
+Watch out for ``ChunkedArray.to_numpy()`` on a dictionary column: pyarrow (26) fills its nulls with
 another row's value. :func:`objects` is the way to a NumPy array.
 """
 

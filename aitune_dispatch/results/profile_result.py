@@ -119,7 +119,7 @@ class ProfileResult:
     kernel_sources: pa.Table = field(default_factory=lambda: schema.empty(schema.KERNEL_SOURCES))
 
     def __post_init__(self) -> None:
-        """Dictionary-encode the tables' string columns where they are not (free where they are)."""
+        """Dictionary-encode the tables' string columns where they are not (else: one look at each dictionary)."""
         for name in schema.RESULT_TABLES:
             table = getattr(self, name)
             if isinstance(table, pa.Table):
@@ -214,9 +214,8 @@ class ProfileResult:
     def to_pandas(self) -> pd.DataFrame:
         """Every activity row as a DataFrame (the full, unfiltered view).
 
-        String columns are plain strings (the dtype pandas gives Python strings), not Categorical, as
-        the table's dictionary-encoded columns would give: ``result.activity.to_pandas()`` is the
-        categorical view, for those who want it.
+        String columns are plain strings (the dtype pandas gives Python strings), not the Categorical
+        columns that ``result.activity.to_pandas()`` gives (the categorical view, for those who want it).
         """
         return strings.decoded(self.activity).to_pandas()
 
