@@ -262,12 +262,43 @@ def _recorded(
     tracer = make_tracer(backend, modules.module_ids(), config.function_names, source, config.all_functions)
     session = TraceSession(modules, tracer)
     _traced_pass(function, samples, session, source, clock, config.cuda)
+    return post_process(config, session, source, clock, provenance)
+
+
+def post_process(
+    config: ProfileConfig,
+    session: TraceSession,
+    source: collection.ActivitySource,
+    clock: PhaseClock,
+    provenance: ProvenanceCapture,
+) -> ProfileResult:
+    """Everything after the recorded pass: decode the trace and the activity, join them, attribute, build the result.
+
+    Parameters
+    ----------
+    config:
+        The run's options (``op_tracer`` resolved).
+    session:
+        The recorded pass's trace session, after it has ended (its tracer holds the trace).
+    source:
+        The activity source that collected the pass, after ``stop()``.
+    clock:
+        The run's phase clock: ``decode`` and ``join`` are timed here.
+    provenance:
+        The capture bracketing the run (compiled kernels and CUDA graph replays).
+
+    Returns
+    -------
+    ProfileResult
+        The run's result (``benchmarks/post_memory.py`` measures this function on synthetic records).
+    """
+    modules = session.modules
     clock.tell("decode", 0)
     trace = session.tables()
     provenance.recorded(trace)  # the graph nodes the recorded pass created, with its trace
     trace_messages = trace_warnings(trace, modules)
     for message in trace_messages:
-        warnings.warn(message, RuntimeWarning, stacklevel=5)
+        warnings.warn(message, RuntimeWarning, stacklevel=6)  # profile()'s caller
     modules_table = session.modules_table()
     activity = source.activity(trace.ops)
     clock.lap("decode")

@@ -5,7 +5,9 @@ One launch has at most one correlation record of our kind, so a key's first valu
 Every join is a sorted-key lookup (``numpy.searchsorted``) followed by Arrow ``take``: no hash
 tables to build, so the cost is a few array passes whatever the size. A kernel whose correlation
 id no op claimed keeps a null ``op_id``; its module and functional call then come from the scope
-its launch ran in (when known), else the sentinels ``module_id = call_id = -1``.
+its launch ran in (when known), else the sentinels ``module_id = call_id = -1``. String columns stay
+dictionary-encoded (``schema.STRING``): ``take`` moves codes, so the joined ``kernel``, ``op``,
+``module_name`` and ``function_name`` share the dictionaries of the tables they come from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema
+from . import schema, strings
 
 _MISSING = -1
 
@@ -110,9 +112,9 @@ def join_activity(
         "function_name": _take(calls["function_name"], _rows_of(call_ids, _ints(calls["call_id"]))),
         "thread": _take(ops["thread"], op_rows),
         **_graph_columns(kernels),
-        "attribution": pa.array([schema.ATTRIBUTION_TRACE] * kernels.num_rows, pa.string()),
+        "attribution": strings.constant(schema.ATTRIBUTION_TRACE, kernels.num_rows),
     }
-    return pa.table(columns).cast(schema.ACTIVITY)
+    return strings.encoded(pa.table(columns).cast(schema.ACTIVITY))
 
 
 def _graph_columns(kernels: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:

@@ -47,7 +47,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema
+from . import schema, strings
 
 _NONE = -1
 # the names Inductor gives the kernels it generates: ``triton_<category>_<fused ops>_<n>`` (``poi``
@@ -65,9 +65,8 @@ def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 
 def _objects(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    values = np.empty(len(column), dtype=object)
-    values[:] = column.to_pylist()
-    return values
+    """A string column as an object array sharing one Python string per distinct value."""
+    return strings.objects(column)
 
 
 # -- the fusion rule -------------------------------------------------------------------------------------
@@ -506,7 +505,7 @@ def attribute(
 
 def _torch_level(names: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Calls named like torch-level APIs (``torch.addmm``, ``aten.mm.default``), not ``torch.nn.functional`` ones."""
-    dotted = pc.fill_null(pc.match_substring(names, "."), False)
+    dotted = strings.matches(names, lambda values: pc.match_substring(values, "."))
     return np.asarray(dotted.to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -574,7 +573,7 @@ def _synthesized_calls(
     added = pa.table(
         {
             "call_id": pa.array(np.arange(base, base + count, dtype=np.int64)),
-            "function_name": pa.array(list(function[first]), pa.string()),
+            "function_name": strings.of_values(function[first]),
             "parent_call_id": pa.array(np.full(count, schema.NO_CALL, np.int64)),
             "module_id": pa.array(module_id[first]),
             "start_ns": pa.array(np.zeros(count, np.int64)),
@@ -584,7 +583,7 @@ def _synthesized_calls(
         },
         schema=schema.CALLS,
     )
-    return pa.concat_tables([calls.cast(schema.CALLS), added]), call_id
+    return strings.encoded(pa.concat_tables([calls.cast(schema.CALLS), added])), call_id
 
 
 def _kernel_sources(
@@ -622,12 +621,24 @@ def _kernel_sources(
             "source": frame["source"].astype(object).to_numpy(),
         }
     )
-    return pa.Table.from_pandas(table, schema=schema.KERNEL_SOURCES, preserve_index=False)
+    return strings.encoded(pa.Table.from_pandas(table, schema=schema.KERNEL_SOURCES, preserve_index=False))
 
 
 def _module_names(modules: pa.Table, module_ids: np.ndarray) -> list[str | None]:
     names = dict(zip(modules["module_id"].to_pylist(), modules["module_name"].to_pylist()))
     return [names.get(int(m)) for m in module_ids]
+
+
+def _module_name_column(modules: pa.Table, module_ids: np.ndarray) -> pa.ChunkedArray | pa.Array:
+    """The ``module_name`` of each id (null where it is no module of the table), codes taken from ``modules``."""
+    ids = np.asarray(module_ids, np.int64)
+    known = _ints(modules["module_id"])
+    rows = np.full(len(ids), _NONE, np.int64)
+    if len(known):
+        order = np.argsort(known, kind="stable")
+        found = order[np.minimum(np.searchsorted(known, ids, sorter=order), len(known) - 1)]
+        rows = np.where((ids >= 0) & (known[found] == ids), found, _NONE)
+    return pc.take(modules["module_name"], pa.array(rows, pa.int64(), mask=rows < 0))
 
 
 def _with_columns(
@@ -640,22 +651,22 @@ def _with_columns(
     attribution: np.ndarray,
 ) -> pa.Table:
     columns = {
-        "op": pa.array(list(_clean(op)), pa.string()),
+        "op": strings.of_values(_clean(op)),
         "module_id": pa.array(module_id, pa.int64()),
-        "module_name": pa.array(_module_names(modules, module_id), pa.string()),
+        "module_name": _module_name_column(modules, module_id),
         "call_id": pa.array(call_id, pa.int64()),
-        "function_name": pa.array(list(_clean(function)), pa.string()),
-        "attribution": pa.array(list(attribution), pa.string()),
+        "function_name": strings.of_values(_clean(function)),
+        "attribution": strings.of_values(attribution),
     }
     for name, values in columns.items():
         activity = activity.set_column(activity.schema.get_field_index(name), name, values)
-    return activity.cast(schema.ACTIVITY)
+    return strings.encoded(activity.cast(schema.ACTIVITY))
 
 
 def _inductor_like(activity: pa.Table, compiled: np.ndarray) -> int:
     if activity.num_rows == 0:
         return 0
-    looks = pc.fill_null(pc.match_substring_regex(activity["kernel"], INDUCTOR_KERNEL), False)
+    looks = strings.matches(activity["kernel"], lambda names: pc.match_substring_regex(names, INDUCTOR_KERNEL))
     return int((np.asarray(looks.to_numpy(zero_copy_only=False), dtype=bool) & ~compiled).sum())
 
 

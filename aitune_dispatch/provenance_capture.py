@@ -247,5 +247,5 @@ class ProvenanceCapture:
                 "the profiled function (warm-up passes count), or profile the eager model once to see its calls"
             )
         for message in messages:
-            warnings.warn(message, RuntimeWarning, stacklevel=7)  # profile()'s caller, as capture's warnings
+            warnings.warn(message, RuntimeWarning, stacklevel=8)  # profile()'s caller, as capture's warnings
         return tuple(messages)

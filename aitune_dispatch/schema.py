@@ -6,13 +6,26 @@ functional call encloses the op", ``sample == -1`` means "no sample was collecte
 ``stream == -1`` / ``device == -1`` mean "CPU". After the join, a kernel that no op claimed has a
 null ``op_id``. ``graph_id == 0`` means "not launched by a CUDA graph" (CUPTI's own convention).
 Every stage imports this module; it imports nothing of the package.
+
+Repeated strings are dictionary-encoded (:data:`STRING`) in every table a result holds (``KERNELS``,
+``LAUNCHES``, ``OPS``, ``CALLS``, ``MODULES``, ``ACTIVITY``, ``KERNEL_SOURCES``): between decoding
+and the spec's outputs no per-row string exists (the attribution of compiled kernels and CUDA graph
+replays, ``provenance.py``, still reads those rows' names as Python objects).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+
+# Every repeated string of the in-memory tables (kernel, kind, op, module_name, function_name,
+# attribution, api, api_name, ...) is this type: the distinct values once, an int32 code per row.
+# Arrays of it hold unique dictionaries, one per column (``aitune_dispatch.strings`` builds and
+# normalises them, and defines the same type, as it imports nothing of ours); spec outputs
+# (``profiling_df``, ``to_pandas()``) decode them to plain strings.
+STRING = pa.dictionary(pa.int32(), pa.string())
 
 SCHEMA_VERSION = 1
 PACKAGE_VERSION = "0.1.0"  # aitune_dispatch.__version__; saved results name the version that wrote them
@@ -57,12 +70,12 @@ NO_CORRELATION = -1  # a correlation kind of -1: the activity source takes no id
 KERNELS = pa.schema(
     [
         ("correlation_id", pa.int64()),
-        ("name", pa.string()),
+        ("name", STRING),
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("device", pa.int32()),
         ("stream", pa.int64()),
-        ("kind", pa.string()),  # one of ACTIVITY_KINDS
+        ("kind", STRING),  # one of ACTIVITY_KINDS
     ]
 )
 # CUDA sources add the graph a kernel / copy / set was replayed from (0: not from a graph)
@@ -95,9 +108,9 @@ GRAPH_NODES = pa.schema(
 LAUNCHES = pa.schema(
     [
         ("correlation_id", pa.int64()),
-        ("api", pa.string()),  # LAUNCH_API_RUNTIME (CUDA runtime API) or LAUNCH_API_DRIVER (CUDA driver API)
+        ("api", STRING),  # LAUNCH_API_RUNTIME (CUDA runtime API) or LAUNCH_API_DRIVER (CUDA driver API)
         ("cbid", pa.int32()),  # CUPTI callback id within that API
-        ("api_name", pa.string()),  # "cudaLaunchKernel", "cuLaunchKernel", ...: the callback id's name
+        ("api_name", STRING),  # "cudaLaunchKernel", "cuLaunchKernel", ...: the callback id's name
         ("start_ns", pa.int64()),  # host clock, like every activity timestamp
         ("end_ns", pa.int64()),
         ("os_thread", pa.int64()),  # CUPTI's threadId of the calling thread (not the recorder's ``thread``)
@@ -111,7 +124,7 @@ LAUNCH_API_DRIVER = "driver"
 OPS = pa.schema(
     [
         ("op_id", pa.int64()),
-        ("op", pa.string()),
+        ("op", STRING),
         ("module_id", pa.int64()),
         ("call_id", pa.int64()),
         ("thread", pa.int64()),
@@ -122,7 +135,7 @@ OPS = pa.schema(
 CALLS = pa.schema(
     [
         ("call_id", pa.int64()),
-        ("function_name", pa.string()),
+        ("function_name", STRING),
         ("parent_call_id", pa.int64()),
         ("module_id", pa.int64()),
         ("start_ns", pa.int64()),
@@ -137,8 +150,8 @@ CALLS = pa.schema(
 MODULES = pa.schema(
     [
         ("module_id", pa.int64()),
-        ("module_name", pa.string()),
-        ("module_type", pa.string()),
+        ("module_name", STRING),
+        ("module_type", STRING),
         ("parent_module_id", pa.int64()),
     ]
 )
@@ -157,7 +170,9 @@ MODULE_CALLS = pa.schema(
 # compiled code runs them, and one row per functional call (or other FX source node) it was generated
 # from. ``key`` is what a launch is matched by: the kernel name (Triton), or the aten op that the
 # extern call dispatches (``aten::mm``). ``priority``: 0 compiled during this profile(), 1 compiled
-# during an earlier one (its modules are this hierarchy's objects).
+# during an earlier one (its modules are this hierarchy's objects). SITES, SITE_SOURCES and
+# CAPTURED_NODES keep plain strings: they are internal to the attribution (provenance.py), one row
+# per compiled call site or graph node, and read as DataFrames.
 SITES = pa.schema(
     [
         ("site_id", pa.int64()),
@@ -197,23 +212,23 @@ CAPTURED_NODES = pa.schema(
 ACTIVITY = pa.schema(
     [
         ("correlation_id", pa.int64()),
-        ("kernel", pa.string()),
-        ("kind", pa.string()),
+        ("kernel", STRING),
+        ("kind", STRING),
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("kernel_us", pa.float64()),
         ("device", pa.int32()),
         ("stream", pa.int64()),
         ("op_id", pa.int64()),
-        ("op", pa.string()),
+        ("op", STRING),
         ("module_id", pa.int64()),
-        ("module_name", pa.string()),
+        ("module_name", STRING),
         ("call_id", pa.int64()),
-        ("function_name", pa.string()),
+        ("function_name", STRING),
         ("thread", pa.int64()),
         ("graph_id", pa.int64()),  # NOT_IN_GRAPH unless replayed by a CUDA graph
         ("graph_node_id", pa.int64()),
-        ("attribution", pa.string()),  # one of ATTRIBUTIONS
+        ("attribution", STRING),  # one of ATTRIBUTIONS
     ]
 )
 # Every FX source (functional call or other node) an attributed compiled kernel was generated from:
@@ -222,13 +237,13 @@ ACTIVITY = pa.schema(
 KERNEL_SOURCES = pa.schema(
     [
         ("call_id", pa.int64()),  # the synthesized functional call in ``calls`` the kernel went to
-        ("kernel", pa.string()),
+        ("kernel", STRING),
         ("rank", pa.int64()),
         ("module_id", pa.int64()),
-        ("module_name", pa.string()),
-        ("function_name", pa.string()),
-        ("op", pa.string()),
-        ("source", pa.string()),
+        ("module_name", STRING),
+        ("function_name", STRING),
+        ("op", STRING),
+        ("source", STRING),
     ]
 )
 
@@ -244,7 +259,8 @@ ADDED_TABLES: dict[str, pa.Schema] = {"launches": LAUNCHES, "kernel_sources": KE
 # merge() adds no RANK_COLUMN to them; their rows belong to the rank of their ``call_id``
 RANKED_BY_CALL = ("kernel_sources",)
 FUNCTION_DATA_TABLE = "function_data"  # function_data, saved as a table beside them
-# function_data as a table: one row per distinct sample, the sample as JSON (results/values.py)
+# function_data as a table: one row per distinct sample, the sample as JSON (results/values.py); it is
+# turned into ``function_data`` on load, so its strings stay plain
 FUNCTION_DATA = pa.schema(
     [
         ("function_name", pa.string()),
@@ -490,6 +506,16 @@ def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
+def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
+    """``count`` copies of ``value`` as an array of ``kind``; a :data:`STRING` column holds it once."""
+    if value is None:
+        return pa.nulls(count, kind)
+    if pa.types.is_dictionary(kind):
+        codes = pa.array(np.zeros(count, np.int32), kind.index_type)
+        return pa.DictionaryArray.from_arrays(codes, pa.array([value], kind.value_type))
+    return pa.repeat(pa.scalar(value, kind), count)
+
+
 def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
     """``table`` (the ``name`` table of a result saved before some columns existed) in ``target``'s columns.
 
@@ -513,7 +539,7 @@ def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Tabl
             continue
         if field.name not in fills:
             raise ValueError(f"the saved {name} table lacks the column {field.name!r}, which has no default")
-        table = table.append_column(field, pa.array([fills[field.name]] * table.num_rows, field.type))
+        table = table.append_column(field, _filled(fills[field.name], table.num_rows, field.type))
     extra = [c for c in table.column_names if c not in target.names]
     return table.select([*target.names, *extra])
 

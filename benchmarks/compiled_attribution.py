@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_dispatch import strings
+
 from . import zoo
 
 MODES = ("default", "reduce-overhead")
@@ -122,7 +124,7 @@ def compiled_case(name: str, build: Callable[[], tuple[nn.Module, list]], functi
             print(f"- kernel multiset equals an uninstrumented capture: {ours == bare} "
                   f"({sum(ours.values())} vs {sum(bare.values())} kernels)")
         if name == "mlp" and mode == "default":
-            sources = second[1].kernel_sources.to_pandas()
+            sources = strings.decoded(second[1].kernel_sources).to_pandas()
             print("- kernel_sources (every call each fused kernel came from; rank 0 is the one attributed):")
             print("```")
             print(sources.drop(columns=["module_id"]).to_string(index=False))

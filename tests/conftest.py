@@ -64,9 +64,13 @@ def h200_result():
 
 
 @pytest.fixture
-def cpu_profiler():
+def cpu_profiler(request: pytest.FixtureRequest):
+    """A CPU profiler of this test's tracing backend (the profiler resolves its backend when built, so
+    the backend fixture must be set up first)."""
     from aitune_dispatch import ModuleFunctionKernelProfiler
 
+    if "tracing_backend" in request.fixturenames:
+        request.getfixturevalue("tracing_backend")
     return ModuleFunctionKernelProfiler(device="cpu")
 
 

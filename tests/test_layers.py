@@ -46,6 +46,7 @@ MODULE_STAGES = {
     "config": "base",
     "display": "base",  # the notebook-display hook the root points at reports
     "demo": "base",  # a model and its samples; imports nothing of ours
+    "strings": "base",  # dictionary-encoded string columns (schema.STRING): built, tested, decoded
     "_tracer": "tracing",  # compiled half of tracing/native.py
     "_cupti_native": "collection",  # compiled half of collection/native_sink.py
     "joining": "joining",

@@ -11,6 +11,8 @@ import collections
 
 import pytest
 
+from aitune_dispatch import strings
+
 pytestmark = pytest.mark.gpu
 
 ZOO = ["mlp", "resnet50", "mha_blocks", "sdpa_blocks", "vit_b_16", "gpt2"]
@@ -45,8 +47,9 @@ def test_native_tracer_matches_the_dispatch_mode_on_cuda(name):
 
     assert len(native_frame) > 0
     assert rows(native_frame) == rows(python_frame)
-    kernels = native.activity.to_pandas()
+    kernels = strings.decoded(native.activity).to_pandas()
     assert kernels.kernel.notna().all()
-    assert collections.Counter(kernels.kernel) == collections.Counter(python.activity.to_pandas().kernel)
+    python_kernels = strings.decoded(python.activity).to_pandas()
+    assert collections.Counter(kernels.kernel) == collections.Counter(python_kernels.kernel)
     # every kernel launched inside an op carries that op: none fell back to a scope or nothing
-    assert kernels.op_id.notna().sum() == python.activity.to_pandas().op_id.notna().sum()
+    assert kernels.op_id.notna().sum() == python_kernels.op_id.notna().sum()

@@ -338,7 +338,10 @@ def test_compiled_attribution_round_trips(result, tmp_path, name):
                                           attribution)
     saved = dataclasses.replace(result, activity=activity, kernel_sources=sources)
     loaded = load(saved.save(tmp_path / name))
-    assert loaded.kernel_sources.equals(sources) and loaded.activity.equals(activity)
+    # the result holds its string columns dictionary-encoded, the plain ones given included
+    assert loaded.kernel_sources.equals(saved.kernel_sources) and loaded.activity.equals(saved.activity)
+    assert loaded.kernel_sources.to_pylist() == sources.to_pylist()
+    assert loaded.activity["attribution"].to_pylist() == attribution.to_pylist()
 
 
 def test_results_saved_before_graph_columns_read_as_traced_outside_graphs():

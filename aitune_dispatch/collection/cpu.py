@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
+from .. import schema, strings
 from ..schema import CPU_KERNEL_PREFIX
 from .base import Activity
 
@@ -55,16 +55,17 @@ def activity_from_ops(ops: pa.Table) -> Activity:
 
 
 def _op_activity(ids: pa.Array, names: pa.Array, starts: pa.Array, ends: pa.Array) -> Activity:
+    """One row per op: ``cpu::<op>`` named once per distinct op (dictionary-encoded, as the op names are)."""
     n = len(ids)
     kernels = pa.Table.from_arrays(
         [
             ids,
-            pc.binary_join_element_wise(CPU_KERNEL_PREFIX, names, ""),
+            strings.map_values(names, lambda ops: pc.binary_join_element_wise(CPU_KERNEL_PREFIX, ops, "")),
             starts,
             ends,
             pa.array(np.full(n, schema.CPU_STREAM, np.int32)),
             pa.array(np.full(n, schema.CPU_STREAM, np.int64)),
-            pa.array(np.full(n, schema.KIND_CPU_OP, object), pa.string()),
+            strings.constant(schema.KIND_CPU_OP, n),
         ],
         schema=schema.KERNELS,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from .. import schema
+from .. import schema, strings
 
 # activity kinds of the decoded rows (``kind_code``), and the ``kind`` each becomes
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
@@ -120,13 +120,11 @@ class DecodedRecords:
         return pa.array(values if len(values) == rows else np.full(rows, schema.NOT_IN_GRAPH, np.int64), pa.int64())
 
     def kernels_table(self) -> pa.Table:
-        """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS`."""
-        names = pa.DictionaryArray.from_arrays(
-            pa.array(self.name_index, pa.int32()), pa.array([demangle(n) for n in self.names], pa.string())
-        ).cast(pa.string())
-        kinds = pa.DictionaryArray.from_arrays(
-            pa.array(self.kind_code.astype(np.int32), pa.int32()), pa.array(KIND_NAMES, pa.string())
-        ).cast(pa.string())
+        """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS` (``name`` and ``kind`` dictionary-encoded)."""
+        # names stay codes into the decoder's name table (demangled once per name, two mangled names
+        # that demangle alike become one value): no per-row string
+        names = strings.from_codes(self.name_index, [demangle(n) for n in self.names])
+        kinds = strings.from_codes(self.kind_code, KIND_NAMES)
         return pa.Table.from_arrays(
             [
                 pa.array(self.correlation_id, pa.int64()),
@@ -162,7 +160,7 @@ class DecodedRecords:
         Returns
         -------
         pyarrow.Table
-            One row per API record, in delivery order.
+            One row per API record, in delivery order (``api`` and ``api_name`` dictionary-encoded).
         """
         names = callback_names or {}
         keys = self.api_kind.astype(np.int64) << 32 | self.api_cbid.astype(np.int64)
@@ -171,12 +169,8 @@ class DecodedRecords:
         for key in distinct.tolist():
             api, cbid = key >> 32, key & 0xFFFFFFFF
             labels.append(names.get((api, cbid)) or f"{API_NAMES[api] if api < len(API_NAMES) else api} cbid {cbid}")
-        api_names = pa.DictionaryArray.from_arrays(
-            pa.array(index.astype(np.int32), pa.int32()), pa.array(labels, pa.string())
-        ).cast(pa.string())
-        apis = pa.DictionaryArray.from_arrays(
-            pa.array(self.api_kind.astype(np.int32), pa.int32()), pa.array(API_NAMES, pa.string())
-        ).cast(pa.string())
+        api_names = strings.from_codes(index, labels)
+        apis = strings.from_codes(self.api_kind, API_NAMES)
         return pa.Table.from_arrays(
             [
                 pa.array(self.api_correlation_id, pa.int64()),

@@ -23,7 +23,9 @@ tensors) and builds itself from the one :func:`load` returns. Two layouts, picke
 
 In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
-dictionary-encoded (pandas reads them as categoricals); ``load`` restores the in-memory schema.
+dictionary-encoded (pandas reads them as categoricals), as they are in memory (``schema.STRING``);
+``load`` restores the in-memory schema, string columns dictionary-encoded, also for results saved
+when they were plain strings in memory.
 
 Results saved before the ``launches`` or ``kernel_sources`` tables existed load with empty ones
 (``schema.ADDED_TABLES``). ``calls.sample`` links each functional call to its ``sample_index``
@@ -51,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema
+from .. import schema, strings
 from .values import OpaqueValue, TensorMeta, decode_value, encode_value
 
 __all__ = [
@@ -120,7 +122,14 @@ def _torch_load(source: Any, map_location: str | None) -> list[Any]:
 
 
 def _schema_text(table_schema: pa.Schema) -> str:
-    return base64.b64encode(table_schema.serialize().to_pybytes()).decode("ascii")
+    """The manifest's record of a table's schema: string columns named ``string``, whatever their encoding.
+
+    The Parquet columns are dictionary-encoded either way; the manifest names the logical type, as
+    results saved before strings were dictionary-encoded in memory did, so that those versions
+    read what this one writes as they read their own results.
+    """
+    logical = strings.decoded(table_schema.empty_table()).schema
+    return base64.b64encode(logical.serialize().to_pybytes()).decode("ascii")
 
 
 def _schema_from_text(text: str) -> pa.Schema:
@@ -137,8 +146,21 @@ def _stored(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema([_stored_field(f) for f in table.schema], metadata=table.schema.metadata))
 
 
+def _in_memory(table_schema: pa.Schema) -> pa.Schema:
+    """A saved table's schema as it is held in memory: its string columns dictionary-encoded (schema.STRING)."""
+    fields = [f.with_type(schema.STRING) if pa.types.is_string(f.type) else f for f in table_schema]
+    return pa.schema(fields, metadata=table_schema.metadata)
+
+
 def _restore(table: pa.Table, table_schema: pa.Schema) -> pa.Table:
-    return table.cast(table_schema).replace_schema_metadata(table_schema.metadata)
+    """The table read back, in the schema it was saved from, with string columns dictionary-encoded.
+
+    Results saved before strings were dictionary-encoded in memory name ``string`` columns in their
+    manifest: they load encoded too. Row groups read back as chunks with dictionaries of their own,
+    so the columns are brought to one dictionary each.
+    """
+    target = _in_memory(table_schema)
+    return strings.encoded(table.cast(target).replace_schema_metadata(target.metadata))
 
 
 # -- manifest ---------------------------------------------------------------------------------------

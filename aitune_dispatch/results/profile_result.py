@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .. import display, schema
+from .. import display, schema, strings
 from ..schema import FunctionData
 from . import persist, ranks, views
 from .samples import no_sample_column, sample_table
@@ -43,19 +42,12 @@ _INFERRED_STRING = pd.Series(["a"]).dtype
 
 
 def _string_column(column: pa.ChunkedArray) -> Any:
-    """``column`` in the dtype pandas would infer from Python strings, built without per-row work."""
+    """``column`` (dictionary-encoded) in the dtype pandas would infer from Python strings, built without
+    per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
+    them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
     if isinstance(_INFERRED_STRING, pd.StringDtype):
-        return pd.array(column.combine_chunks().cast(pa.large_string()), dtype=_INFERRED_STRING)
-    return _strings(column)
-
-
-def _strings(column: pa.ChunkedArray) -> np.ndarray:
-    """An object array that shares one Python string per distinct value (few, for kernel names)."""
-    encoded = pc.dictionary_encode(column.combine_chunks())
-    words = np.empty(len(encoded.dictionary) + 1, dtype=object)
-    words[:-1] = encoded.dictionary.to_pylist()
-    words[-1] = None
-    return words[encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+        return pd.array(strings.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
+    return strings.objects(column)
 
 
 @dataclass(frozen=True, repr=False)
@@ -101,6 +93,15 @@ class ProfileResult:
     ``profiling_df()`` and ``function_data`` are the spec's outputs; ``describe()`` the summary;
     ``coverage``, ``unattributed()`` the time the spec leaves out. In a notebook the result shows
     as its summary (``_repr_html_``, rendered by :mod:`aitune_dispatch.reports.html`).
+
+    Every string column of the tables (``kernel``, ``kind``, ``op``, ``module_name``,
+    ``function_name``, ``attribution``, ``api``, ...) is dictionary-encoded, ``schema.STRING``
+    (``dictionary<int32, string>``: each distinct value once, one dictionary per column), so a
+    million kernels hold a few hundred kernel names, not a million; tables given with plain string
+    columns (or several dictionaries per column, as concatenation leaves them) are encoded when the
+    result is built (:func:`aitune_dispatch.strings.encoded`). The DataFrames the result returns
+    (``profiling_df()``, ``to_pandas()``, ``unattributed()``, ``describe()``, the views) have plain
+    string columns, as before.
     """
 
     activity: pa.Table
@@ -117,14 +118,25 @@ class ProfileResult:
     launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
     kernel_sources: pa.Table = field(default_factory=lambda: schema.empty(schema.KERNEL_SOURCES))
 
+    def __post_init__(self) -> None:
+        """Dictionary-encode the tables' string columns where they are not (else: one look at each dictionary)."""
+        for name in schema.RESULT_TABLES:
+            table = getattr(self, name)
+            if isinstance(table, pa.Table):
+                object.__setattr__(self, name, strings.encoded(table))
+
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
         """Activity rows enclosed by both a profiled module and a functional call."""
         return views.attributed(self.activity)
 
     def profiling_df(self) -> pd.DataFrame:
-        """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns."""
-        rows = self.attributed()
+        """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns.
+
+        String columns are plain strings (the dtype pandas gives Python strings), not Categorical.
+        """
+        needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
+        rows = views.attributed(self.activity.select(needed))  # only the columns the frame is built from
         module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
         objects = self.module_objects or (None,) * self.modules.num_rows
         return pd.DataFrame(
@@ -191,15 +203,21 @@ class ProfileResult:
         return views.coverage(self.activity)
 
     def unattributed(self) -> pd.DataFrame:
-        """Kernels missing a module or a functional call, with the op and module that launched them."""
+        """Kernels missing a module or a functional call, with the op and module that launched them.
+
+        String columns are plain strings (the dtype pandas gives Python strings), not Categorical.
+        """
         rows = views.unattributed(self.activity)
-        return rows.select(
-            ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
-        ).to_pandas()
+        columns = ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
+        return strings.decoded(rows.select(columns)).to_pandas()
 
     def to_pandas(self) -> pd.DataFrame:
-        """Every activity row as a DataFrame (the full, unfiltered view)."""
-        return self.activity.to_pandas()
+        """Every activity row as a DataFrame (the full, unfiltered view).
+
+        String columns are plain strings (the dtype pandas gives Python strings), not the Categorical
+        columns that ``result.activity.to_pandas()`` gives (the categorical view, for those who want it).
+        """
+        return strings.decoded(self.activity).to_pandas()
 
     # -- display --------------------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
+from .. import schema, strings
 from .comparison import compare
 from .profile_result import ProfileResult
 from .ranks import is_merged, own_rank, rank_records, result_ranks, select_rank
@@ -44,12 +44,18 @@ def compare_ranks(result: ProfileResult, before: int, after: int) -> pd.DataFram
     return compare(select_rank(result, before), select_rank(result, after))
 
 
-def collective_mask(activity: pa.Table) -> pa.ChunkedArray:
-    """Activity rows of collectives: an op of ``COLLECTIVE_OP_PREFIXES`` or an ``nccl*`` kernel."""
-    mask = pc.fill_null(pc.match_substring_regex(activity["kernel"], NCCL_KERNEL), False)
-    for prefix in COLLECTIVE_OP_PREFIXES:
-        mask = pc.or_(mask, pc.fill_null(pc.starts_with(activity["op"], prefix), False))
-    return mask
+def _is_collective_op(ops: pa.Array) -> pa.Array:
+    found = pc.starts_with(ops, COLLECTIVE_OP_PREFIXES[0])
+    for prefix in COLLECTIVE_OP_PREFIXES[1:]:
+        found = pc.or_(found, pc.starts_with(ops, prefix))
+    return found
+
+
+def collective_mask(activity: pa.Table) -> pa.BooleanArray:
+    """Activity rows of collectives: an op of ``COLLECTIVE_OP_PREFIXES`` or an ``nccl*`` kernel (tested once per
+    distinct name)."""
+    nccl = strings.matches(activity["kernel"], lambda kernels: pc.match_substring_regex(kernels, NCCL_KERNEL))
+    return pc.or_(nccl, strings.matches(activity["op"], _is_collective_op))
 
 
 def _activity_ranks(result: ProfileResult) -> np.ndarray:
@@ -69,7 +75,7 @@ def _activity_frame(result: ProfileResult) -> pd.DataFrame:
             "rank": _activity_ranks(result),
             "kernel_us": activity["kernel_us"].to_numpy(),
             "device": activity["device"].to_numpy(),
-            "kind": np.asarray(activity["kind"].to_numpy(zero_copy_only=False), dtype=object),
+            "kind": strings.objects(activity["kind"]),
             "attributed": _mask(attributed_mask(activity)),
             "collective": _mask(collective_mask(activity)),
         }
@@ -145,7 +151,7 @@ def function_ranks(result: ProfileResult) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[_mask(attributed_mask(result.activity))],
-            "function_name": np.asarray(attributed["function_name"].to_numpy(zero_copy_only=False), dtype=object),
+            "function_name": strings.objects(attributed["function_name"]),
             "kernel_us": attributed["kernel_us"].to_numpy(),
         }
     )
@@ -190,7 +196,7 @@ def collectives(result: ProfileResult) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[mask],
-            **{column: pd.Series(rows[column].to_pylist(), dtype=object) for column in ("module_name", "op", "kernel")},
+            **{name: pd.Series(strings.objects(rows[name]), dtype=object) for name in ("module_name", "op", "kernel")},
             "kernel_us": rows["kernel_us"].to_numpy(),
         }
     )

@@ -5,7 +5,8 @@ metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.
 :func:`merge` makes one result of them:
 
 * every table (activity, ops, calls, modules, module_calls, and any table a result gains later)
-  is the concatenation of the ranks' tables, in rank order, with a ``rank`` column appended;
+  is the concatenation of the ranks' tables, in rank order, with a ``rank`` column appended; its
+  string columns stay dictionary-encoded, with one dictionary per column that unites the ranks';
   ``kernel_sources``, whose own ``rank`` is the fusion rule's order (``schema.RANKED_BY_CALL``),
   gets none: its rows belong to the rank of their ``call_id``;
 * ids stay unique: each rank's ``op_id``, ``module_id`` and ``call_id`` values (and the parent ids
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema
+from .. import schema, strings
 from ..schema import FunctionData, tensor_strides
 from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
@@ -185,7 +186,7 @@ def _merge_samples(ordered: Sequence[ProfileResult]) -> tuple[FunctionData, list
 def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table:
     if "sample" not in calls.column_names or calls.num_rows == 0:
         return calls
-    names = np.asarray(calls["function_name"].to_numpy(zero_copy_only=False), dtype=object)
+    names = strings.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
     out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
     for name, table in remap.items():
@@ -302,7 +303,11 @@ def merge(results: Sequence[ProfileResult], *, ranks: Sequence[int] | None = Non
         objects += list(result.module_objects) + [None] * (modules - len(result.module_objects))
         for space in offsets:
             offsets[space] += _id_range(result, space)
-    tables = {name: pa.concat_tables(pieces, promote_options="default") for name, pieces in parts.items()}
+    # each rank's string columns have their own dictionaries: concatenated, a column has one per rank;
+    # encoded() unites them into one (group_by and take need one dictionary per column)
+    tables = {
+        name: strings.encoded(pa.concat_tables(pieces, promote_options="default")) for name, pieces in parts.items()
+    }
     metadata = _common_metadata(ordered)
     if any(UNLINKED_KEY in result.metadata for result in ordered):
         metadata[UNLINKED_KEY] = schema.CALL_SAMPLES_UNLINKED
@@ -336,7 +341,7 @@ def _rank_function_data(calls: pa.Table, function_data: FunctionData) -> tuple[F
     """The samples ``calls`` refer to, counted over those calls, and the calls re-indexed onto them."""
     if "sample" not in calls.column_names or calls.num_rows == 0:
         return {}, calls
-    names = np.asarray(calls["function_name"].to_numpy(zero_copy_only=False), dtype=object)
+    names = strings.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
     out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
     data: FunctionData = {}

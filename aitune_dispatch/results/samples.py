@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import schema
+from .. import schema, strings
 from ..schema import SAMPLE_COLUMNS, tensor_strides
 from .views import attributed, attributed_us
 
@@ -106,7 +106,7 @@ def has_sample_links(calls: pa.Table, metadata: Mapping[str, str]) -> bool:
 
 
 def _call_frame(calls: pa.Table) -> pd.DataFrame:
-    frame = calls.select(["call_id", "function_name", "module_id", "sample"]).to_pandas()
+    frame = strings.decoded(calls.select(["call_id", "function_name", "module_id", "sample"])).to_pandas()
     return frame[frame["sample"] >= 0]
 
 

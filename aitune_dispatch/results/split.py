@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .. import schema
+from .. import schema, strings
 from ..config import SPLITS
 from ..schema import FunctionData
 from .ranks import result_ranks, select_rank
@@ -58,8 +58,8 @@ def _attributed_frame(result: ProfileResult) -> pd.DataFrame:
     rows = result.attributed()
     return pd.DataFrame(
         {
-            "module_name": pd.Series(rows["module_name"].to_pylist(), dtype=object),
-            "function_name": pd.Series(rows["function_name"].to_pylist(), dtype=object),
+            "module_name": pd.Series(strings.objects(rows["module_name"]), dtype=object),
+            "function_name": pd.Series(strings.objects(rows["function_name"]), dtype=object),
             "kernel_us": rows["kernel_us"].to_numpy(),
             "device": np.asarray(rows["device"].to_numpy(), dtype=np.int64),
         }

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .. import schema
+from .. import schema, strings
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -121,8 +121,8 @@ class ModuleTracker:
         return pa.table(
             {
                 "module_id": pa.array(range(len(self.modules)), pa.int64()),
-                "module_name": pa.array(self.names, pa.string()),
-                "module_type": pa.array([type(m).__qualname__ for m in self.modules], pa.string()),
+                "module_name": strings.of_values(self.names),
+                "module_type": strings.of_values([type(m).__qualname__ for m in self.modules]),
                 "parent_module_id": pa.array(self.parents, pa.int64()),
             },
             schema=schema.MODULES,

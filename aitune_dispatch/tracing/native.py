@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .. import schema
+from .. import schema, strings
 from ..schema import FunctionData
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
@@ -175,8 +175,8 @@ def _int64(data: bytes) -> pa.Array:
 
 
 def _names(ids: bytes, names: list[str]) -> pa.Array:
-    indices = pa.array(np.frombuffer(ids, dtype=np.int32), pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
+    """The C++ tracer's name codes into its interned names, as a dictionary column (no per-row string)."""
+    return strings.from_codes(np.frombuffer(ids, dtype=np.int32), names)
 
 
 class NativeTracer:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from .. import schema
+from .. import schema, strings
 
 _clock_ns = time.perf_counter_ns
 
@@ -64,9 +64,8 @@ class _Interner:
         return found
 
     def column(self, ids: array) -> pa.Array:
-        indices = pa.array(np.frombuffer(ids, dtype=np.int64) if len(ids) else [], pa.int32())
-        dictionary = pa.array(self.names, pa.string())
-        return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.string())
+        """The ids as a dictionary column of the interned names (schema.STRING: no per-row string)."""
+        return strings.from_codes(np.frombuffer(ids, dtype=np.int64).astype(np.int32) if len(ids) else [], self.names)
 
 
 def _int64(values: array) -> pa.Array:

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ... import schema
+from ... import schema, strings
 from ...schema import MODULE_COLUMNS
 from .accounting import ResultTables, total_us
 
@@ -76,7 +76,7 @@ def module_labels(result: ResultTables) -> dict[int, tuple[str, str]]:
 
 def modules_frame(result: ResultTables) -> pd.DataFrame:
     """The modules table as a DataFrame indexed by ``module_id``, names and types never null."""
-    modules = result.modules.to_pandas()
+    modules = strings.decoded(result.modules).to_pandas()
     modules["module_name"] = modules["module_name"].astype(object).fillna("")
     modules["module_type"] = modules["module_type"].astype(object).fillna("")
     return modules.set_index("module_id", drop=False)
@@ -115,7 +115,7 @@ def module_groups(result: ResultTables) -> dict[int, str]:
 def activity_frame(result: ResultTables) -> pd.DataFrame:
     """The activity columns the views group by, as a DataFrame with None (not NaN) for missing names."""
     columns = ["kernel", "kind", "kernel_us", "op", "module_id", "call_id", "function_name", "op_id"]
-    frame = result.activity.select(columns).to_pandas()
+    frame = strings.decoded(result.activity.select(columns)).to_pandas()
     for column in ("kernel", "kind", "op", "function_name"):
         frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame
@@ -240,7 +240,8 @@ def _per_module_function(activity: pa.Table) -> dict[int, list[tuple[str | None,
     if activity.num_rows == 0:
         return {}
     attributed = pc.greater_equal(activity["call_id"], 0)
-    names = pc.if_else(attributed, activity["function_name"], pa.scalar(None, pa.string()))
+    no_call = pa.scalar(None, activity.schema.field("function_name").type)  # keeps the column's dictionary type
+    names = pc.if_else(attributed, activity["function_name"], no_call)
     table = pa.table({"module_id": activity["module_id"], "function_name": names, "us": activity["kernel_us"]})
     grouped = table.group_by(["module_id", "function_name"]).aggregate([("us", "sum")]).to_pydict()
     out: dict[int, list[tuple[str | None, float]]] = {}
