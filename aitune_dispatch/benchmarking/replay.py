@@ -94,22 +94,28 @@ _CPU_LAST_LEVEL_CACHE = "/sys/devices/system/cpu/cpu0/cache/index3/size"
 _CPU_CACHE_FALLBACK = 32 << 20
 
 
+def _cpu_last_level_cache() -> int:
+    """The CPU's last-level cache in bytes from sysfs (``32768K``), or 0 where it cannot be read."""
+    try:
+        with open(_CPU_LAST_LEVEL_CACHE) as text:
+            value = text.read().strip().upper()
+        shift = {"K": 10, "M": 20}.get(value[-1:], 0)
+        return int(value[:-1] if shift else value) << shift
+    except (OSError, ValueError):
+        return 0
+
+
 def cache_bytes(device: str) -> int:
     """The size of the last-level cache a ``cache="cold"`` replay overwrites before each timed call.
 
-    CUDA: the device's L2 (``L2_cache_size``); CPU: the last-level cache from sysfs (32 MiB where
-    it cannot be read). The flush writes twice that, so replacement policies leave nothing behind.
+    CUDA: the device's L2 (``L2_cache_size``; 1 MiB where it is not reported); CPU: the last-level
+    cache from sysfs (32 MiB where it cannot be read). The flush writes twice that, so replacement
+    policies leave nothing behind.
     """
     if device.startswith("cuda"):
-        size = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
-    else:
-        try:
-            with open(_CPU_LAST_LEVEL_CACHE) as text:
-                value = text.read().strip().upper()
-            size = int(value[:-1]) << (10 if value.endswith("K") else 20) if value[-1] in "KM" else int(value)
-        except (OSError, ValueError, IndexError):
-            size = 0
-    return max(size, _CPU_CACHE_FALLBACK if not device.startswith("cuda") else 1 << 20)
+        properties = torch.cuda.get_device_properties(torch.device(device))
+        return int(getattr(properties, "L2_cache_size", 0)) or 1 << 20
+    return _cpu_last_level_cache() or _CPU_CACHE_FALLBACK
 
 
 class _Flush(nn.Module):
