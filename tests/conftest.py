@@ -109,8 +109,14 @@ def op_tracer(tracing_backend: str) -> str:
     return tracing_backend
 
 
-def bare_kernels(function: Callable[..., Any], samples: list[Any]) -> collections.Counter[str]:
-    """Kernel names of one pass captured by CUPTI alone: no hooks, no modes, no correlation ids."""
+def bare_kernels(
+    function: Callable[..., Any], samples: list[Any], *, graphed_only: bool = False
+) -> collections.Counter[str]:
+    """Kernel names of one pass captured by CUPTI alone: no hooks, no modes, no correlation ids.
+
+    ``graphed_only`` keeps the kernels replayed by CUDA graphs (``graph_id != 0``), leaving out what
+    the function launched eagerly around its replays (copies into static inputs, say).
+    """
     from aitune_dispatch.collection import make_cuda_source
 
     source = make_cuda_source()
@@ -123,7 +129,12 @@ def bare_kernels(function: Callable[..., Any], samples: list[Any]) -> collection
             torch.cuda.synchronize()
         finally:
             source.stop()
-    return collections.Counter(source.activity().kernels.column("name").to_pylist())
+    kernels = source.activity().kernels
+    if graphed_only:
+        import pyarrow.compute as pc
+
+        kernels = kernels.filter(pc.not_equal(kernels.column("graph_id"), 0))
+    return collections.Counter(kernels.column("name").to_pylist())
 
 
 @pytest.fixture(name="bare_kernels")
