@@ -77,6 +77,17 @@ def test_functions_to_patch_are_the_intercepted_functionals():
     assert set(names) == aitune_dispatch.tracing.functional_names()
 
 
+def test_functions_to_patch_takes_the_references_module_argument():
+    # the reference's signature is get_functions_to_patch(self, module=F)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    pairs = profiler.get_functions_to_patch()
+    assert profiler.get_functions_to_patch(F) == pairs
+    assert profiler.get_functions_to_patch(module=torch.nn.functional) == pairs
+    with pytest.raises(ValueError, match=r"torch\.nn\.functional only.*get_functions_to_patch\(\)") as info:
+        profiler.get_functions_to_patch(torch)
+    assert "'torch'" in str(info.value)
+
+
 @pytest.mark.parametrize("bad", [[torch.randn(2, 128)], [((torch.randn(2, 128),), "kw")]])
 def test_malformed_samples_are_rejected(cpu_profiler, bad):
     with pytest.raises(ValueError, match=r"\(args"):

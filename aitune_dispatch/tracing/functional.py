@@ -148,15 +148,37 @@ def functional_names() -> frozenset[str]:
     return frozenset(functional_registry().values())
 
 
-def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
+def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Callable[..., Any]]]:
     """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
 
     ``ModuleFunctionKernelProfiler.get_functions_to_patch()``, as the reference's method of that
-    name, but informational: nothing is patched (calls are seen through a ``TorchFunctionMode``).
-    Every public ``torch.nn.functional`` function that dispatches to a function mode, whatever
-    ``function_names`` says (that only selects samples); the names are the ``function_name`` values
-    of ``profiling_df``. ``functions="all"`` also intercepts torch-level APIs, which this leaves out.
+    name (and signature), but informational: nothing is patched (calls are seen through a
+    ``TorchFunctionMode``). Every public ``torch.nn.functional`` function that dispatches to a
+    function mode, whatever ``function_names`` says (that only selects samples); the names are the
+    ``function_name`` values of ``profiling_df``. ``functions="all"`` also intercepts torch-level
+    APIs, which this leaves out.
+
+    Parameters
+    ----------
+    module:
+        ``torch.nn.functional`` (the default), the only namespace listed.
+
+    Returns
+    -------
+    list[tuple[str, Callable]]
+        ``(name, torch.nn.functional.<name>)`` pairs.
+
+    Raises
+    ------
+    ValueError
+        ``module`` is another module.
     """
+    if module is not F:
+        name = getattr(module, "__name__", module)
+        raise ValueError(
+            f"get_functions_to_patch() lists torch.nn.functional only; got module {name!r}: call "
+            "get_functions_to_patch() (functions='all' also intercepts torch-level APIs, which it does not list)"
+        )
     return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
 
 
