@@ -45,6 +45,12 @@ def routing_mode_below() -> bool:
     return any(type(mode) is not DeviceContext for mode in _get_current_function_mode_stack())
 
 
+def _hands_itself_over(value: Any) -> bool:
+    """A Python functional that calls ``handle_torch_function``: torch lists ``hardswish`` and
+    ``hardsigmoid`` among the ignored functions, yet they dispatch to a function mode as themselves."""
+    return isinstance(value, types.FunctionType) and "handle_torch_function" in value.__code__.co_names
+
+
 @functools.lru_cache(maxsize=1)
 def functional_registry() -> dict[Callable[..., Any], str]:
     """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name."""
@@ -56,7 +62,7 @@ def functional_registry() -> dict[Callable[..., Any], str]:
         if name.startswith("_") or not callable(value):
             continue
         try:
-            known = value in overridable
+            known = value in overridable or _hands_itself_over(value)
         except TypeError:  # unhashable callables are not torch functions
             continue
         if known and (value not in registry or getattr(value, "__name__", "") == name):
