@@ -161,6 +161,7 @@ def make_source(config: ProfileConfig) -> collection.ActivitySource:
         return collection.CpuOpTimer()
     if not torch.cuda.is_available():
         raise RuntimeError(
+            "CUDA is required to profile module and function kernel candidates. "
             "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
             "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
         )

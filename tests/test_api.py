@@ -45,7 +45,8 @@ def test_spec_quickstart_runs_with_cpu_opt_in():
 def test_default_device_requires_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     profiler = ModuleFunctionKernelProfiler()
-    with pytest.raises(RuntimeError, match="CUDA") as info:
+    reference = r"^CUDA is required to profile module and function kernel candidates\. "
+    with pytest.raises(RuntimeError, match=reference) as info:  # the reference's wording first, then the fix
         profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})])
     assert "device='cpu'" in str(info.value)
 
