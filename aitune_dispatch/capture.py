@@ -43,6 +43,7 @@ from .tracing import (
     TraceTables,
     backend_for_run,
     make_tracer,
+    other_threads_running,
     resolve_backend,
     trace_warnings,
 )
@@ -160,6 +161,7 @@ def make_source(config: ProfileConfig) -> collection.ActivitySource:
         return collection.CpuOpTimer()
     if not torch.cuda.is_available():
         raise RuntimeError(
+            "CUDA is required to profile module and function kernel candidates. "
             "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
             "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
         )
@@ -209,6 +211,8 @@ def record(
     compiled = uses_compile(function, root)
     config = replace(config, op_tracer=backend_for_run(resolve_backend(config.op_tracer), compiled))
     with _one_capture():
+        # threads running now are not the profiled function's; those it starts, in warm-up passes too, are
+        running_before = other_threads_running()
         source = make_source(config)
         clock = PhaseClock(on_progress)
         # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
@@ -217,7 +221,7 @@ def record(
         )
         with torch.no_grad(), provenance:
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)
-            return _recorded(config, function, samples, root, source, clock, provenance)
+            return _recorded(config, function, samples, root, source, clock, provenance, running_before)
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
@@ -256,10 +260,13 @@ def _recorded(
     source: collection.ActivitySource,
     clock: PhaseClock,
     provenance: ProvenanceCapture,
+    running_before: dict[int, threading.Thread | None],
 ) -> ProfileResult:
     modules = ModuleTracker(root, _aliases(function, root))
     backend = str(config.op_tracer)
-    tracer = make_tracer(backend, modules.module_ids(), config.function_names, source, config.all_functions)
+    tracer = make_tracer(
+        backend, modules.module_ids(), config.function_names, source, config.all_functions, running_before
+    )
     session = TraceSession(modules, tracer)
     _traced_pass(function, samples, session, source, clock, config.cuda)
     return post_process(config, session, source, clock, provenance)

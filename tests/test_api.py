@@ -45,7 +45,8 @@ def test_spec_quickstart_runs_with_cpu_opt_in():
 def test_default_device_requires_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     profiler = ModuleFunctionKernelProfiler()
-    with pytest.raises(RuntimeError, match="CUDA") as info:
+    reference = r"^CUDA is required to profile module and function kernel candidates\. "
+    with pytest.raises(RuntimeError, match=reference) as info:  # the reference's wording first, then the fix
         profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})])
     assert "device='cpu'" in str(info.value)
 
@@ -75,6 +76,17 @@ def test_functions_to_patch_are_the_intercepted_functionals():
     assert by_name["scaled_dot_product_attention"] is F.scaled_dot_product_attention
     assert all(getattr(F, name) is function for name, function in pairs)
     assert set(names) == aitune_dispatch.tracing.functional_names()
+
+
+def test_functions_to_patch_takes_the_references_module_argument():
+    # the reference's signature is get_functions_to_patch(self, module=F)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    pairs = profiler.get_functions_to_patch()
+    assert profiler.get_functions_to_patch(F) == pairs
+    assert profiler.get_functions_to_patch(module=torch.nn.functional) == pairs
+    with pytest.raises(ValueError, match=r"torch\.nn\.functional only.*get_functions_to_patch\(\)") as info:
+        profiler.get_functions_to_patch(torch)
+    assert "'torch'" in str(info.value)
 
 
 @pytest.mark.parametrize("bad", [[torch.randn(2, 128)], [((torch.randn(2, 128),), "kw")]])

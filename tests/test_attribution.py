@@ -152,3 +152,20 @@ def test_only_functionals_that_can_reach_others_re_arm_the_mode():
     # boolean-dispatch wrapper reaches its two implementations through closure cells
     assert may_call_functional(F.multi_head_attention_forward)
     assert may_call_functional(F.max_pool2d)
+
+
+def test_functionals_torch_lists_as_ignored_that_dispatch_to_the_mode_are_calls(cpu_profiler):
+    # torch.overrides.get_ignored_functions() lists F.hardswish and F.hardsigmoid, yet both hand
+    # themselves to handle_torch_function (nn.Hardswish / nn.Hardsigmoid call them): the reference
+    # patches them, so their ops are theirs here too, not unattributed
+    net = nn.Sequential(nn.Linear(4, 4), nn.Hardswish(), nn.Hardsigmoid()).eval()
+    profiling_df, function_data = cpu_profiler.profile(net, [((torch.randn(2, 4),), {})], warmup_iterations=0)
+    rows = profiling_df[["module_name", "function_name", "op"]].values.tolist()
+    assert rows[-2:] == [["1", "hardswish", "aten::hardswish"], ["2", "hardsigmoid", "aten::hardsigmoid"]]
+    assert {name: [count for count, _ in entries] for name, entries in function_data.items()} == {
+        "linear": [1],
+        "hardswish": [1],
+        "hardsigmoid": [1],
+    }
+    names = dict(ModuleFunctionKernelProfiler.get_functions_to_patch())
+    assert names["hardswish"] is F.hardswish and names["hardsigmoid"] is F.hardsigmoid

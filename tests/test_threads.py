@@ -2,8 +2,9 @@
 
 ``profile()`` records functional calls and aten ops on the thread that calls it (modes and the
 native tracer's callback are thread-local). Module forwards on a thread the profiled function
-started are recorded, and a warning names the thread and says what was not recorded; forwards on
-threads that were already running when the pass began never enter the result. Both op tracers.
+started (in a warm-up pass too) are recorded, and a warning names the thread and says what was not
+recorded; forwards on threads that were already running when profile() began never enter the
+result. Both op tracers.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.tracing.recorder import still_running
 
 
 def _model() -> nn.Module:
@@ -60,6 +62,59 @@ def test_only_worker_forwards_is_not_a_silent_empty_table(op_tracer):
         profiling_df, _ = profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=0)
     assert profiling_df.empty and len(profiler.last_result.module_calls) == 3
     assert not any("never ran" in str(w.message) for w in record)  # it ran, on the worker
+
+
+def test_a_worker_started_in_a_warm_up_pass_is_the_profiled_functions(op_tracer):
+    # a pipeline that creates its pool lazily: the pool's thread starts in the first warm-up pass and
+    # serves the recorded pass; the profiled function started it, so it is not a foreign thread
+    model = _model()
+    pools: list[ThreadPoolExecutor] = []
+
+    def pipeline(x: torch.Tensor) -> None:
+        if not pools:
+            pools.append(ThreadPoolExecutor(1, thread_name_prefix="lazy"))
+        pools[0].submit(model, x).result()
+
+    profiler = _profiler(op_tracer)
+    try:
+        with pytest.warns(RuntimeWarning) as record:
+            profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=2)
+    finally:
+        pools[0].shutdown()
+    messages = [str(w.message) for w in record]
+    assert any("ran on thread(s) 'lazy_0', started by the profiled function" in m for m in messages), messages
+    assert not any("already running" in m or "never ran" in m for m in messages), messages
+    assert profiler.last_result.module_calls.column("thread").to_pylist() == [1, 1, 1]  # its 3 forwards
+
+
+def test_threads_of_one_name_are_named_once(op_tracer):
+    model = _model()
+
+    def pipeline(x: torch.Tensor) -> None:
+        worker = threading.Thread(target=model, args=(x,), name="per-call")
+        worker.start()
+        worker.join()
+
+    profiler = _profiler(op_tracer)
+    samples = [((torch.randn(2, 4),), {})] * 3  # a new thread of the same name per call
+    message = r"9 forward\(s\) of the profiled modules ran on thread\(s\) 'per-call', started"
+    with pytest.warns(RuntimeWarning, match=message):
+        profiler.profile(pipeline, samples, module=model, warmup_iterations=0)
+    assert sorted(set(profiler.last_result.module_calls.column("thread").to_pylist())) == [1, 2, 3]
+
+
+def test_an_ident_reused_by_a_new_thread_is_not_a_thread_that_was_running():
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert still_running({thread.ident: thread}) == {thread.ident: thread}
+        assert still_running({thread.ident: None}) == {thread.ident: thread}  # no Thread object then
+        assert still_running({thread.ident: threading.Thread()}) == {}  # its ident, another thread's before
+    finally:
+        release.set()
+        thread.join()
+    assert still_running({thread.ident: thread}) == {}  # ended
 
 
 class _Background:

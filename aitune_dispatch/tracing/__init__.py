@@ -7,6 +7,7 @@ from .diagnostics import trace_warnings
 from .dispatch import OpObserver
 from .functional import functional_names, functions_to_intercept
 from .modules import ModuleTracker
+from .recorder import other_threads_running
 from .session import TraceSession
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "functional_names",
     "functions_to_intercept",
     "make_tracer",
+    "other_threads_running",
     "resolve_backend",
     "trace_warnings",
 ]

@@ -8,8 +8,9 @@ names are ``config.OP_TRACERS``; see ``docs/design.md``, "The native tracing bac
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from torch import nn
 
@@ -127,8 +128,14 @@ def make_tracer(
     function_names: frozenset[str] | None,
     target: CorrelationTarget,
     all_functions: bool,
+    running_before: Mapping[int, threading.Thread | None] | None = None,
 ) -> Tracer:
-    """A single-use tracer of ``backend`` for one pass over ``modules`` (``(module, module_id)`` pairs)."""
+    """A single-use tracer of ``backend`` for one pass over ``modules`` (``(module, module_id)`` pairs).
+
+    ``running_before``: the threads that are not the profiled function's, as
+    ``other_threads_running()`` said when ``profile()`` began (so that threads the function starts in
+    a warm-up pass count as its own); None: the threads running when the pass begins.
+    """
     if backend == "native":
-        return native.NativeTracer(modules, function_names, target.correlation_kind, all_functions)
-    return PythonTracer(modules, function_names, target, all_functions)
+        return native.NativeTracer(modules, function_names, target.correlation_kind, all_functions, running_before)
+    return PythonTracer(modules, function_names, target, all_functions, running_before)

@@ -45,8 +45,8 @@ class CorrelationTarget(Protocol):
 class ThreadInfo:
     """A thread that reported a traced event; ``index`` is the ``thread`` column of the tables.
 
-    ``traced`` is False for threads that were already running when the pass began (other than the
-    profiling thread, index 0): they are not the profiled function's, and their module forwards
+    ``traced`` is False for threads that were already running when ``profile()`` began (other than
+    the profiling thread, index 0): they are not the profiled function's, and their module forwards
     are counted in ``skipped_forwards`` instead of recorded.
     """
 

@@ -17,7 +17,8 @@ PROFILING_THREAD = 0  # the thread that began the pass gets the first index
 
 
 def _names(names: list[str]) -> str:
-    return ", ".join(repr(name) for name in names)
+    """Each name once, in order of first use (threads started per call often share one name)."""
+    return ", ".join(repr(name) for name in dict.fromkeys(names))
 
 
 def thread_warnings(trace: TraceTables) -> list[str]:
@@ -41,7 +42,7 @@ def thread_warnings(trace: TraceTables) -> list[str]:
         count = sum(t.skipped_forwards for t in foreign)
         messages.append(
             f"{count} forward(s) of the profiled modules ran on thread(s) {_names([t.name for t in foreign])}, "
-            "which were already running when the recorded pass began: they are not the profiled "
+            "which were already running when profile() began: they are not the profiled "
             "function's and are left out of the result; do not run the profiled modules on other threads "
             "while profiling"
         )

@@ -45,6 +45,12 @@ def routing_mode_below() -> bool:
     return any(type(mode) is not DeviceContext for mode in _get_current_function_mode_stack())
 
 
+def _hands_itself_over(value: Any) -> bool:
+    """A Python functional that calls ``handle_torch_function``: torch lists ``hardswish`` and
+    ``hardsigmoid`` among the ignored functions, yet they dispatch to a function mode as themselves."""
+    return isinstance(value, types.FunctionType) and "handle_torch_function" in value.__code__.co_names
+
+
 @functools.lru_cache(maxsize=1)
 def functional_registry() -> dict[Callable[..., Any], str]:
     """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name."""
@@ -56,7 +62,7 @@ def functional_registry() -> dict[Callable[..., Any], str]:
         if name.startswith("_") or not callable(value):
             continue
         try:
-            known = value in overridable
+            known = value in overridable or _hands_itself_over(value)
         except TypeError:  # unhashable callables are not torch functions
             continue
         if known and (value not in registry or getattr(value, "__name__", "") == name):
@@ -148,15 +154,37 @@ def functional_names() -> frozenset[str]:
     return frozenset(functional_registry().values())
 
 
-def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
+def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Callable[..., Any]]]:
     """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
 
     ``ModuleFunctionKernelProfiler.get_functions_to_patch()``, as the reference's method of that
-    name, but informational: nothing is patched (calls are seen through a ``TorchFunctionMode``).
-    Every public ``torch.nn.functional`` function that dispatches to a function mode, whatever
-    ``function_names`` says (that only selects samples); the names are the ``function_name`` values
-    of ``profiling_df``. ``functions="all"`` also intercepts torch-level APIs, which this leaves out.
+    name (and signature), but informational: nothing is patched (calls are seen through a
+    ``TorchFunctionMode``). Every public ``torch.nn.functional`` function that dispatches to a
+    function mode, whatever ``function_names`` says (that only selects samples); the names are the
+    ``function_name`` values of ``profiling_df``. ``functions="all"`` also intercepts torch-level
+    APIs, which this leaves out.
+
+    Parameters
+    ----------
+    module:
+        ``torch.nn.functional`` (the default), the only namespace listed.
+
+    Returns
+    -------
+    list[tuple[str, Callable]]
+        ``(name, torch.nn.functional.<name>)`` pairs.
+
+    Raises
+    ------
+    ValueError
+        ``module`` is another module.
     """
+    if module is not F:
+        name = getattr(module, "__name__", module)
+        raise ValueError(
+            f"get_functions_to_patch() lists torch.nn.functional only; got module {name!r}: call "
+            "get_functions_to_patch() (functions='all' also intercepts torch-level APIs, which it does not list)"
+        )
     return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
 
 

@@ -13,7 +13,8 @@ every keyword ``start()`` takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import ModuleType, TracebackType
 from typing import Any
@@ -28,7 +29,7 @@ from .. import schema, strings
 from ..schema import FunctionData
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
-from .recorder import other_threads_running
+from .recorder import other_threads_running, still_running
 from .samples import sample_pair_key
 
 BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
@@ -190,10 +191,15 @@ class NativeTracer:
         function_names: frozenset[str] | None,
         correlation_kind: int,
         all_functions: bool = False,
+        running_before: Mapping[int, threading.Thread | None] | None = None,
     ) -> None:
         """One pass over ``modules`` (``(module, module_id)`` pairs); ``correlation_kind`` as
-        ``CorrelationTarget.correlation_kind`` (or ``LOG_PUSHES``), ``function_names`` selects samples."""
+        ``CorrelationTarget.correlation_kind`` (or ``LOG_PUSHES``), ``function_names`` selects samples;
+        ``running_before``: the threads that are not the profiled function's (an
+        ``other_threads_running()`` snapshot taken when ``profile()`` began; None: those running when
+        the pass begins)."""
         self._native = load()
+        self._running_before = running_before
         self._modules = list(modules)
         self._function_names = function_names
         self._kind = correlation_kind
@@ -242,8 +248,11 @@ class NativeTracer:
             routing_mode_below=routing_mode_below,
             sample_key=sample_pair_key,
             singletons=_SINGLETON_TYPES,
-            # threads running now, except this one, are not the profiled function's
-            running_before=list(other_threads_running()),
+            # threads running before profile() began (and still the same threads), except this one,
+            # are not the profiled function's
+            running_before=list(
+                other_threads_running() if self._running_before is None else still_running(self._running_before)
+            ),
         )
 
     def _columns(self) -> dict[str, Any]:

@@ -9,7 +9,8 @@ Same rows, semantics and schemas as the native backend; every test runs on both.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 
 from torch import nn
@@ -44,7 +45,11 @@ class PythonTracer:
         function_names: frozenset[str] | None,
         target: CorrelationTarget,
         all_functions: bool = False,
+        running_before: Mapping[int, threading.Thread | None] | None = None,
     ) -> None:
+        """One pass over ``modules`` (``(module, module_id)`` pairs); ``running_before`` as for
+        ``TraceRecorder.begin_pass`` (None: the threads running when the pass begins)."""
+        self._running_before = running_before
         self.recorder = TraceRecorder()
         self.samples = SampleCollector(function_names)
         self._ids = {id(module): module_id for module, module_id in modules}
@@ -62,7 +67,8 @@ class PythonTracer:
     def __enter__(self) -> PythonTracer:
         if self._stack is not None:
             raise RuntimeError("a PythonTracer records one pass; create a new one")
-        self.recorder.begin_pass()  # the profiling thread is thread 0; threads running now are not traced
+        # the profiling thread is thread 0; threads running before profile() began are not traced
+        self.recorder.begin_pass(self._running_before)
         with contextlib.ExitStack() as stack:
             for mode in self._modes:
                 stack.enter_context(mode)

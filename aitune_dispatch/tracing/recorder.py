@@ -2,10 +2,10 @@
 
 The recorder is the only state shared by the module hooks and the two modes. Each thread has its
 own module stack and functional-call stack, so a module run by another thread never encloses the
-ops of the profiling thread. Threads that were already running when the pass began (other than
-the profiling thread) were not started by the profiled function: their module forwards are
-counted, not recorded. Buffers are ``array('q')`` columns, turned into Arrow tables once at the
-end without per-row Python work.
+ops of the profiling thread. Threads that were already running when ``profile()`` began (other
+than the profiling thread) were not started by the profiled function: their module forwards are
+counted, not recorded; threads it started in a warm-up pass are its own. Buffers are
+``array('q')`` columns, turned into Arrow tables once at the end without per-row Python work.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +31,18 @@ def other_threads_running() -> dict[int, threading.Thread | None]:
     running.update((thread.ident, thread) for thread in threading.enumerate() if thread.ident is not None)
     running.pop(threading.get_ident(), None)
     return running
+
+
+def still_running(before: Mapping[int, threading.Thread | None]) -> dict[int, threading.Thread | None]:
+    """The threads of ``before`` (an :func:`other_threads_running` snapshot) that run now as the same thread.
+
+    An ident that a thread started since reuses (the one it had has ended) is not among them.
+    """
+    return {
+        ident: thread
+        for ident, thread in other_threads_running().items()
+        if ident in before and (before[ident] is None or before[ident] is thread)
+    }
 
 
 @dataclass
@@ -109,11 +121,13 @@ class TraceRecorder:
         self.scope_entered: Callable[[int], object] | None = None
         self.scope_exited: Callable[[], object] | None = None
 
-    def begin_pass(self) -> None:
-        """Call on the profiling thread as the pass begins: the threads running now, except this one,
-        are not the profiled function's (their module forwards are counted in ``skipped_forwards``).
+    def begin_pass(self, running_before: Mapping[int, threading.Thread | None] | None = None) -> None:
+        """Call on the profiling thread as the pass begins: the threads of ``running_before`` (an
+        :func:`other_threads_running` snapshot taken when ``profile()`` began; None: the threads
+        running now, except this one) are not the profiled function's (their module forwards are
+        counted in ``skipped_forwards``).
         """
-        self._running_before = other_threads_running()
+        self._running_before = dict(other_threads_running() if running_before is None else running_before)
         self.stacks()
 
     def _was_running_before(self, thread: threading.Thread) -> bool:
