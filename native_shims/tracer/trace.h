@@ -105,7 +105,7 @@ struct Trace {
   uint64_t generation = 0;  // thread states of an earlier pass are reset on first use
   std::atomic<int64_t> threads{0};
   std::vector<ThreadInfo> thread_infos;               // by index; guarded by op_lock
-  std::unordered_set<unsigned long> running_before;  // thread idents running when the pass began
+  std::unordered_set<unsigned long> running_before;  // thread idents running when profile() began (given by begin_pass)
   int kind = -1;  // CUPTI external-correlation kind, or -1: nothing is pushed (CPU)
   PushFn push = nullptr;
   PopFn pop = nullptr;
