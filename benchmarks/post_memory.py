@@ -289,8 +289,7 @@ def _session(tracer_name: str, root: Any, trace: dict[str, Any], source: Any) ->
     if tracer_name == "native":
         from aitune_dispatch.tracing.native import NativeTracer
 
-        tracer: Any = NativeTracer(modules.module_ids(), None, CORRELATION_KIND)
-        tracer._taken = trace  # what NativeTracer.__exit__ keeps from _tracer.take()
+        tracer: Any = NativeTracer.ended(modules.module_ids(), trace)  # as if _tracer.take() returned it
     else:
         from aitune_dispatch.tracing.pure import PythonTracer
 
