@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .. import schema, strings
-from ..config import SPLITS
+from ..config import SPLITS, one_of
 from ..schema import FunctionData
 from .ranks import RankedResult, result_ranks, select_rank
 from .summary import describe_results, empty_summary
@@ -114,7 +114,7 @@ def describe_by(result: SplitResult, by: str, top_k: int = 10) -> pd.DataFrame:
         ``by`` is neither ``"device"`` nor ``"rank"``, or ``top_k`` is negative.
     """
     if by not in SPLITS:
-        raise ValueError(f"by must be None, 'device' or 'rank'; got {by!r}")
+        raise ValueError(f"by must be {one_of((None, *SPLITS))}; got {by!r}")
     if top_k is None or int(top_k) < 0:
         raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
     parts = _by_device(result, top_k) if by == "device" else _by_rank(result, top_k)
