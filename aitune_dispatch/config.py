@@ -1,10 +1,9 @@
 """The profiler's options, validated once, and the only home of every option's vocabulary.
 
-:class:`ProfileConfig` is frozen and checks itself in ``__post_init__`` (as Triton Proton's
-``mode.py`` does): an invalid value raises at construction with a message that names the values
-that work, so every stage below it reads plain, valid fields. Importing this module imports no
-torch (a ``torch.device`` is read by its ``type``), so the command line can offer the vocabulary
-without it.
+:class:`ProfileConfig` is frozen and checks itself in ``__post_init__``: an invalid value raises
+at construction with a message that names the values that work, so every stage below it reads
+plain, valid fields. Importing this module imports no torch (a ``torch.device`` is read by its
+``type``), so the command line can offer the vocabulary without it.
 """
 
 from __future__ import annotations
