@@ -502,7 +502,7 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     bench.add_argument("--warmup", type=_non_negative, default=5, help="untimed calls before them (default 5)")
     bench.add_argument(
         "--cache",
-        choices=("warm", "cold"),
+        choices=config.CACHE_STATES,
         default="warm",
         help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) is overwritten before "
         "each timed call (default: warm)",

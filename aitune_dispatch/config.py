@@ -1,10 +1,9 @@
 """The profiler's options, validated once, and the only home of every option's vocabulary.
 
-:class:`ProfileConfig` is frozen and checks itself in ``__post_init__`` (as Triton Proton's
-``mode.py`` does): an invalid value raises at construction with a message that names the values
-that work, so every stage below it reads plain, valid fields. Importing this module imports no
-torch (a ``torch.device`` is read by its ``type``), so the command line can offer the vocabulary
-without it.
+:class:`ProfileConfig` is frozen and checks itself in ``__post_init__``: an invalid value raises
+at construction with a message that names the values that work, so every stage below it reads
+plain, valid fields. Importing this module imports no torch (a ``torch.device`` is read by its
+``type``), so the command line can offer the vocabulary without it.
 """
 
 from __future__ import annotations
@@ -19,8 +18,26 @@ DECODERS = ("native", "python")  # CUPTI record decoders: native_shims/cupti_dec
 OP_TRACERS = ("native", "python")  # tracing backends: native_shims/tracer/, or Python modes
 FUNCTIONS = ("functional", "all")  # what counts as a call: torch.nn.functional only, or torch-level APIs too
 SPLITS = ("device", "rank")  # ProfileResult.describe(by=...): one summary per GPU device, or per rank
+CACHE_STATES = ("warm", "cold")  # benchmark(cache=...): timed calls back to back, or the cache overwritten first
 
-_DEVICE_TEXT = re.compile(r"^(cuda|cpu)(:\d+)?$")
+_DEVICE_TEXT = re.compile(rf"^({'|'.join(DEVICES)})(:\d+)?$")  # "cuda", "cuda:1", "cpu"
+
+
+def one_of(values: Iterable[object]) -> str:
+    """The accepted values as every refusal words them: ``None, 'native' or 'python'``.
+
+    Parameters
+    ----------
+    values:
+        One of the vocabularies above (with None in front where None is accepted too).
+
+    Returns
+    -------
+    str
+        Their reprs, comma-separated, the last after "or".
+    """
+    words = [repr(value) for value in values]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def normalize_function_names(function_names: Iterable[str] | None) -> frozenset[str] | None:
@@ -89,7 +106,7 @@ def normalize_device(device: Any) -> str:
         return "cuda"
     kind = _device_type(device)
     if kind not in DEVICES:
-        raise ValueError(f"device must be None, 'cuda' or 'cpu'; got {device!r}")
+        raise ValueError(f"device must be {one_of((None, *DEVICES))}; got {device!r}")
     return kind
 
 
@@ -131,11 +148,12 @@ class ProfileConfig:
         object.__setattr__(self, "function_names", normalize_function_names(self.function_names))
         object.__setattr__(self, "device", normalize_device(self.device))
         if self.decoder not in (None, *DECODERS):
-            raise ValueError(f"decoder must be None, 'native' or 'python'; got {self.decoder!r}")
+            raise ValueError(f"decoder must be {one_of((None, *DECODERS))}; got {self.decoder!r}")
         if self.functions not in FUNCTIONS:
-            raise ValueError(f"functions must be 'functional' (the spec) or 'all'; got {self.functions!r}")
+            spec, *others = FUNCTIONS
+            raise ValueError(f"functions must be {spec!r} (the spec) or {one_of(others)}; got {self.functions!r}")
         if self.op_tracer not in (None, *OP_TRACERS):
-            raise ValueError(f"op_tracer must be None, 'native' or 'python'; got {self.op_tracer!r}")
+            raise ValueError(f"op_tracer must be {one_of((None, *OP_TRACERS))}; got {self.op_tracer!r}")
 
     @property
     def cuda(self) -> bool:

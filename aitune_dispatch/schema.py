@@ -36,8 +36,6 @@ NO_SAMPLE = -1
 CPU_STREAM = -1
 NOT_IN_GRAPH = 0  # graph_id / graph_node_id of a kernel not launched by a CUDA graph
 NO_SITE = -1  # site_id of a kernel that no compiled-kernel site claimed
-# external correlation ids of scope contexts (module forwards, functional calls) start here; op ids are below
-SCOPE_BASE = 1 << 62
 
 # how an activity row got its module, functional call and op (the ``attribution`` column)
 ATTRIBUTION_TRACE = "trace"  # the tracer saw the launch: the op or scope it ran in

@@ -35,6 +35,8 @@ from typing import Any
 
 import pandas as pd
 
+from aitune_dispatch.config import DEVICES
+
 # torch op (innermost, as torch.profiler reports it) -> the op our dispatch mode sees, as expected on CUDA;
 # documentation only: op_links() derives the pairs from the event tree (any enclosing op is accepted) and reports
 # what it observed
@@ -589,7 +591,7 @@ def _passed(report: Mapping[str, Any], device: str) -> bool:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_reference", description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--device", default="cuda", choices=DEVICES)
     parser.add_argument("--models", nargs="*", help="zoo models (default: all)")
     parser.add_argument("--size", default="bench", choices=["bench", "small"])
     parser.add_argument("--repeat", type=int, default=1, help="repeat the samples (more kernels per function)")

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from aitune_dispatch import strings
+from aitune_dispatch.config import DEVICES
 
 from . import zoo
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument("--out", type=Path, default=None, help="also write DIR/compiled_attribution.md")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of this script")
+    parser.add_argument("--device", choices=DEVICES, default="cuda", help="cpu: a smoke run of this script")
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = args.device

@@ -27,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from aitune_dispatch.config import DEVICES
+
 from . import report, worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +54,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options, with the ``--quick`` and device defaults filled in."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.harness", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="folder for results.json, RESULTS.md, logs and cProfile texts")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--device", default="cuda", choices=DEVICES)
     p.add_argument("--quick", action="store_true", help="small sizes, ×1 ×2, three small models, in-process")
     p.add_argument("--models", nargs="*", help=f"zoo models (default: {' '.join(MODEL_ORDER)})")
     p.add_argument(

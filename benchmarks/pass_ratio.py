@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from aitune_dispatch.schema import seconds_key
+
 from . import zoo
 from .rss import measure_growth
 
@@ -117,7 +119,7 @@ class Configs:
         if config == "ours":
             self.kernels = result.activity.num_rows
             self.profile_s["ours"].append(time.perf_counter() - started)
-        seconds = float(result.metadata["seconds_pass"])
+        seconds = float(result.metadata[seconds_key("pass")])
         profiler.release()
         return seconds
 
@@ -179,14 +181,14 @@ def million(passes: int = 1, calls: int = 40) -> dict[str, Any]:
         profile_s = time.perf_counter() - started
     meta = result.metadata
     kernels = result.activity.num_rows
-    post_s = profile_s - float(meta["seconds_start"]) - float(meta["seconds_pass"])
+    post_s = profile_s - float(meta[seconds_key("start")]) - float(meta[seconds_key("pass")])
     return {
         "calls": calls,
         "kernels": kernels,
         "rows": len(frame),
         "bare_s": bare,
         "profile_s": profile_s,
-        "pass_s": float(meta["seconds_pass"]),
+        "pass_s": float(meta[seconds_key("pass")]),
         "rss_mb": growth.peak_mb,
         "rss_retained_mb": growth.retained_mb,
         "post_us_per_kernel": post_s / max(kernels, 1) * 1e6,

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from aitune_dispatch.config import OP_TRACERS
+
 from .rss import measure_growth
 
 OPS_PER_KERNEL = 126 / 82  # tests/data/h200_demo_result
@@ -289,8 +291,7 @@ def _session(tracer_name: str, root: Any, trace: dict[str, Any], source: Any) ->
     if tracer_name == "native":
         from aitune_dispatch.tracing.native import NativeTracer
 
-        tracer: Any = NativeTracer(modules.module_ids(), None, CORRELATION_KIND)
-        tracer._taken = trace  # what NativeTracer.__exit__ keeps from _tracer.take()
+        tracer: Any = NativeTracer.ended(modules.module_ids(), trace)  # as if _tracer.take() returned it
     else:
         from aitune_dispatch.tracing.pure import PythonTracer
 
@@ -412,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kernels", type=int, default=1_000_000)
     p.add_argument("--names", type=int, default=300, help="distinct kernel names")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--tracer", choices=("native", "python"), default="native")
+    p.add_argument("--tracer", choices=OP_TRACERS, default="native")
     p.add_argument("--json", type=Path, help="also write every run and the environment here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

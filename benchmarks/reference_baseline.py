@@ -1,7 +1,7 @@
 """The competitor: a re-implementation of how AITune's ``ModuleFunctionKernelProfiler`` attributes kernels.
 
-Algorithm of the reference (aitune 0.6.0, ``aitune/torch/kernel_forge/module_function_kernel_profiler.py``,
-Apache-2.0), reproduced step for step so that the side-by-side is honest:
+Algorithm of the reference (the ``aitune.torch.kernel_forge.module_function_kernel_profiler`` module of the
+aitune 0.6.0 package, Apache-2.0), reproduced step for step here so that the side-by-side is honest:
 
 1. Prime Kineto once per process with a discarded GPU session; warm up uninstrumented.
 2. Bind a wrapper as ``module.forward`` on every module of the hierarchy; it pushes the module name on a

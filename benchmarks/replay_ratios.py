@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from aitune_dispatch.config import CACHE_STATES, DEVICES
+
 from . import zoo
 
 FUNCTIONS = ("linear", "conv2d", "scaled_dot_product_attention", "layer_norm")
@@ -69,14 +71,14 @@ def summary(table: pd.DataFrame, tolerance: float) -> pd.DataFrame:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--device", choices=DEVICES, default="cuda")
     parser.add_argument("--size", choices=["bench", "small"], default="bench")
     parser.add_argument("--models", nargs="+", default=list(zoo.ZOO))
     parser.add_argument("--functions", type=lambda t: [n for n in t.split(",") if n], default=list(FUNCTIONS))
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile-warmup", type=int, default=3)
-    parser.add_argument("--cache", choices=["warm", "cold"], default="warm", help="benchmark()'s cache state")
+    parser.add_argument("--cache", choices=CACHE_STATES, default="warm", help="benchmark()'s cache state")
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--out", type=Path)
     return parser.parse_args(argv)

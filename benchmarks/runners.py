@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from aitune_dispatch.schema import PHASES, seconds_key
+
 from .rss import measure_growth
 
 clock = time.perf_counter
@@ -94,8 +96,7 @@ def _measure_ours(profiler: Any, model: Any, samples: Sequence[Any], warmup: int
 
 def ours_phases(metadata: dict[str, str], profile_s: float) -> dict[str, float]:
     """Phase seconds of one ``profile()`` from its result's ``seconds_*`` metadata; the rest is the DataFrame."""
-    names = ("warmup", "start", "pass", "flush", "decode", "join")
-    phase = {name: float(metadata[f"seconds_{name}"]) for name in names}
+    phase = {name: float(metadata[seconds_key(name)]) for name in PHASES}
     phases = {
         "warmup_s": phase["warmup"],
         "start_s": phase["start"],

@@ -3,16 +3,25 @@
 Stages, lowest first: ``schema`` / ``config`` (and the notebook-display hook) below all; then
 tracing → collection → joining → results; above results two branches, the reports (→ cli) and the
 capture (capture.py, arguments.py → profiler.py → benchmarking → cli); the package root above
-everything. Every
-``import`` of the package's own modules is read with ``ast`` from the source, wherever it sits (a
-function-level import counts: that is how circles used to be held apart); only imports under
-``if TYPE_CHECKING:`` are left out of the circle check, since they never run.
+everything. Every ``import`` of the package's own modules is read with ``ast`` from the source,
+wherever it sits: a function-level import counts (that is how circles used to be held apart), and
+so does one under ``if TYPE_CHECKING:`` (a circle of annotations is a circle too).
+
+Private names (``_x``, not dunders) are checked as they are used, not only as they are imported:
+an attribute reached through a name a module imported (``capture._record``,
+``getattr(capture, "_record")``) belongs to the stage it came from, and an object's private
+attribute (``tracer._taken``) may be read only in the module that defines that name. The
+benchmarks and the CLI neither import such names nor assign into the package's modules
+(monkeypatching). Only the package root imports modules of ours by a string (its lazy attributes).
+README's "How it works" table must list every module in the stage given here.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import importlib
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +30,9 @@ import pytest
 pytestmark = pytest.mark.single_backend  # reads source files; no tracing backend involved
 
 PACKAGE = "aitune_dispatch"
-ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / PACKAGE
+BENCHMARKS = REPO / "benchmarks"
 
 # stage -> the stages directly below it; a stage may import itself and everything below it
 BELOW = {
@@ -174,10 +185,10 @@ def private_crossings(imports: list[Import]) -> list[str]:
 
 
 def cycle(imports: list[Import]) -> list[str] | None:
-    """One import circle among the imports that run (a path that ends where it began), or None."""
+    """One import circle (a path that ends where it began), type-only imports included, or None."""
     edges: dict[str, set[str]] = {}
     for i in imports:
-        if not i.typing_only and i.target != i.importer:
+        if i.target != i.importer:
             edges.setdefault(i.importer, set()).add(i.target)
     state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
@@ -200,6 +211,207 @@ def cycle(imports: list[Import]) -> list[str] | None:
     return None
 
 
+# -- private names as they are used ---------------------------------------------------------------------
+# a namedtuple's public API is spelled with one underscore
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+ATTRIBUTE_CALLS = {"getattr", "setattr", "hasattr", "delattr"}
+BY_STRING = ("import_module", "__import__")  # importlib.import_module(name), __import__(name)
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in NAMEDTUPLE_API
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a module-level name of a file stands for: a package module, or a name from one."""
+
+    module: str  # the package module (the one the name was imported from, for a name)
+    is_module: bool
+
+
+def bindings(path: Path, importer: str, tree: ast.AST) -> tuple[dict[str, Binding], set[str]]:
+    """The names the file's imports bind to package modules (or their names), and those bound to others."""
+    ours: dict[str, Binding] = {}
+    others: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] != PACKAGE:
+                    others.add((alias.asname or alias.name).split(".")[0])
+                elif alias.asname:
+                    ours[alias.asname] = Binding(alias.name, True)
+                else:
+                    ours[PACKAGE] = Binding(PACKAGE, True)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(importer, is_package(path), node)
+            for alias in node.names:
+                name = alias.asname or alias.name
+                if target.split(".")[0] != PACKAGE:
+                    others.add(name)
+                elif exists(f"{target}.{alias.name}"):
+                    ours[name] = Binding(f"{target}.{alias.name}", True)
+                else:
+                    ours[name] = Binding(target, False)
+    return ours, others
+
+
+def _chain(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None unless it is names and attributes only."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(parts)] if isinstance(node, ast.Name) else None
+
+
+def _owner(parts: list[str], ours: dict[str, Binding]) -> tuple[str, str] | None:
+    """``(package module, private name)`` for the first private name along ``parts``, or None."""
+    binding = ours.get(parts[0])
+    if binding is None:
+        return None
+    module, is_module = binding.module, binding.is_module
+    for part in parts[1:]:
+        if is_module and exists(f"{module}.{part}"):
+            module = f"{module}.{part}"
+        elif private(part):
+            return module, part
+        else:
+            is_module = False  # a name of ``module``: what follows is its attributes, still its module's
+    return None
+
+
+def _attribute_uses(tree: ast.AST) -> Iterator[tuple[list[str], str, int]]:
+    """Every attribute chain (``a.b._c``) and ``getattr(a.b, "_c")``-style use, with its last name and line."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (parts := _chain(node)):
+            yield parts, node.attr, node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_CALLS:
+            args = node.args
+            if len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+                if parts := _chain(args[0]):
+                    yield [*parts, args[1].value], args[1].value, node.lineno
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a file defines: functions, classes, assigned names, parameters, ``self._x = ...``.
+
+    An attribute assigned on anything but ``self`` / ``cls`` (``tracer._taken = ...``) defines
+    nothing: it writes into another object.
+    """
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def _package_privates() -> set[str]:
+    """The private names the package defines anywhere (torch's own, ``_orig_mod``..., are not ours)."""
+    return {
+        name for path in ROOT.rglob("*.py") for name in _defined_names(ast.parse(path.read_text())) if private(name)
+    }
+
+
+def private_uses(path: Path, importer: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """The file's private names reached through package imports (``(owner module, expression, line)``),
+    and its uses of private attributes the package defines elsewhere, not in this file (``tracer._taken``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    ours, others = bindings(path, importer, tree)
+    elsewhere = PACKAGE_PRIVATES - _defined_names(tree)
+    through_imports, foreign = [], []
+    for parts, last, line in _attribute_uses(tree):
+        owner = _owner(parts, ours)
+        if owner is not None:
+            through_imports.append((owner[0], ".".join(parts), line))
+        elif last in elsewhere and parts[0] not in ("self", "cls", *others):
+            foreign.append(f"{importer}: {'.'.join(parts)}, line {line}")
+    return through_imports, foreign
+
+
+def private_attribute_crossings(paths: Iterable[Path]) -> list[str]:
+    """Private names of another stage reached as attributes (``capture._record``) in the package."""
+    crossing = []
+    for path in paths:
+        importer = module_name(path)
+        for owner, text, line in private_uses(path, importer)[0]:
+            if stage_of(owner) != stage_of(importer):
+                crossing.append(f"{importer} ({stage_of(importer)}) uses {text} of {owner}, line {line}")
+    return crossing
+
+
+def foreign_privates(paths: Iterable[Path], name_of: Callable[[Path], str]) -> list[str]:
+    """Private attributes of objects read where no definition of that name is (``tracer._taken``)."""
+    return [found for path in paths for found in private_uses(path, name_of(path))[1]]
+
+
+def monkeypatches(path: Path, importer: str) -> list[str]:
+    """Assignments into package modules or their names (``capture.make_source = ...``), however spelled."""
+    tree = ast.parse(path.read_text(), str(path))
+    ours, _ = bindings(path, importer, tree)
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and (parts := _chain(target)) and parts[0] in ours:
+                found.append(f"{importer}: assigns {'.'.join(parts)}, line {node.lineno}")
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            args = node.args
+            if name in ("setattr", "delattr") and args and (parts := _chain(args[0])) and parts[0] in ours:
+                found.append(f"{importer}: {name}({'.'.join(parts)}, ...), line {node.lineno}")
+            strings_given = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if name.endswith(("patch", "setattr")) and any(s.startswith(PACKAGE) for s in strings_given):
+                found.append(f"{importer}: {name}({strings_given[0]!r}, ...), line {node.lineno}")
+    return found
+
+
+def dynamic_imports(path: Path) -> set[str]:
+    """The functions that import a module by a string (``importlib.import_module``, ``__import__``)."""
+    found = set()
+    for function in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in BY_STRING:
+                    found.add(function.name)
+    return found
+
+
+def benchmark_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def benchmark_private_imports(path: Path) -> list[str]:
+    """Private package modules or names a benchmark imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == PACKAGE and any(private(part) for part in parts):
+                found.append(f"{benchmark_name(path)} imports {module}, line {node.lineno}")
+    return found
+
+
+PACKAGE_FILES = sorted(ROOT.rglob("*.py"))
+PACKAGE_PRIVATES = _package_privates()
+BENCHMARK_FILES = sorted(BENCHMARKS.glob("*.py"))
 IMPORTS = all_imports()
 
 
@@ -246,6 +458,115 @@ def test_no_private_name_crosses_stages():
 def test_no_import_circles():
     found = cycle(IMPORTS)
     assert found is None, " -> ".join(found or [])
+
+
+def test_a_circle_of_type_only_imports_is_a_circle():
+    # ranks.py annotated with ProfileResult under TYPE_CHECKING while profile_result.py imports ranks
+    ranks, result = "aitune_dispatch.results.ranks", "aitune_dispatch.results.profile_result"
+    old = [Import(result, ranks, (), 1, False), Import(ranks, result, ("ProfileResult",), 2, True)]
+    assert cycle(old) == [result, ranks, result]
+
+
+def test_no_private_name_of_another_stage_is_used_as_an_attribute():
+    found = private_attribute_crossings(PACKAGE_FILES)
+    assert not found, "\n".join(found)
+
+
+def test_no_private_attribute_is_read_outside_the_module_that_defines_it():
+    found = foreign_privates(PACKAGE_FILES, module_name) + foreign_privates(BENCHMARK_FILES, benchmark_name)
+    assert not found, "\n".join(found)
+
+
+def test_the_attribute_rules_catch_reaching_into_a_stage(tmp_path):
+    # the CLI and the benchmarks used to call the profiler's privates and patch them
+    cli = ROOT / "cli.py"
+    source = tmp_path / "cli.py"
+    source.write_text(
+        "from . import capture\n"
+        "import aitune_dispatch.capture as cap\n"
+        "from .tracing import native\n"
+        "def run(tracer):\n"
+        "    capture._record(None)\n"
+        "    getattr(cap, '_make_source')\n"
+        "    native.NativeTracer._columns\n"
+        "    tracer._taken = {}\n"
+        "    capture.make_source = None\n"
+        "    setattr(native, 'load', None)\n"
+        "    return capture.record, step._replace(done=1)\n"
+    )
+    uses, foreign = private_uses(source, module_name(cli))
+    assert sorted((owner, text) for owner, text, _ in uses) == [
+        ("aitune_dispatch.capture", "cap._make_source"),
+        ("aitune_dispatch.capture", "capture._record"),
+        ("aitune_dispatch.tracing.native", "native.NativeTracer._columns"),
+    ]
+    assert foreign == ["aitune_dispatch.cli: tracer._taken, line 8"]  # NativeTracer's, written from outside
+    source.write_text("def run(tracer, self):\n    self._taken = 1\n    return tracer._taken\n")
+    assert private_uses(source, module_name(cli))[1] == []  # a file defining _taken on self may read it
+    source.write_text(
+        "from . import capture\nfrom .tracing import native\n"
+        "capture.make_source = None\nsetattr(native, 'load', None)\n"
+        "def test(monkeypatch):\n    monkeypatch.setattr('aitune_dispatch.capture.record', None)\n"
+    )
+    assert len(monkeypatches(source, module_name(cli))) == 3
+
+
+@pytest.mark.parametrize("path", [ROOT / "cli.py", *BENCHMARK_FILES], ids=lambda p: p.name)
+def test_the_cli_and_the_benchmarks_neither_patch_nor_reach_privates(path):
+    # they drive the profiler through its public surface: no private of ours imported or reached as an
+    # attribute (capture._record, NativeTracer._columns), nothing of ours assigned (monkeypatched)
+    name = module_name(path) if path.is_relative_to(ROOT) else benchmark_name(path)
+    found = monkeypatches(path, name) + (benchmark_private_imports(path) if path.parent == BENCHMARKS else [])
+    found += [f"{name}: {text}, line {line}" for _, text, line in private_uses(path, name)[0]]
+    assert not found, "\n".join(found)
+
+
+def test_no_package_module_assigns_into_another():
+    found = [item for path in PACKAGE_FILES for item in monkeypatches(path, module_name(path))]
+    assert not found, "\n".join(found)
+
+
+def test_only_the_root_imports_modules_of_ours_by_a_string():
+    # the root's lazy attributes (above every stage); the CLI imports only the user's factory module by
+    # its name; renderers are reached through reports.renderer_for, not by a module name
+    by_string = {module_name(path): found for path in PACKAGE_FILES if (found := dynamic_imports(path))}
+    assert by_string == {PACKAGE: {"__getattr__"}, "aitune_dispatch.cli": {"_import_name"}}, by_string
+    lazy = importlib.import_module(PACKAGE)._LAZY
+    assert all(exists(PACKAGE + relative) for relative in lazy.values()), lazy
+
+
+# -- README's "How it works" -----------------------------------------------------------------------
+README_STAGES = {"below all": "base", "package root": "root"}  # the other rows are named as BELOW
+
+
+def readme_modules() -> dict[str, str]:
+    """``module name -> stage`` from README's table; a row's first name gives the folder of the rest."""
+    text = (REPO / "README.md").read_text().split("## How it works", 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, str] = {}
+    for row in re.findall(r"^\| ([^|]+) \| ([^|]+) \|", text, flags=re.MULTILINE):
+        label, cell = row[0].strip(), row[1]
+        if label in ("stage", "---"):
+            continue
+        names = re.findall(r"`([^`]+\.py)`", cell)
+        folder = str(Path(names[0]).parent) if names else "."
+        for position, name in enumerate(names):
+            path = Path(name) if position == 0 else Path(folder) / name
+            assert path.as_posix() not in listed, f"{path} is listed twice"
+            listed[path.as_posix()] = README_STAGES.get(label, label)
+    return listed
+
+
+def test_the_readme_lists_every_module_in_its_stage():
+    listed = readme_modules()
+    files = {path.relative_to(ROOT).as_posix(): path for path in PACKAGE_FILES}
+    # a folder's __init__.py goes with the folder's row
+    folders = {Path(name).parent.as_posix() for name in listed}
+    unlisted = [n for n in files if n not in listed and not (n.endswith("/__init__.py") and n[:-12] in folders)]
+    assert not unlisted, f"README's How it works lacks {unlisted}"
+    missing = [name for name in listed if name not in files]
+    assert not missing, f"README's How it works lists modules that do not exist: {missing}"
+    wrong = {n: (s, stage_of(module_name(files[n]))) for n, s in listed.items() if stage_of(module_name(files[n])) != s}
+    assert not wrong, f"README stage != this test's stage: {wrong}"
 
 
 @pytest.mark.parametrize("stage", sorted(BELOW))

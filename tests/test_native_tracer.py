@@ -176,6 +176,26 @@ def test_a_second_tracer_cannot_start_while_one_records():
     assert not torch._C._len_torch_function_stack()
 
 
+def test_an_ended_tracer_decodes_what_a_pass_took():
+    # NativeTracer.ended: what benchmarks/post_memory.py builds from synthetic rows instead of
+    # reaching into a tracer; it must read a take() exactly as the tracer that recorded it
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    modules = [(model, 0), (model[0], 1), (model[1], 2)]
+    recorded = native.NativeTracer(modules, None, native.LOG_PUSHES)
+    with recorded:
+        model(torch.randn(2, 4))
+    ended = native.NativeTracer.ended(modules, recorded._columns())
+    got, want = ended.tables(), recorded.tables()
+    for name in ("ops", "calls", "module_calls", "contexts"):
+        assert getattr(got, name).equals(getattr(want, name)), name
+    assert got.ops.num_rows > 0 and got.calls.num_rows > 0
+    assert ended.push_log() == recorded.push_log()
+    assert ended.function_data() == recorded.function_data()
+    with pytest.raises(RuntimeError, match="one pass"):
+        ended.__enter__()
+    assert not native.load().running()
+
+
 def test_unknown_tracer_is_refused():
     with pytest.raises(ValueError, match="op_tracer"):
         ModuleFunctionKernelProfiler(device="cpu", op_tracer="cpp")

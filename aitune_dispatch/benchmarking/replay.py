@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .. import schema
-from ..config import OP_TRACERS
+from ..config import CACHE_STATES, OP_TRACERS
 from ..profiler import ModuleFunctionKernelProfiler
 from ..results import ProfileResult
 from ..schema import BENCHMARK_COLUMNS
@@ -89,7 +89,6 @@ class _Calls(nn.Module):
             implementation(*args, **kwargs)
 
 
-CACHE_STATES = ("warm", "cold")
 _CPU_LAST_LEVEL_CACHE = "/sys/devices/system/cpu/cpu0/cache/index3/size"
 _CPU_CACHE_FALLBACK = 32 << 20
 

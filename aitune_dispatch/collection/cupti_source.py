@@ -5,7 +5,9 @@ records are only emitted alongside runtime/driver API records, so RUNTIME and DR
 too, but restricted to the launch / copy / set callback ids (every other API id is switched off
 while we collect and switched back on afterwards). The op id is pushed as an external correlation
 id around each aten op. Buffer callbacks are process-global (last registration wins), so they are
-registered again at every start; the decoder backend that owns them is a :class:`RecordSink`.
+registered again at every start, and a run that shares them with torch.profiler fails instead of
+returning a short table (``docs/design.md``, "Coexistence with torch.profiler"); the decoder
+backend that owns them is a :class:`RecordSink`.
 Timestamps are converted onto the host clock here (:mod:`.clock`; ``docs/design.md``, "The clock").
 
 Several GPUs (:mod:`.devices`): one session records every device. Devices other than the current

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from .. import schema
+
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
@@ -156,7 +158,7 @@ def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
         are not C++ (``Memset (Device)``, ``cpu::aten::addmm``) are only cut to ``limit``.
     """
     text = " ".join(name.split())
-    if not text.startswith(("cpu::", "Memcpy", "Memset")):
+    if not text.startswith((schema.CPU_KERNEL_PREFIX, "Memcpy", "Memset")):
         text = _cut_parameters(text.replace("(anonymous namespace)::", "").removeprefix("void "))
         while (shorter := _PARENS.sub("", text)) != text:
             text = shorter

@@ -470,7 +470,8 @@ def _seconds(text: str) -> str:
 
 def _per_device(text: str) -> str:
     """``0: NVIDIA H200, 1: NVIDIA H200`` from the ``gpu_properties`` JSON."""
-    return ", ".join(f"{device}: {facts.get('gpu_name', '?')}" for device, facts in sorted(json.loads(text).items()))
+    devices = sorted(json.loads(text).items())
+    return ", ".join(f"{device}: {facts.get(schema.META_GPU_NAME, '?')}" for device, facts in devices)
 
 
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}

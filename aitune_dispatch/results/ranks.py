@@ -23,8 +23,9 @@ metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.
 So every view of a single result works on a merged one (``describe()`` sums the ranks);
 :func:`select_rank` gives one rank back, and :mod:`.rank_views` has the views across ranks.
 ``results.load`` reads a directory of per-rank results (:func:`rank_result_paths`) as their merge.
-Results are built with ``dataclasses.replace`` of a given result, so this module never imports
-``ProfileResult`` (which imports it). Pure Arrow / pandas: no torch.
+Results are built with ``dataclasses.replace`` of a given result and typed by
+:class:`RankedResult`, what this module reads of one, so it never imports ``ProfileResult``
+(which imports it), not even for type checking. Pure Arrow / pandas: no torch.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,8 +47,33 @@ from ..schema import FunctionData, tensor_strides
 from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
 
-if TYPE_CHECKING:
-    from .profile_result import ProfileResult
+
+class RankedResult(Protocol):
+    """What :func:`merge` and :func:`select_rank` read of a ``ProfileResult`` (a frozen dataclass), read-only.
+
+    Its tables are read by name (``schema.RESULT_TABLES``); a result is rebuilt with
+    ``dataclasses.replace``, so whatever is passed in comes back as its own type.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def activity(self) -> pa.Table: ...
+    @property
+    def function_data(self) -> FunctionData: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def module_objects(self) -> tuple[Any, ...]: ...
+    @property
+    def dropped_records(self) -> int: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+Result = TypeVar("Result", bound=RankedResult)  # merge() and select_rank() return what they are given
 
 # id columns shifted by merge(), and the id range each belongs to
 ID_COLUMNS = {
@@ -61,18 +87,18 @@ _PER_RANK_KEYS = (schema.RANK_KEY, schema.LOCAL_RANK_KEY)  # never common to a m
 
 
 # -- which ranks a result holds ------------------------------------------------------------------------
-def is_merged(result: ProfileResult) -> bool:
+def is_merged(result: RankedResult) -> bool:
     """Whether ``result`` came out of :func:`merge` (its activity has a ``rank`` column)."""
     return schema.RANK_COLUMN in result.activity.column_names
 
 
-def own_rank(result: ProfileResult) -> int:
+def own_rank(result: RankedResult) -> int:
     """The rank an unmerged result names in its metadata, 0 where it names none."""
     text = str(result.metadata.get(schema.RANK_KEY, "0"))
     return int(text) if text.isdigit() else 0
 
 
-def result_ranks(result: ProfileResult) -> list[int]:
+def result_ranks(result: RankedResult) -> list[int]:
     """The ranks ``result`` holds, ascending: ``merged_ranks`` of a merge, else its own rank."""
     if not is_merged(result):
         return [own_rank(result)]
@@ -82,14 +108,14 @@ def result_ranks(result: ProfileResult) -> list[int]:
     return sorted(int(r) for r in pc.unique(result.activity[schema.RANK_COLUMN]).to_pylist())
 
 
-def rank_records(result: ProfileResult) -> dict[int, dict[str, Any]]:
+def rank_records(result: RankedResult) -> dict[int, dict[str, Any]]:
     """A merged result's ``rank -> {"source", "dropped_records", "metadata"}`` (empty for an unmerged one)."""
     text = result.metadata.get(schema.RANK_METADATA_KEY)
     return {int(rank): entry for rank, entry in json.loads(text).items()} if text else {}
 
 
 # -- merge ---------------------------------------------------------------------------------------------
-def _tables(result: ProfileResult) -> dict[str, pa.Table]:
+def _tables(result: RankedResult) -> dict[str, pa.Table]:
     return {name: getattr(result, name) for name in schema.RESULT_TABLES}
 
 
@@ -100,7 +126,7 @@ def _is_result(value: Any) -> bool:
     return all(isinstance(getattr(value, name, None), pa.Table) for name in schema.RESULT_TABLES)
 
 
-def _id_range(result: ProfileResult, space: str) -> int:
+def _id_range(result: RankedResult, space: str) -> int:
     """One more than the largest id of ``space`` any table of ``result`` holds (0 when none)."""
     largest = -1
     for table in _tables(result).values():
@@ -158,7 +184,7 @@ def sample_identity(value: Any) -> Any:
     return ("value", repr(value))  # an OpaqueValue's repr is the repr it was saved from
 
 
-def _merge_samples(ordered: Sequence[ProfileResult]) -> tuple[FunctionData, list[dict[str, np.ndarray]]]:
+def _merge_samples(ordered: Sequence[RankedResult]) -> tuple[FunctionData, list[dict[str, np.ndarray]]]:
     """Distinct samples of every rank, once each, and per rank ``function -> local index -> merged index``."""
     merged: FunctionData = {}
     keys: dict[str, dict[Any, int]] = {}
@@ -196,7 +222,7 @@ def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table
     return calls.set_column(index, calls.schema.field("sample"), pa.array(out, pa.int64()))
 
 
-def _ranks_of(results: Sequence[ProfileResult], ranks: Sequence[int] | None) -> list[int]:
+def _ranks_of(results: Sequence[RankedResult], ranks: Sequence[int] | None) -> list[int]:
     if ranks is not None:
         chosen = [int(rank) for rank in ranks]
         if len(chosen) != len(results) or len(set(chosen)) != len(chosen) or min(chosen) < 0:
@@ -226,7 +252,7 @@ def _ranks_of(results: Sequence[ProfileResult], ranks: Sequence[int] | None) -> 
     return chosen
 
 
-def _common_metadata(ordered: Sequence[ProfileResult]) -> dict[str, str]:
+def _common_metadata(ordered: Sequence[RankedResult]) -> dict[str, str]:
     first = {str(k): str(v) for k, v in ordered[0].metadata.items() if k not in _PER_RANK_KEYS}
     return {
         key: value
@@ -248,7 +274,7 @@ def _missing_ranks_warning(ranks: Sequence[int], metadata: Mapping[str, str]) ->
     ]
 
 
-def merge(results: Sequence[ProfileResult], *, ranks: Sequence[int] | None = None) -> ProfileResult:
+def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> Result:
     """One result of several ranks' results, with a ``rank`` column in every table.
 
     Parameters
@@ -355,7 +381,7 @@ def _rank_function_data(calls: pa.Table, function_data: FunctionData) -> tuple[F
     return data, calls.set_column(index, calls.schema.field("sample"), pa.array(out, pa.int64()))
 
 
-def select_rank(result: ProfileResult, rank: int) -> ProfileResult:
+def select_rank(result: Result, rank: int) -> Result:
     """The part of a merged result that one rank recorded, as that rank's own result.
 
     Parameters

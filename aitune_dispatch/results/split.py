@@ -11,26 +11,31 @@ samples of its calls. So ``time_spent_pct`` is a share of the part's own attribu
   (a sample holding no tensor belongs to no device).
 * **rank**: :func:`~aitune_dispatch.results.ranks.select_rank` of every rank of a merged result.
 
-Pure pandas / Arrow, no torch.
+Pure pandas / Arrow, no torch. A result is read as a :class:`SplitResult` (this module does not
+import ``ProfileResult``, which imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .. import schema, strings
-from ..config import SPLITS
+from ..config import SPLITS, one_of
 from ..schema import FunctionData
-from .ranks import result_ranks, select_rank
+from .ranks import RankedResult, result_ranks, select_rank
 from .summary import describe_results, empty_summary
 from .values import iter_tensor_likes
 
-if TYPE_CHECKING:
-    from .profile_result import ProfileResult
 
+class SplitResult(RankedResult, Protocol):
+    """What :func:`describe_by` reads of a ``ProfileResult``: a ranked result that describes itself."""
+
+    def attributed(self) -> pa.Table: ...
+    def describe(self, top_k: int = 10) -> pd.DataFrame: ...
 
 
 def sample_device(sample: Any) -> int | None:
@@ -54,7 +59,7 @@ def _device_function_data(function_data: FunctionData, device: int) -> FunctionD
     return parts
 
 
-def _attributed_frame(result: ProfileResult) -> pd.DataFrame:
+def _attributed_frame(result: SplitResult) -> pd.DataFrame:
     rows = result.attributed()
     return pd.DataFrame(
         {
@@ -66,7 +71,7 @@ def _attributed_frame(result: ProfileResult) -> pd.DataFrame:
     )
 
 
-def _by_device(result: ProfileResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+def _by_device(result: SplitResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
     frame = _attributed_frame(result)
     return [
         (
@@ -81,11 +86,11 @@ def _by_device(result: ProfileResult, top_k: int) -> list[tuple[int, pd.DataFram
     ]
 
 
-def _by_rank(result: ProfileResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+def _by_rank(result: SplitResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
     return [(rank, select_rank(result, rank).describe(top_k)) for rank in result_ranks(result)]
 
 
-def describe_by(result: ProfileResult, by: str, top_k: int = 10) -> pd.DataFrame:
+def describe_by(result: SplitResult, by: str, top_k: int = 10) -> pd.DataFrame:
     """The spec's summary once per device or per rank, stacked.
 
     Parameters
@@ -109,7 +114,7 @@ def describe_by(result: ProfileResult, by: str, top_k: int = 10) -> pd.DataFrame
         ``by`` is neither ``"device"`` nor ``"rank"``, or ``top_k`` is negative.
     """
     if by not in SPLITS:
-        raise ValueError(f"by must be None, 'device' or 'rank'; got {by!r}")
+        raise ValueError(f"by must be {one_of((None, *SPLITS))}; got {by!r}")
     if top_k is None or int(top_k) < 0:
         raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
     parts = _by_device(result, top_k) if by == "device" else _by_rank(result, top_k)

@@ -209,6 +209,18 @@ class NativeTracer:
         self.module_entered = self._native.enter_module
         self.module_exited = self._native.exit_module
 
+    @classmethod
+    def ended(cls, modules: Iterable[tuple[nn.Module, int]], taken: dict[str, Any]) -> NativeTracer:
+        """A tracer whose pass has already ended with ``taken``, what ``_tracer.take()`` returned.
+
+        Its tables, samples and push log are decoded from ``taken`` as after a pass it recorded
+        itself, and it records nothing (entering it raises). ``benchmarks/post_memory.py`` measures
+        the post-processing this way on synthetic rows, without a pass and without a GPU.
+        """
+        tracer = cls(modules, None, schema.NO_CORRELATION)
+        tracer._taken = taken
+        return tracer
+
     def __enter__(self) -> NativeTracer:
         native = self._native
         if self._taken is not None or self.function_mode is not None:
