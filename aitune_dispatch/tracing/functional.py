@@ -156,6 +156,11 @@ def functions_to_intercept() -> list[tuple[str, Callable[..., Any]]]:
     Every public ``torch.nn.functional`` function that dispatches to a function mode, whatever
     ``function_names`` says (that only selects samples); the names are the ``function_name`` values
     of ``profiling_df``. ``functions="all"`` also intercepts torch-level APIs, which this leaves out.
+
+    Returns
+    -------
+    list of (str, callable)
+        ``(name, function)`` pairs sorted by name, e.g. ``("linear", torch.nn.functional.linear)``.
     """
     return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
 
