@@ -250,3 +250,18 @@ def test_run_metadata_in_words(h200_result):
         rows["device"] == "CUDA GPU" and rows["PyTorch"] == "2.11.0+cu130" and rows["activity source"] == "cupti/native"
     )
     assert "seconds_pass" not in rows  # no raw keys where words exist
+
+
+def test_every_metadata_key_is_in_words(demo_result):
+    from aitune_dispatch import schema
+    from aitune_dispatch.reports.html import METADATA_WORDS, metadata_rows
+
+    names = vars(schema).items()
+    declared = {v for k, v in names if (k.startswith("META_") or k.endswith("_KEY")) and isinstance(v, str)}
+    declared |= {schema.seconds_key(phase) for phase in schema.PHASES}
+    assert declared - set(METADATA_WORDS) == set()  # a key added to schema.py needs its words in the report
+    # a fresh CPU run's Run section: no raw key (seconds_warmup, decoder, graph_capture used to show raw)
+    assert set(demo_result.metadata) - set(METADATA_WORDS) == set()
+    labels = [label for label, _ in metadata_rows(demo_result)]
+    assert len(labels) == len(set(labels)) == len(demo_result.metadata) + 2  # less tracer; plus source, dropped, schema
+    assert "the warm-up passes" in labels and "tracer" not in labels  # "tracer" repeats "op_tracer": shown once

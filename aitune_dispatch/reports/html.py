@@ -475,6 +475,11 @@ def _per_device(text: str) -> str:
 
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
 _FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
+_DECODERS = {
+    "native": "native (compiled C decoder)",
+    "python": "cupti-python",
+    "none": "none (the CPU activity source reads no CUPTI records)",
+}
 METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_DEVICE: ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
     schema.META_GPU_NAME: ("GPU", str),
@@ -482,7 +487,13 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
     schema.META_TORCH: ("PyTorch", str),
     schema.META_OP_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
+    schema.META_TRACER: ("tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
+    schema.META_GPU_SMS: ("streaming multiprocessors", str),
+    schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),
+    schema.META_THREADS_TRACED: ("threads traced", str),
+    schema.META_CORRELATION_PUSHES: ("op and scope ids pushed to CUPTI", str),
+    seconds_key("warmup"): ("the warm-up passes", _seconds),
     seconds_key("start"): ("starting the activity collector", _seconds),
     seconds_key("pass"): ("the recorded pass", _seconds),
     seconds_key("flush"): ("flushing activity records", _seconds),
@@ -492,6 +503,11 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_TICKS_PER_NS: ("activity clock ticks per ns", str),
     schema.GPU_DEVICES_KEY: ("GPUs used", str),
     schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
+    schema.META_CALL_SAMPLES: ("functional calls' sample links", str),
+    schema.META_INDUCTOR: ("torch.compile (Inductor) kernels", str),
+    schema.META_COMPILED_KERNELS: ("activity rows attributed from Inductor", str),
+    schema.META_GRAPH_CAPTURE: ("CUDA graph captures", str),
+    schema.META_GRAPH_KERNELS: ("activity rows replayed by CUDA graphs", str),
     schema.RANK_KEY: ("rank", str),
     schema.WORLD_SIZE_KEY: ("world size", str),
     schema.HOST_KEY: ("host", str),
@@ -503,11 +519,17 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
 
 
 def metadata_rows(result: ProfileResult) -> list[tuple[str, str]]:
-    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw."""
+    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw.
+
+    ``tracer`` (the newer name of ``op_tracer``) is shown only where the two differ.
+    """
+    metadata = dict(result.metadata)
+    if metadata.get(schema.META_TRACER) == metadata.get(schema.META_OP_TRACER):
+        metadata.pop(schema.META_TRACER, None)
     items = [("activity source", result.source)]
-    known = [key for key in METADATA_WORDS if key in result.metadata]
-    items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(result.metadata[key]))) for key in known]
-    items += [(str(key), str(value)) for key, value in result.metadata.items() if key not in METADATA_WORDS]
+    known = [key for key in METADATA_WORDS if key in metadata]
+    items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(metadata[key]))) for key in known]
+    items += [(str(key), str(value)) for key, value in metadata.items() if key not in METADATA_WORDS]
     items += [
         ("dropped activity records", f"{result.dropped_records:,}"),
         ("result schema", f"version {schema.SCHEMA_VERSION}"),
