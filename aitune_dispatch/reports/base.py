@@ -8,6 +8,7 @@ output's name (as pyinstrument's renderers do). What they show is computed by
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -179,6 +180,19 @@ class TimeUnit:
     def __call__(self, us: float, digits: int = 1) -> str:
         """``us`` in this unit with thousands separators, no symbol."""
         return f"{us / self.scale:,.{digits}f}"
+
+    def decimals(self, us: float) -> int:
+        """Decimals for ``us`` in this unit: 1 in µs; in ms and s 2, more below 0.1 (two significant digits).
+
+        A column in one unit keeps its small values readable: 40 µs on a page in ms is ``0.040``,
+        not ``0.0`` (at most 6 decimals: 1 µs in seconds).
+        """
+        if self.scale == 1.0:
+            return 1
+        value = abs(us) / self.scale
+        if value == 0 or value != value or value >= 0.1:
+            return 2
+        return min(1 - math.floor(math.log10(value)), 6)
 
 
 def time_unit(largest_us: float) -> TimeUnit:

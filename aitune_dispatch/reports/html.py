@@ -13,7 +13,9 @@ per-rank view (``reports/ranks.py``); the distinct input samples; the run in wor
 Tables are rendered here (escaped); the two charts are drawn by the inline script from the
 embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
 (its ``data-overflow`` lists sections wider than the window, normally none) and
-``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack.
+``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack; the tables fit
+windows from 800 px up (names wrap at their ``.``, ``_``, ``::`` break points; short ones only at
+960 px and below), narrower ones scroll inside their section.
 No torch import: sample tensors are read by duck typing (``shape``, ``dtype``, ``stride``).
 """
 
@@ -48,7 +50,6 @@ MAX_SAMPLES_SHOWN = 50
 MAX_VALUE_CHARS = 160
 UNATTRIBUTED_ROWS = 12
 ALL_FUNCTIONS = 1 << 30
-BREAK_CHARS = 24  # names longer than this may wrap inside table cells
 NO_VALUE = "\u2014"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
@@ -138,8 +139,8 @@ class Page:
         return f"{100.0 * us / self.total_us:,.1f}%" if self.total_us > 0 else NO_VALUE
 
     def time(self, us: float) -> str:
-        """``us`` in the page unit, no symbol."""
-        return self.unit(us, 2 if self.unit.scale == 1.0 and us < 10 else 1)
+        """``us`` in the page unit, no symbol (µs: 2 decimals below 10; ms and s: :meth:`TimeUnit.decimals`)."""
+        return self.unit(us, 2 if self.unit.scale == 1.0 and us < 10 else self.unit.decimals(us))
 
     def basis(self) -> str:
         """The sentence that states the unit and the share base, shown under each section title."""
@@ -194,21 +195,30 @@ def _code(value: Any, title: str | None = None) -> str:
 
 
 _BREAK_AFTER = (".", "_", "::", ", ", "<")
+BREAK_CHARS = 24  # names longer than this may wrap inside table cells at any window width
 
 
-def _breakable(value: Any, title: str | None = None) -> str:
+def _breakable(value: Any, title: str | None = None, css: str | None = None) -> str:
     """Code text that may wrap after ``.``, ``_``, ``::``, ``, `` and ``<`` (names, ops, kernels), nowhere else."""
     text = esc(value)
     for mark in _BREAK_AFTER:
         text = text.replace(esc(mark), f"{esc(mark)}<wbr>")
     hover = f' title="{esc(title)}"' if title else ""
-    return f"<code{hover}>{text}</code>"
+    kind = f' class="{css}"' if css else ""
+    return f"<code{hover}{kind}>{text}</code>"
 
 
 def _maybe_code(value: Any) -> str:
+    """A name in a table cell; ``—`` for none.
+
+    Long names (over ``BREAK_CHARS``) may always wrap at their break points. Short ones
+    (``blocks.*.norm1``, ``layer_norm``) stay whole in a wide window (``code.name``: the stylesheet
+    hides their ``<wbr>``, which ``white-space: nowrap`` would not stop) and wrap only at 960 px
+    and below, where whole they kept the kernel table wider than a 900 px window.
+    """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NO_VALUE
-    return _breakable(value) if len(str(value)) > BREAK_CHARS else _code(value)
+    return _breakable(value) if len(str(value)) > BREAK_CHARS else _breakable(value, css="name")
 
 
 def _section(section_id: str, title: str, note: str, body: str) -> str:
@@ -262,7 +272,7 @@ def cards_section(page: Page) -> str:
 def _summary_rows(page: Page) -> list[list[str]]:
     rows = [
         [
-            f'<span class="fn">{_swatch(page.colors[r.function_name])}<code>{esc(r.function_name)}</code></span>',
+            f'<span class="fn">{_swatch(page.colors[r.function_name])}{_maybe_code(r.function_name)}</span>',
             _number(r.calls, 0),
             _number(r.num_distinct_samples, 0),
             _number(r.num_modules, 0),
@@ -562,7 +572,7 @@ SECTIONS: tuple[Section, ...] = (
     modules_section,
     coverage_section,
     lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
-    lambda page: sample_time_section(page.result),  # the most expensive distinct samples
+    lambda page: sample_time_section(page.result, unit=page.unit),  # the most expensive distinct samples
     samples_section,
     run_section,
 )

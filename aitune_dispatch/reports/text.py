@@ -1,7 +1,8 @@
 """Plain-text tables for a terminal: the summary, the coverage line and a comparison.
 
 Pure functions of a result (or of ``compare()``'s table) that return text, so the CLI only prints.
-Times are in one human unit per column (µs, ms or s, chosen by the column's largest value), counts
+Times are in one human unit per column (µs, ms or s, chosen by the column's largest value; small
+values in ms or s keep two significant digits, ``0.040``), counts
 have thousands separators, kernel names are shortened (:func:`~.base.short_kernel_name`) and the
 one flexible column of a table (the function or kernel name) is cut with ``…`` so that every line
 fits ``width`` characters. No colour and no box drawing: the text pastes anywhere.
@@ -98,8 +99,7 @@ def _count(value: float) -> str:
 
 def _unit_column(values: Sequence[float]) -> tuple[str, list[str]]:
     unit = time_unit(max((abs(v) for v in values), default=0.0))
-    digits = 1 if unit.scale == 1.0 else 2
-    return unit.symbol, [f"{v / unit.scale:,.{digits}f}" for v in values]
+    return unit.symbol, [f"{v / unit.scale:,.{unit.decimals(v)}f}" for v in values]
 
 
 def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
@@ -215,10 +215,9 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
     shown = rows_of_level.head(top)
     values = [float(v) for column in ("before_us", "after_us", "delta_us") for v in shown[column]]
     unit = time_unit(max((abs(v) for v in values), default=0.0))
-    digits = 1 if unit.scale == 1.0 else 2
 
     def time(us: float, signed: bool = False) -> str:
-        return f"{us / unit.scale:{'+' if signed else ''},.{digits}f}"
+        return f"{us / unit.scale:{'+' if signed else ''},.{unit.decimals(us)}f}"
 
     rows = []
     for r in shown.itertuples():
@@ -312,10 +311,9 @@ def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
         return "(no samples replayed)"
     values = [float(v) for column in ("recorded_us_per_call", "us_per_call") for v in table[column] if v == v]
     unit = time_unit(max((abs(v) for v in values), default=0.0))
-    digits = 1 if unit.scale == 1.0 else 2
 
     def time(us: float) -> str:
-        return NO_VALUE if us != us else f"{us / unit.scale:,.{digits}f}"
+        return NO_VALUE if us != us else f"{us / unit.scale:,.{unit.decimals(us)}f}"
 
     rows = [
         [
