@@ -525,3 +525,23 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     argv = [sys.executable, "-m", "aitune_dispatch", "report", str(H200), "-q"]
     run = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120)
     assert run.stdout.split() == ["141", "''"], run.stdout  # no traceback, SIGPIPE's status
+
+
+def test_the_readme_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    session = readme[readme.index("$ aitune-dispatch report tests/data/h200_demo_result --out out/h200") :]
+    session = session[: session.index("```")].splitlines()
+    commands = [i for i, line in enumerate(session) if line.startswith("$ ")]
+    assert len(commands) == 2
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "data").symlink_to(H200.parent)  # the README's relative paths, from a scratch folder
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    code, stdout, _ = _run(session[0][len("$ aitune-dispatch ") :].split())
+    assert code == 0 and stdout.splitlines() == session[1 : commands[1]]
+    with pytest.raises(SystemExit):
+        main(session[commands[1]][len("$ aitune-dispatch ") :].split())
+    assert capsys.readouterr().err.splitlines()[-1] == session[commands[1] + 1]  # refused in one line
+    # the README's screenshot is the committed one that tests/test_reports_browser.py makes
+    assert "![HTML report of the demo model](docs/report.png)" in readme
+    assert (Path(__file__).resolve().parents[1] / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"
