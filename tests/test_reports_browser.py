@@ -127,7 +127,13 @@ def test_h200_report_tables_fit_the_window(h200_page, tmp_path, window):
         assert f'<table class="{table}">' in dom
     assert dom.count('<table class="kernels">') == 1 and "fmha_cutlassF_f32_aligned_64x64_rf_sm80" in dom
     assert "kernel time (µs)" in dom  # the chart's unit, the same as the tables'
-    assert ">linear<" in dom and ">blocks<" in dom  # local names label the icicle
+    icicle = dom[dom.index('id="icicle"') :]
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", icicle[: icicle.index("</svg>")])
+    # local names label the icicle's boxes (blocks.0.qkv is "qkv" under "0" under "blocks"), never full paths
+    assert {"blocks  196 µs", "0  98.2 µs", "1  97.7 µs"} <= set(labels), labels  # wide boxes, at any width
+    if window[0] >= 1000:
+        assert {"qkv", "proj", "linear"} <= set(labels), labels  # narrow ones, where they fit
+    assert not [label for label in labels if "." in label.split()[0]], labels
 
 
 RESIZE_PROBE = """<!doctype html><html><body style="margin:0">
