@@ -55,15 +55,24 @@ def test_phases_and_backends_are_logged(caplog):
 
 
 def _exported():
-    """Everything ``aitune_dispatch.__all__`` names, and every public method of its classes."""
-    for name in aitune_dispatch.__all__:
-        item = getattr(aitune_dispatch, name)
-        yield item
-        if inspect.isclass(item):
-            for attribute, member in vars(item).items():
-                member = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
-                if not attribute.startswith("_") and inspect.isfunction(member):
-                    yield member
+    """Each function and class in the ``__all__`` of the package, of reports and of views, and their methods."""
+    from aitune_dispatch import reports
+
+    for module in (aitune_dispatch, reports, views):
+        for name in module.__all__:
+            item = getattr(module, name)
+            if inspect.isclass(item) or inspect.isfunction(item):
+                yield from _with_methods(item)
+
+
+def _with_methods(item):
+    """``item``, then (for a class) every public method it defines."""
+    yield item
+    if inspect.isclass(item):
+        for attribute, member in vars(item).items():
+            member = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if not attribute.startswith("_") and inspect.isfunction(member):
+                yield member
 
 
 def _public_callables():

@@ -26,6 +26,13 @@ class Renderer(ABC):
 
     ``extension`` is the file ending a renderer writes; ``extensions`` every ending it accepts
     (the first is ``extension``). :meth:`check_path` refuses any other before work is done.
+
+    Attributes
+    ----------
+    extension:
+        The ending of the files this renderer writes (``.html``).
+    extensions:
+        Every ending it accepts, ``extension`` first (``(".json", ".json.gz")``); empty: only ``extension``.
     """
 
     extension: ClassVar[str]
@@ -33,7 +40,13 @@ class Renderer(ABC):
 
     @classmethod
     def accepted(cls) -> tuple[str, ...]:
-        """Every file ending this renderer writes, ``extension`` first."""
+        """Every file ending this renderer writes, ``extension`` first.
+
+        Returns
+        -------
+        tuple of str
+            ``extensions``, or ``(extension,)`` where it is empty.
+        """
         return cls.extensions or (cls.extension,)
 
     @classmethod
@@ -68,7 +81,18 @@ class Renderer(ABC):
 
     @abstractmethod
     def render(self, result: ProfileResult) -> str:
-        """The whole file's text."""
+        """The whole file's text.
+
+        Parameters
+        ----------
+        result:
+            The result to render.
+
+        Returns
+        -------
+        str
+            The file's text, before :meth:`encode`.
+        """
 
     def write(self, result: ProfileResult, path: str | Path) -> Path:
         """Render ``result`` into ``path`` (parent folders are created) and return the path.
@@ -92,7 +116,20 @@ class Renderer(ABC):
         return target
 
     def encode(self, text: str, path: Path) -> bytes:
-        """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress)."""
+        """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress).
+
+        Parameters
+        ----------
+        text:
+            What :meth:`render` returned.
+        path:
+            The output file (its name may ask for compression, ``.gz``).
+
+        Returns
+        -------
+        bytes
+            The file's content.
+        """
         return text.encode("utf-8")
 
 
@@ -186,6 +223,16 @@ class TimeUnit:
 
         A column in one unit keeps its small values readable: 40 µs on a page in ms is ``0.040``,
         not ``0.0`` (at most 6 decimals: 1 µs in seconds).
+
+        Parameters
+        ----------
+        us:
+            The value, microseconds.
+
+        Returns
+        -------
+        int
+            Decimals for ``self(us, digits)``.
         """
         if self.scale == 1.0:
             return 1

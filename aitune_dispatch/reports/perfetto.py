@@ -537,6 +537,16 @@ class PerfettoRenderer(Renderer):
         HTA finds a file's rank with the first match of ``"rank":\\s+(\\d+)`` in its text, so that
         key goes first and keeps the space after its colon (compact JSON has none, and HTA took
         every such file for rank 0).
+
+        Parameters
+        ----------
+        result:
+            The result to lay out (:func:`perfetto_events`).
+
+        Returns
+        -------
+        str
+            The JSON text.
         """
         trace = perfetto_events(result, gpu_clock_offset_ns=self.gpu_clock_offset_ns)
         info = trace.pop("distributedInfo", None)
@@ -546,7 +556,20 @@ class PerfettoRenderer(Renderer):
         return json.dumps({"distributedInfo": info})[:-1] + "," + body[1:]
 
     def encode(self, text: str, path: Path) -> bytes:
-        """UTF-8, gzip-compressed for a path ending in ``.gz``."""
+        """UTF-8, gzip-compressed for a path ending in ``.gz``.
+
+        Parameters
+        ----------
+        text:
+            What :meth:`render` returned.
+        path:
+            The output file.
+
+        Returns
+        -------
+        bytes
+            The file's content (gzip with a zero timestamp, so that equal traces give equal files).
+        """
         data = text.encode("utf-8")
         return gzip.compress(data, mtime=0) if path.name.lower().endswith(".gz") else data
 
