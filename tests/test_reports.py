@@ -300,6 +300,8 @@ def test_synthetic_trace_carries_kinetos_args():
     assert "External id" not in by_name["Memset"]  # no op claimed it
     assert (by_name["aten::addmm"]["External id"], by_name["aten::copy_"]["External id"]) == (0, 1)
     assert by_name["gemm"]["function"] == "linear" and by_name["gemm"]["module"] == "fc"
+    # the copy ran in the root: named as its module slice is, not by the root's empty name
+    assert by_name["Memcpy HtoD"]["module"] == "Net (root)" and by_name["Memset"]["module"] is None
     assert trace["schemaVersion"] == 1 and trace["deviceProperties"] == []  # no GPU facts in the metadata
 
 

@@ -199,6 +199,7 @@ _ACTIVITY_COLUMNS = [
     "stream",
     "op_id",
     "op",
+    "module_id",
     "module_name",
     "function_name",
     "thread",
@@ -215,7 +216,14 @@ def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {row["op_id"]: row for row in rows if row["kind"] == schema.KIND_CPU_OP and row["op_id"] is not None}
 
 
-def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[int, dict[str, Any]]) -> list[Slice]:
+def _activity_slices(
+    rows: list[dict[str, Any]],
+    offset_ns: int,
+    cpu_ops: dict[int, dict[str, Any]],
+    labels: dict[int, tuple[str, str]],
+) -> list[Slice]:
+    """One slice per GPU row (and per CPU-source row that is not its op's slice); ``module`` as the
+    module slices name it (the root ``<Type> (root)``, not its empty name)."""
     out = []
     for row in rows:
         gpu = _is_gpu(row["kind"], row["device"])
@@ -231,7 +239,7 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
             "correlation": row["correlation_id"],
             **({} if row["op_id"] is None else {"External id": row["op_id"]}),
             "op": row["op"],
-            "module": row["module_name"],
+            "module": labels[row["module_id"]][0] if row["module_id"] in labels else row["module_name"],
             "function": row["function_name"],
             "kernel_us": row["kernel_us"],
         }
@@ -401,7 +409,7 @@ def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice]
     timed = {piece.args["op_id"] for piece in ops}
     cpu_ops = {op_id: row for op_id, row in cpu_ops.items() if op_id in timed}  # an untimed op keeps its row
     host = _module_slices(result, labels) + _call_slices(result, labels) + ops
-    return host, ops, _activity_slices(rows, offset_ns, cpu_ops)
+    return host, ops, _activity_slices(rows, offset_ns, cpu_ops, labels)
 
 
 def _kineto_fields(facts: Mapping[str, Any]) -> dict[str, Any]:
