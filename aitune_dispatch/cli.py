@@ -19,11 +19,11 @@ the function once without arguments.
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
 DIR/trace.json (Perfetto, Kineto's conventions). Output names are checked before any work is
 done. Progress goes to stderr, from the profiler's own progress steps (each warm-up pass and
-recorded sample, and where post-processing begins); on long runs a step line appears at most once
-a second. --quiet silences progress. Warnings are one
-line each on stderr. Bad input exits with status 1 and one line on stderr (set
-AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with status 2. report and
-compare need no torch. Tables fit the terminal width (COLUMNS overrides it).
+recorded sample, and where post-processing begins); on long runs a step line appears at most
+once a second. --quiet silences progress. Warnings are one line each on stderr. Bad input exits
+with status 1 and one line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage
+errors exit with status 2. report and compare need no torch. Tables fit the terminal width
+(COLUMNS overrides it).
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table and the weighted total per function.
@@ -41,6 +41,7 @@ import inspect
 import os
 import shutil
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -292,8 +293,13 @@ def _width() -> int:
     return max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40)
 
 
+def _fitted(line: str) -> str:
+    """``line`` wrapped to the terminal width, continuation lines indented (a long title or path)."""
+    return "\n".join(textwrap.wrap(line, _width(), subsequent_indent="  ", break_on_hyphens=False)) or line
+
+
 def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
-    print(title)
+    print(_fitted(title))
     print(text.summary_text(result, top_k, _width()))
     hints = text.unattributed_text(result, width=_width())
     if hints:
@@ -390,7 +396,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for label, path, result in (("before", args.before, before), ("after ", args.after, after)):
         tail = f": {human_time(result.total_us)} kernel time ({result.source})"
         room = _width() - len(label) - 1 - len(tail)
-        print(f"{label} {text.cut_middle(str(path), max(room, 20))}{tail}")
+        print(_fitted(f"{label} {text.cut_middle(str(path), max(room, 20))}{tail}"))
     print(f"delta {'+' if delta >= 0 else '-'}{human_time(abs(delta))}{change}")
     for level in ("function", "kernel"):
         print()
@@ -456,17 +462,16 @@ def _load_for_bench(path: str) -> ProfileResult:
 
 
 def _print_bench(table: pd.DataFrame) -> None:
-    import pandas as pd
-
     from .benchmarking import weighted_totals
 
-    shown = table.drop(columns=["error"])
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.4g}".format):
-        print(shown.to_string(index=False))
-        print("\nweighted per function (sum of calls x us_per_call; a failed candidate counts at the original's time):")
-        print(weighted_totals(table).to_string(index=False))
+    print(text.bench_text(table, _width()))
+    print()
+    heading = "weighted per function (sum of calls x time per call; a failed candidate counts at the original's time):"
+    print(_fitted(heading))
+    print(text.weighted_text(weighted_totals(table), _width()))
     for row in table[table["error"].notna()].itertuples():
-        print(f"{PROG}: {row.function_name} sample {row.sample} {row.implementation}: {row.error}", file=sys.stderr)
+        where = f"{row.function_name} sample {row.sample} {row.implementation}"
+        print(f"{PROG}: {where}: {_flat(row.error)}", file=sys.stderr)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -489,17 +494,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     _print_bench(table)
     if args.csv is not None:
-        table.to_csv(args.csv, index=False)
+        text.bench_csv_frame(table).to_csv(args.csv, index=False)
         print(f"wrote {args.csv}")
     return 0
 
 
 def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
-    bench = commands.add_parser("bench", parents=[common], help="replay the samples of a saved result, timed")
+    bench = _subcommand(
+        commands,
+        "bench",
+        common,
+        "replay the samples of a saved result, timed",
+        "Every distinct sample of the selected functions is called in isolation on the device it was "
+        "recorded on (with the saved tensors where the result kept them, else random inputs of the "
+        "recorded shapes); prints the per-sample table and the weighted total per function.",
+    )
     bench.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
-    bench.add_argument("--functions", type=_names, help="replay these functions only (default: all with samples)")
-    bench.add_argument("--repeats", type=_positive, default=50, help="timed calls per sample (default 50)")
-    bench.add_argument("--warmup", type=_non_negative, default=5, help="untimed calls before them (default 5)")
+    bench.add_argument(
+        "--functions",
+        type=_names,
+        metavar="NAMES",
+        help="replay these functions only, e.g. linear,conv2d (default: every function with samples)",
+    )
+    bench.add_argument(
+        "--repeats", type=_positive, default=50, metavar="N", help="timed calls per sample (default: 50)"
+    )
+    bench.add_argument(
+        "--warmup", type=_non_negative, default=5, metavar="N", help="untimed calls before them (default: 5)"
+    )
     bench.add_argument(
         "--cache",
         choices=config.CACHE_STATES,
@@ -507,7 +529,7 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
         help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) is overwritten before "
         "each timed call (default: warm)",
     )
-    bench.add_argument("--csv", type=Path, help="write the full table to this CSV file")
+    bench.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full table to this file")
     bench.set_defaults(run=cmd_bench)
 
 
@@ -683,12 +705,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status: 0, 1 for bad input (one line on stderr), 130 when interrupted.
+        The exit status: 0, 1 for bad input (one line on stderr), 130 when interrupted, 141 when
+        stdout was closed early (a pipe into ``head``), with no traceback.
     """
     args = build_parser().parse_args(argv)
     try:
         with _one_line_warnings():
-            return int(args.run(args))
+            status = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe fails here, inside the try, not at interpreter exit
+        return status
     except CliError as error:
         if os.environ.get("AITUNE_DISPATCH_TRACEBACK"):
             raise
@@ -697,6 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (``| head``): stop quietly, as a SIGPIPE'd tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+        return 141
 
 
 if __name__ == "__main__":

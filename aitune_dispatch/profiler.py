@@ -53,7 +53,12 @@ class ModuleFunctionKernelProfiler:
         return self._last_result
 
     def release(self) -> None:
-        """Drop the last result, and with it the sample tensors it holds."""
+        """Drop the last result, and with it the sample tensors it holds (``last_result`` becomes None).
+
+        Returns
+        -------
+        None
+        """
         self._last_result = None
 
     def profile(

@@ -6,6 +6,8 @@ indices and counts; the demo model checks that the per-sample view adds up to ``
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.compute as pc
 import pytest
 import torch
@@ -14,7 +16,7 @@ from fixture_results import H200_RESULT
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, load, strings
-from aitune_dispatch.reports import write_report
+from aitune_dispatch.reports import HtmlRenderer, write_report
 from aitune_dispatch.results import ProfileResult, TensorMeta
 from aitune_dispatch.results.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
 from aitune_dispatch.tracing.samples import SampleCollector
@@ -180,3 +182,18 @@ def test_html_report_lists_the_top_samples(mixed_result, tmp_path):
 def test_html_report_says_when_calls_have_no_sample_links(tmp_path):
     page = write_report(load(SAVED_BEFORE_SAMPLE_LINKS), tmp_path / "old.html").read_text()
     assert "carry no sample links" in page
+
+
+def test_html_sample_table_uses_the_page_unit_and_share_base(demo_result):
+    from aitune_dispatch.reports.html import Page
+
+    page = HtmlRenderer().render(demo_result)
+    section = page[page.index('<section id="sample-time">') :]
+    section = section[: section.index("</section>")]
+    unit = Page.of(demo_result, "").unit  # the unit of every other table and of the chart
+    assert f"<th class=\"num\">time ({unit.symbol})</th>" in section and f"times in {unit.symbol};" in section
+    first = demo_result.samples().iloc[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", section[section.index("<tbody>") :], re.S)[:7]
+    # shares of all kernel time, as the page says, not samples()'s share of the profiled functions' time
+    assert cells[6] == f"{100 * first.kernel_us / demo_result.total_us:.1f}%"
+    assert cells[4] == Page.of(demo_result, "").time(first.kernel_us)

@@ -193,7 +193,8 @@ def test_demo_out_saves_the_result_and_writes_the_reports(demo):
 
 
 # -- profile -----------------------------------------------------------------------------------------
-def test_profile_a_factory_from_a_file(models):
+def test_profile_a_factory_from_a_file(models, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # room for the temporary path in the title line (else it wraps)
     argv = ["profile", f"{models}:build", "--device", "cpu", "--warmup", "2", "--function-names", "linear"]
     code, stdout, stderr = _run(argv)
     assert code == 0, stderr
@@ -479,3 +480,68 @@ def test_unknown_function_names_warn_in_one_line(models):
     (line,) = stderr.splitlines()
     assert line.startswith("aitune-dispatch: warning: function_names has names that are not torch.nn.functional")
     assert line.endswith("['lnear']") and "UserWarning" not in line and "warnings.warn" not in line
+
+
+def test_narrow_terminal_cuts_every_name_column_and_wraps_titles(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    code, stdout, _ = _run(["compare", str(H200), str(H200), "--top", "3"])
+    assert code == 0
+    assert all(len(line) <= 70 for line in stdout.splitlines()), stdout
+    # function and kernel names share the room left by the 47 characters of numbers: 11 and 12
+    row = next(line for line in stdout.split("per kernel")[1].splitlines() if line.startswith("scaled_dot"))
+    assert row.startswith("scaled_dot\u2026  fmha_cutlas\u2026 "), row  # the function column used to stay 28 wide
+    code, stdout, _ = _run(["report", str(H200), "-q"])
+    title = stdout.splitlines()[:2]  # the title wraps instead of running past the edge
+    assert all(len(line) <= 70 for line in title) and title[1].startswith("  "), title
+
+
+def test_format_table_shares_the_cut_between_flexible_columns():
+    from aitune_dispatch.reports.text import Column, format_table
+
+    columns = [Column("a", numeric=False, flexible=True), Column("b", numeric=False, flexible=True), Column("n")]
+    table = format_table(columns, [["x" * 20, "y" * 30, "1"]], width=40)
+    # 20 + 30 + 1 + 2 gaps of 2 = 55: 15 too many, taken from the wider column first (30 -> 20), then both
+    assert table.splitlines()[2] == "x" * 16 + "\u2026  " + "y" * 17 + "\u2026  1"  # widths 17 and 18
+    assert all(len(line) <= 40 for line in table.splitlines())
+
+
+def test_compare_warns_when_the_gpus_differ(tmp_path):
+    import dataclasses
+
+    from aitune_dispatch.reports.text import mismatch_warning
+
+    h200 = load(H200)
+    on = {name: dataclasses.replace(h200, metadata={**h200.metadata, "gpu_name": name}) for name in ("H100", "H200")}
+    assert mismatch_warning(on["H200"], on["H200"]) is None and mismatch_warning(h200, on["H100"]) is None
+    assert mismatch_warning(on["H100"], on["H200"]) == (
+        "comparing cupti/native on H100 with cupti/native on H200: another GPU runs other kernels (names, tile "
+        "sizes) at other speeds, so the difference is not a like-for-like change"
+    )
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    script = "import subprocess as s, sys; p = s.Popen(sys.argv[1:], stdout=s.PIPE, stderr=s.PIPE)"
+    script += "; p.stdout.close(); print(p.wait(), repr(p.stderr.read().decode()))"  # `| head -0`, in effect
+    argv = [sys.executable, "-m", "aitune_dispatch", "report", str(H200), "-q"]
+    run = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["141", "''"], run.stdout  # no traceback, SIGPIPE's status
+
+
+def test_the_readme_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    session = readme[readme.index("$ aitune-dispatch report tests/data/h200_demo_result --out out/h200") :]
+    session = session[: session.index("```")].splitlines()
+    commands = [i for i, line in enumerate(session) if line.startswith("$ ")]
+    assert len(commands) == 2
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "data").symlink_to(H200.parent)  # the README's relative paths, from a scratch folder
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    code, stdout, _ = _run(session[0][len("$ aitune-dispatch ") :].split())
+    assert code == 0 and stdout.splitlines() == session[1 : commands[1]]
+    with pytest.raises(SystemExit):
+        main(session[commands[1]][len("$ aitune-dispatch ") :].split())
+    assert capsys.readouterr().err.splitlines()[-1] == session[commands[1] + 1]  # refused in one line
+    # the README's screenshot is the committed one that tests/test_reports_browser.py makes
+    assert "![HTML report of the demo model](docs/report.png)" in readme
+    assert (Path(__file__).resolve().parents[1] / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 import torch
@@ -48,6 +50,29 @@ def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsy
         ("relu", 1),
     ]
     assert written["kernels_match"].all() and written["ok"].all()
+    for line in csv.read_text().splitlines()[1:]:  # no float noise (164.15300000000002): ns at most
+        recorded, replayed = line.split(",")[4:6]
+        assert len(recorded.partition(".")[2]) <= 3 and len(replayed.partition(".")[2]) <= 3, line
+    # the terminal table: one time unit in the titles, no scientific notation, words, the speedup as 1.00x
+    lines = out.splitlines()
+    assert re.match(r"function\s+sample\s+variant\s+calls\s+recorded \((µs|ms)\)\s+replayed \(\1\)", lines[0])
+    rows = [line.split() for line in lines[2:6]]
+    assert [row[:3] for row in rows] == [[name, sample, "torch"] for name in ("gelu", "relu") for sample in "01"]
+    assert all(row[6] == "1.00x" and row[7] == "same" and row[-1] == "yes" for row in rows), rows
+    assert "e+" not in out and "e-0" not in out
+
+
+def test_cli_bench_help_and_early_checks(mixed_result, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Replay the samples of a saved result, timed. Every distinct sample" in shown  # a description
+    assert "--functions NAMES" in shown and "--repeats N" in shown and "--csv FILE.csv" in shown  # metavars
+    assert "(default: 50)" in shown and "(default: 5)" in shown
+    saved = mixed_result.save(tmp_path / "mixed")
+    with pytest.raises(SystemExit) as info:
+        main(["bench", str(saved), "--csv", str(tmp_path / "table.txt")])  # refused before replaying anything
+    assert info.value.code == 2 and "the CSV file must end in .csv; got" in capsys.readouterr().err
 
 
 def test_cli_bench_reports_bad_input_in_one_line(mixed_result, tmp_path, capsys):

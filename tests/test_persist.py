@@ -228,9 +228,16 @@ def test_the_documented_recipe_reads_one_table_with_integers(result, tmp_path):
     f = result.save(tmp_path / "run.parquet")
     (recipe,) = [line.strip() for line in persist.__doc__.splitlines() if line.strip().startswith("pd.read_parquet(f")]
     frame = eval(recipe, {"pd": pd, "f": f})  # the one-liner from the module docstring, as written
-    assert len(frame) == result.activity.num_rows and list(frame.columns)[0] == "activity.correlation_id"
-    assert str(frame["activity.module_id"].dtype) == "Int64" and str(frame["activity.start_ns"].dtype) == "Int64"
-    assert frame["activity.module_id"].tolist() == result.activity["module_id"].to_pylist()
+    assert list(frame.columns) == [f"calls.{c}" for c in result.calls.column_names]  # not module_calls.*
+    assert len(frame) == result.calls.num_rows
+    assert str(frame["calls.module_id"].dtype) == "Int64" and str(frame["calls.start_ns"].dtype) == "Int64"
+    assert frame["calls.parent_call_id"].tolist() == result.calls["parent_call_id"].to_pylist()
+    # the same line for every table gives exactly that table's columns, integers as integers
+    for name in TABLES:
+        table, saved = eval(recipe.replace("calls", name), {"pd": pd, "f": f}), getattr(result, name)
+        assert list(table.columns) == [f"{name}.{c}" for c in saved.column_names] and len(table) == saved.num_rows
+        integers = [f"{name}.{field.name}" for field in saved.schema if field.type == pa.int64()]
+        assert all(str(table[c].dtype) == "Int64" for c in integers), name
 
 
 def test_single_file_layout(result, tmp_path):

@@ -300,6 +300,8 @@ def test_synthetic_trace_carries_kinetos_args():
     assert "External id" not in by_name["Memset"]  # no op claimed it
     assert (by_name["aten::addmm"]["External id"], by_name["aten::copy_"]["External id"]) == (0, 1)
     assert by_name["gemm"]["function"] == "linear" and by_name["gemm"]["module"] == "fc"
+    # the copy ran in the root: named as its module slice is, not by the root's empty name
+    assert by_name["Memcpy HtoD"]["module"] == "Net (root)" and by_name["Memset"]["module"] is None
     assert trace["schemaVersion"] == 1 and trace["deviceProperties"] == []  # no GPU facts in the metadata
 
 
@@ -390,11 +392,11 @@ def test_report_contains_summary_rows_and_functions(demo_result):
     rows = {r[0]: r for r in table_rows(page, "summary")}
     for row in summary.itertuples():
         assert f"<code>{row.function_name}</code>" in page
-        # time in the page's one unit, share of all kernel time (not describe()'s share of attributed time)
-        assert (
-            rows[row.function_name][4]
-            == f"{row.time_spent_us / unit.scale:,.{2 if unit.scale == 1 and row.time_spent_us < 10 else 1}f}"
-        )
+        # time in the page's one unit, share of all kernel time (not describe()'s share of attributed time);
+        # in ms (this CPU run's unit) two decimals, more below 0.1 ms, so that no function reads 0.0
+        us = row.time_spent_us
+        digits = (2 if us < 10 else 1) if unit.scale == 1 else unit.decimals(us)
+        assert rows[row.function_name][4] == f"{us / unit.scale:,.{digits}f}" and rows[row.function_name][4] != "0.0"
         assert rows[row.function_name][5] == f"{100 * row.time_spent_us / demo_result.total_us:,.1f}%"
     for name in demo_result.function_data:
         assert f"<summary><code>{name}</code>" in page

@@ -114,7 +114,10 @@ def test_report_renders_without_errors(demo_page, tmp_path):
     assert console_problems(log) == []
 
 
-@pytest.mark.parametrize("window", [WINDOW, NARROW], ids=["1400px", "1000px"])
+WIDTHS = [WINDOW, (1101, 1800), NARROW, (900, 1800), (800, 1800)]  # 1101: the narrowest side-by-side panels
+
+
+@pytest.mark.parametrize("window", WIDTHS, ids=[f"{w}px" for w, _ in WIDTHS])
 def test_h200_report_tables_fit_the_window(h200_page, tmp_path, window):
     dom, log = dump_dom(h200_page, tmp_path / "profile", window)
     ok = RENDER_OK.search(dom)
@@ -124,7 +127,66 @@ def test_h200_report_tables_fit_the_window(h200_page, tmp_path, window):
         assert f'<table class="{table}">' in dom
     assert dom.count('<table class="kernels">') == 1 and "fmha_cutlassF_f32_aligned_64x64_rf_sm80" in dom
     assert "kernel time (µs)" in dom  # the chart's unit, the same as the tables'
-    assert ">linear<" in dom and ">blocks<" in dom  # local names label the icicle
+    icicle = dom[dom.index('id="icicle"') :]
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", icicle[: icicle.index("</svg>")])
+    # local names label the icicle's boxes (blocks.0.qkv is "qkv" under "0" under "blocks"), never full paths
+    assert {"blocks  196 µs", "0  98.2 µs", "1  97.7 µs"} <= set(labels), labels  # wide boxes, at any width
+    if window[0] >= 1000:
+        assert {"qkv", "proj", "linear"} <= set(labels), labels  # narrow ones, where they fit
+    assert not [label for label in labels if "." in label.split()[0]], labels
+
+
+RESIZE_PROBE = """<!doctype html><html><body style="margin:0">
+<iframe id="report" style="width:1400px;height:1200px;border:0"></iframe><div id="probe"></div>
+<script>
+var frame = document.getElementById("report");
+function state() {  // chart widths and whether the chart and summary panels sit side by side
+  var doc = frame.contentDocument, bars = doc.querySelector("#bar-chart svg"), tree = doc.querySelector("#icicle svg");
+  var chart = doc.getElementById("functions").getBoundingClientRect();
+  var summary = doc.getElementById("summary").getBoundingClientRect();
+  return {bars: +bars.getAttribute("width"), tree: +tree.getAttribute("width"),
+          side_by_side: summary.left > chart.right - 1,
+          overflow: doc.getElementById("render-ok").getAttribute("data-overflow")};
+}
+frame.onload = function () {
+  var wide = state();
+  frame.style.width = "900px";  // the report's window shrinks: it must stack its panels and redraw its charts
+  // the browser fires "resize" at its next rendering step, which headless virtual time may skip: fire it
+  // as the browser would, once the new width is laid out (the report's handler reads innerWidth)
+  if (frame.contentWindow.innerWidth === 900) { frame.contentWindow.dispatchEvent(new Event("resize")); }
+  var polls = 0;
+  (function poll() {  // until the charts were redrawn (the report debounces resizes by 120 ms), 8 s at most
+    var now = state();
+    if (now.bars !== wide.bars || ++polls > 80) {
+      document.getElementById("probe").textContent = JSON.stringify({wide: wide, narrow: now});
+    } else {
+      setTimeout(poll, 100);
+    }
+  })();
+};
+frame.srcdoc = REPORT;
+</script></body></html>"""
+
+
+def test_h200_report_stacks_below_1100_px_and_redraws_on_resize(h200_page, tmp_path):
+    import html
+    import json
+
+    probe = tmp_path / "probe.html"
+    page = h200_page.read_text(encoding="utf-8")
+    probe.write_text(RESIZE_PROBE.replace("REPORT", json.dumps(page).replace("</", "<\\/")), encoding="utf-8")
+    size = f"--window-size={WINDOW[0]},{WINDOW[1]}"
+    done = run_chromium(probe, "--enable-logging=stderr", "--v=0", size, "--virtual-time-budget=20000", "--dump-dom",
+                        profile=tmp_path / "profile")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'<div id="probe">(.*?)</div>', done.stdout, re.S)
+    assert found and found.group(1), (done.stdout[-800:], console_problems(done.stderr))
+    seen = json.loads(html.unescape(found.group(1)))
+    wide, narrow = seen["wide"], seen["narrow"]
+    assert wide["side_by_side"] and not narrow["side_by_side"], seen  # the two panels stack below 1,100 px
+    assert narrow["bars"] > wide["bars"] and narrow["tree"] < wide["tree"], seen  # both charts redrawn at the new width
+    assert wide["overflow"] == narrow["overflow"] == "", seen  # nothing clipped before or after
+    assert console_problems(done.stderr) == []
 
 
 def test_report_screenshot(demo_page, tmp_path):

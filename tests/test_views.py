@@ -76,6 +76,11 @@ def test_time_units():
     assert [time_unit(us).symbol for us in (999.0, 1_000.0, 2_500_000.0)] == ["µs", "ms", "s"]
     # 3,503,149.3 µs = 3.50 s (the CLI used to print "3503149.3 us")
     assert human_time(3_503_149.3) == "3.50 s" and human_time(12.34) == "12.3 µs" and human_time(1_234.5) == "1.23 ms"
+    # a column in ms keeps small values readable: 40.1 µs is 0.040 ms, not 0.0 (or 0.04 ms) ...
+    ms, s = time_unit(3_600.0), time_unit(2e6)
+    shown = [ms(us, ms.decimals(us)) for us in (1_403.6, 593.2, 40.1, 10.3, 0.0)]
+    assert shown == ["1.40", "0.59", "0.040", "0.010", "0.00"]
+    assert s(1.0, s.decimals(1.0)) == "0.000001" and time_unit(5.0).decimals(5.0) == 1  # ... at most 6 decimals
 
 
 # -- views on the hand-made result ------------------------------------------------------------------
@@ -206,7 +211,7 @@ def test_h200_demo_result_renders_kernel_and_module_tables(h200_result):
     }
     qkv = next(row for name, row in modules.items() if name.startswith("blocks.*.qkv ×2"))
     assert "blocks.0.qkv" in qkv[0] and "blocks.1.qkv" in qkv[0]  # the grouped instances, expandable
-    assert 'id="coverage"' in page and "aten::add" in page  # the residual adds are the unattributed time
+    assert 'id="coverage"' in page and "aten::add" in page.replace("<wbr>", "")  # the residual adds: unattributed
 
 
 def test_sections_can_be_chosen(h200_result):
@@ -250,3 +255,18 @@ def test_run_metadata_in_words(h200_result):
         rows["device"] == "CUDA GPU" and rows["PyTorch"] == "2.11.0+cu130" and rows["activity source"] == "cupti/native"
     )
     assert "seconds_pass" not in rows  # no raw keys where words exist
+
+
+def test_every_metadata_key_is_in_words(demo_result):
+    from aitune_dispatch import schema
+    from aitune_dispatch.reports.html import METADATA_WORDS, metadata_rows
+
+    names = vars(schema).items()
+    declared = {v for k, v in names if (k.startswith("META_") or k.endswith("_KEY")) and isinstance(v, str)}
+    declared |= {schema.seconds_key(phase) for phase in schema.PHASES}
+    assert declared - set(METADATA_WORDS) == set()  # a key added to schema.py needs its words in the report
+    # a fresh CPU run's Run section: no raw key (seconds_warmup, decoder, graph_capture used to show raw)
+    assert set(demo_result.metadata) - set(METADATA_WORDS) == set()
+    labels = [label for label, _ in metadata_rows(demo_result)]
+    assert len(labels) == len(set(labels)) == len(demo_result.metadata) + 2  # less tracer; plus source, dropped, schema
+    assert "the warm-up passes" in labels and "tracer" not in labels  # "tracer" repeats "op_tracer": shown once

@@ -21,13 +21,14 @@ h2 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
 section { padding: 14px 16px; margin-bottom: 16px; overflow-x: auto; }
 .grid2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
 .grid2.wide-right { grid-template-columns: minmax(0, 9fr) minmax(0, 11fr); }
-.fn { white-space: nowrap; }
+.fn { white-space: nowrap; }  /* the swatch stays with the name (a <wbr> of code.name still breaks it when narrow) */
 .grid2 > section { margin-bottom: 0; min-width: 0; }
 .row { margin-bottom: 16px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 5px 7px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th { color: var(--muted); font-weight: 600; font-size: 12px; background: #fafbfc; }
 td code { overflow-wrap: break-word; }
+code.name wbr { display: none; }  /* a short name stays whole in a wide window ... */
 td .note { font-size: 12px; }
 .tree details { border: 0; padding: 0; }
 .tree summary { font-weight: normal; }
@@ -35,6 +36,7 @@ td .note { font-size: 12px; }
 table.kv td:first-child { color: var(--muted); white-space: nowrap; width: 1%; }
 table.kv thead { display: none; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.summary th.num { white-space: normal; }  /* its titles wrap in the narrow side panel */
 tr:hover td { background: #f7f9fc; }
 code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
@@ -51,6 +53,7 @@ svg text { font-family: inherit; }
 .icicle rect:hover { stroke: var(--ink); }
 .warn { color: #9a3b00; }
 #render-error { color: #b00020; font-weight: 600; padding: 12px; }
+@media (max-width: 960px) { code.name wbr { display: inline; } }  /* ... and wraps at its break points below */
 @media (max-width: 1100px) {
   main { padding: 16px 14px 32px; }
   .grid2, .grid2.wide-right { grid-template-columns: minmax(0, 1fr); }

@@ -8,6 +8,7 @@ output's name (as pyinstrument's renderers do). What they show is computed by
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -27,6 +28,13 @@ class Renderer(ABC):
 
     ``extension`` is the file ending a renderer writes; ``extensions`` every ending it accepts
     (the first is ``extension``). :meth:`check_path` refuses any other before work is done.
+
+    Attributes
+    ----------
+    extension:
+        The ending of the files this renderer writes (``.html``).
+    extensions:
+        Every ending it accepts, ``extension`` first (``(".json", ".json.gz")``); empty: only ``extension``.
     """
 
     extension: ClassVar[str]
@@ -34,7 +42,13 @@ class Renderer(ABC):
 
     @classmethod
     def accepted(cls) -> tuple[str, ...]:
-        """Every file ending this renderer writes, ``extension`` first."""
+        """Every file ending this renderer writes, ``extension`` first.
+
+        Returns
+        -------
+        tuple of str
+            ``extensions``, or ``(extension,)`` where it is empty.
+        """
         return cls.extensions or (cls.extension,)
 
     @classmethod
@@ -69,7 +83,18 @@ class Renderer(ABC):
 
     @abstractmethod
     def render(self, result: ProfileResult) -> str:
-        """The whole file's text."""
+        """The whole file's text.
+
+        Parameters
+        ----------
+        result:
+            The result to render.
+
+        Returns
+        -------
+        str
+            The file's text, before :meth:`encode`.
+        """
 
     def write(self, result: ProfileResult, path: str | Path) -> Path:
         """Render ``result`` into ``path`` (parent folders are created) and return the path.
@@ -93,7 +118,20 @@ class Renderer(ABC):
         return target
 
     def encode(self, text: str, path: Path) -> bytes:
-        """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress)."""
+        """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress).
+
+        Parameters
+        ----------
+        text:
+            What :meth:`render` returned.
+        path:
+            The output file (its name may ask for compression, ``.gz``).
+
+        Returns
+        -------
+        bytes
+            The file's content.
+        """
         return text.encode("utf-8")
 
 
@@ -181,6 +219,29 @@ class TimeUnit:
     def __call__(self, us: float, digits: int = 1) -> str:
         """``us`` in this unit with thousands separators, no symbol."""
         return f"{us / self.scale:,.{digits}f}"
+
+    def decimals(self, us: float) -> int:
+        """Decimals for ``us`` in this unit: 1 in µs; in ms and s 2, more below 0.1 (two significant digits).
+
+        A column in one unit keeps its small values readable: 40 µs on a page in ms is ``0.040``,
+        not ``0.0`` (at most 6 decimals: 1 µs in seconds).
+
+        Parameters
+        ----------
+        us:
+            The value, microseconds.
+
+        Returns
+        -------
+        int
+            Decimals for ``self(us, digits)``.
+        """
+        if self.scale == 1.0:
+            return 1
+        value = abs(us) / self.scale
+        if value == 0 or value != value or value >= 0.1:
+            return 2
+        return min(1 - math.floor(math.log10(value)), 6)
 
 
 def time_unit(largest_us: float) -> TimeUnit:

@@ -13,7 +13,9 @@ per-rank view (``reports/ranks.py``); the distinct input samples; the run in wor
 Tables are rendered here (escaped); the two charts are drawn by the inline script from the
 embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
 (its ``data-overflow`` lists sections wider than the window, normally none) and
-``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack.
+``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack; the tables fit
+windows from 800 px up (names wrap at their ``.``, ``_``, ``::`` break points; short ones only at
+960 px and below), narrower ones scroll inside their section.
 No torch import: sample tensors are read by duck typing (``shape``, ``dtype``, ``stride``).
 """
 
@@ -48,7 +50,6 @@ MAX_SAMPLES_SHOWN = 50
 MAX_VALUE_CHARS = 160
 UNATTRIBUTED_ROWS = 12
 ALL_FUNCTIONS = 1 << 30
-BREAK_CHARS = 24  # names longer than this may wrap inside table cells
 NO_VALUE = "\u2014"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
@@ -138,8 +139,8 @@ class Page:
         return f"{100.0 * us / self.total_us:,.1f}%" if self.total_us > 0 else NO_VALUE
 
     def time(self, us: float) -> str:
-        """``us`` in the page unit, no symbol."""
-        return self.unit(us, 2 if self.unit.scale == 1.0 and us < 10 else 1)
+        """``us`` in the page unit, no symbol (µs: 2 decimals below 10; ms and s: :meth:`TimeUnit.decimals`)."""
+        return self.unit(us, 2 if self.unit.scale == 1.0 and us < 10 else self.unit.decimals(us))
 
     def basis(self) -> str:
         """The sentence that states the unit and the share base, shown under each section title."""
@@ -194,21 +195,30 @@ def _code(value: Any, title: str | None = None) -> str:
 
 
 _BREAK_AFTER = (".", "_", "::", ", ", "<")
+BREAK_CHARS = 24  # names longer than this may wrap inside table cells at any window width
 
 
-def _breakable(value: Any, title: str | None = None) -> str:
+def _breakable(value: Any, title: str | None = None, css: str | None = None) -> str:
     """Code text that may wrap after ``.``, ``_``, ``::``, ``, `` and ``<`` (names, ops, kernels), nowhere else."""
     text = esc(value)
     for mark in _BREAK_AFTER:
         text = text.replace(esc(mark), f"{esc(mark)}<wbr>")
     hover = f' title="{esc(title)}"' if title else ""
-    return f"<code{hover}>{text}</code>"
+    kind = f' class="{css}"' if css else ""
+    return f"<code{hover}{kind}>{text}</code>"
 
 
 def _maybe_code(value: Any) -> str:
+    """A name in a table cell; ``—`` for none.
+
+    Long names (over ``BREAK_CHARS``) may always wrap at their break points. Short ones
+    (``blocks.*.norm1``, ``layer_norm``) stay whole in a wide window (``code.name``: the stylesheet
+    hides their ``<wbr>``, which ``white-space: nowrap`` would not stop) and wrap only at 960 px
+    and below, where whole they kept the kernel table wider than a 900 px window.
+    """
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NO_VALUE
-    return _breakable(value) if len(str(value)) > BREAK_CHARS else _code(value)
+    return _breakable(value) if len(str(value)) > BREAK_CHARS else _breakable(value, css="name")
 
 
 def _section(section_id: str, title: str, note: str, body: str) -> str:
@@ -262,7 +272,7 @@ def cards_section(page: Page) -> str:
 def _summary_rows(page: Page) -> list[list[str]]:
     rows = [
         [
-            f'<span class="fn">{_swatch(page.colors[r.function_name])}<code>{esc(r.function_name)}</code></span>',
+            f'<span class="fn">{_swatch(page.colors[r.function_name])}{_maybe_code(r.function_name)}</span>',
             _number(r.calls, 0),
             _number(r.num_distinct_samples, 0),
             _number(r.num_modules, 0),
@@ -476,6 +486,11 @@ def _per_device(text: str) -> str:
 
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
 _FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
+_DECODERS = {
+    "native": "native (compiled C decoder)",
+    "python": "cupti-python",
+    "none": "none (the CPU activity source reads no CUPTI records)",
+}
 METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_DEVICE: ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
     schema.META_GPU_NAME: ("GPU", str),
@@ -483,7 +498,13 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
     schema.META_TORCH: ("PyTorch", str),
     schema.META_OP_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
+    schema.META_TRACER: ("tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
+    schema.META_GPU_SMS: ("streaming multiprocessors", str),
+    schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),
+    schema.META_THREADS_TRACED: ("threads traced", str),
+    schema.META_CORRELATION_PUSHES: ("op and scope ids pushed to CUPTI", str),
+    seconds_key("warmup"): ("the warm-up passes", _seconds),
     seconds_key("start"): ("starting the activity collector", _seconds),
     seconds_key("pass"): ("the recorded pass", _seconds),
     seconds_key("flush"): ("flushing activity records", _seconds),
@@ -493,6 +514,11 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_TICKS_PER_NS: ("activity clock ticks per ns", str),
     schema.GPU_DEVICES_KEY: ("GPUs used", str),
     schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
+    schema.META_CALL_SAMPLES: ("functional calls' sample links", str),
+    schema.META_INDUCTOR: ("torch.compile (Inductor) kernels", str),
+    schema.META_COMPILED_KERNELS: ("activity rows attributed from Inductor", str),
+    schema.META_GRAPH_CAPTURE: ("CUDA graph captures", str),
+    schema.META_GRAPH_KERNELS: ("activity rows replayed by CUDA graphs", str),
     schema.RANK_KEY: ("rank", str),
     schema.WORLD_SIZE_KEY: ("world size", str),
     schema.HOST_KEY: ("host", str),
@@ -504,11 +530,17 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
 
 
 def metadata_rows(result: ProfileResult) -> list[tuple[str, str]]:
-    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw."""
+    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw.
+
+    ``tracer`` (the newer name of ``op_tracer``) is shown only where the two differ.
+    """
+    metadata = dict(result.metadata)
+    if metadata.get(schema.META_TRACER) == metadata.get(schema.META_OP_TRACER):
+        metadata.pop(schema.META_TRACER, None)
     items = [("activity source", result.source)]
-    known = [key for key in METADATA_WORDS if key in result.metadata]
-    items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(result.metadata[key]))) for key in known]
-    items += [(str(key), str(value)) for key, value in result.metadata.items() if key not in METADATA_WORDS]
+    known = [key for key in METADATA_WORDS if key in metadata]
+    items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(metadata[key]))) for key in known]
+    items += [(str(key), str(value)) for key, value in metadata.items() if key not in METADATA_WORDS]
     items += [
         ("dropped activity records", f"{result.dropped_records:,}"),
         ("result schema", f"version {schema.SCHEMA_VERSION}"),
@@ -541,7 +573,7 @@ SECTIONS: tuple[Section, ...] = (
     modules_section,
     coverage_section,
     lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
-    lambda page: sample_time_section(page.result),  # the most expensive distinct samples
+    lambda page: sample_time_section(page.result, unit=page.unit),  # the most expensive distinct samples
     samples_section,
     run_section,
 )

@@ -19,7 +19,10 @@ disagrees) is left out and counted in ``otherData.flows_skipped``. Results witho
 (the CPU source, results saved before the ``launches`` table) have no launch slices and no arrows.
 ``deviceProperties`` lists the GPUs whose properties the result's metadata names
 (``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``; per device from
-``gpu_properties`` when the run used several GPUs).
+``gpu_properties`` when the run used several GPUs). A rank's own result (metadata ``rank``, saved
+by each process of a torch.distributed job) carries Kineto's ``distributedInfo`` (``rank``,
+``world_size``, ``backend``), by which HTA tells the files of a trace directory apart (without it,
+it takes every file for rank 0 and keeps one).
 
 Several GPUs in one process: one process (track group) ``GPU <device>`` per device. A merged
 result (:func:`aitune_dispatch.merge`, a ``rank`` column) lays every rank out as its own processes:
@@ -196,6 +199,7 @@ _ACTIVITY_COLUMNS = [
     "stream",
     "op_id",
     "op",
+    "module_id",
     "module_name",
     "function_name",
     "thread",
@@ -212,7 +216,14 @@ def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {row["op_id"]: row for row in rows if row["kind"] == schema.KIND_CPU_OP and row["op_id"] is not None}
 
 
-def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[int, dict[str, Any]]) -> list[Slice]:
+def _activity_slices(
+    rows: list[dict[str, Any]],
+    offset_ns: int,
+    cpu_ops: dict[int, dict[str, Any]],
+    labels: dict[int, tuple[str, str]],
+) -> list[Slice]:
+    """One slice per GPU row (and per CPU-source row that is not its op's slice); ``module`` as the
+    module slices name it (the root ``<Type> (root)``, not its empty name)."""
     out = []
     for row in rows:
         gpu = _is_gpu(row["kind"], row["device"])
@@ -228,7 +239,7 @@ def _activity_slices(rows: list[dict[str, Any]], offset_ns: int, cpu_ops: dict[i
             "correlation": row["correlation_id"],
             **({} if row["op_id"] is None else {"External id": row["op_id"]}),
             "op": row["op"],
-            "module": row["module_name"],
+            "module": labels[row["module_id"]][0] if row["module_id"] in labels else row["module_name"],
             "function": row["function_name"],
             "kernel_us": row["kernel_us"],
         }
@@ -398,7 +409,7 @@ def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice]
     timed = {piece.args["op_id"] for piece in ops}
     cpu_ops = {op_id: row for op_id, row in cpu_ops.items() if op_id in timed}  # an untimed op keeps its row
     host = _module_slices(result, labels) + _call_slices(result, labels) + ops
-    return host, ops, _activity_slices(rows, offset_ns, cpu_ops)
+    return host, ops, _activity_slices(rows, offset_ns, cpu_ops, labels)
 
 
 def _kineto_fields(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -442,6 +453,32 @@ def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     return [entry for entry in entries if len(entry) > 1]
 
 
+def distributed_info(result: ProfileResult) -> dict[str, Any] | None:
+    """Kineto's ``distributedInfo`` of one rank's result; None for a run outside torch.distributed or a merge.
+
+    Parameters
+    ----------
+    result:
+        The result to lay out.
+
+    Returns
+    -------
+    dict or None
+        ``{"rank": r, "world_size": n, "backend": "nccl"}`` (the keys the metadata has; ``rank``
+        always). A merged result holds several ranks in one trace, which HTA cannot read as one rank.
+    """
+    rank = result.metadata.get(schema.RANK_KEY)
+    if rank is None or RANK_COLUMN in result.activity.column_names or not str(rank).isdigit():
+        return None
+    info: dict[str, Any] = {"rank": int(rank)}
+    world_size = str(result.metadata.get(schema.WORLD_SIZE_KEY, ""))
+    if world_size.isdigit():
+        info["world_size"] = int(world_size)
+    if result.metadata.get(schema.DISTRIBUTED_BACKEND_KEY):
+        info["backend"] = str(result.metadata[schema.DISTRIBUTED_BACKEND_KEY])
+    return info
+
+
 def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = None) -> dict[str, Any]:
     """The run as a Chrome trace JSON object in Kineto's conventions.
 
@@ -455,7 +492,8 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
     Returns
     -------
     dict
-        ``{"schemaVersion", "traceEvents", "deviceProperties", "displayTimeUnit", "otherData"}``.
+        ``{"schemaVersion", "traceEvents", "deviceProperties", "displayTimeUnit", "otherData"}``, and
+        ``distributedInfo`` for one rank of a torch.distributed job (:func:`distributed_info`).
     """
     offset_ns, offset_source = gpu_clock_offset(result, gpu_clock_offset_ns)
     host, _, device = _host_and_device(result, offset_ns)
@@ -473,13 +511,17 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
         "flows_skipped": skipped,
         **{f"metadata.{key}": str(value) for key, value in result.metadata.items()},
     }
-    return {
+    trace = {
         "schemaVersion": 1,
         "traceEvents": events,
         "deviceProperties": device_properties(result),
         "displayTimeUnit": "ms",
         "otherData": other,
     }
+    info = distributed_info(result)
+    if info is not None:
+        trace["distributedInfo"] = info
+    return trace
 
 
 class PerfettoRenderer(Renderer):
@@ -498,12 +540,44 @@ class PerfettoRenderer(Renderer):
         self.gpu_clock_offset_ns = gpu_clock_offset_ns
 
     def render(self, result: ProfileResult) -> str:
-        """The trace as compact JSON text."""
+        """The trace as compact JSON text, ``distributedInfo`` (where there is one) first, as Kineto writes it.
+
+        HTA finds a file's rank with the first match of ``"rank":\\s+(\\d+)`` in its text, so that
+        key goes first and keeps the space after its colon (compact JSON has none, and HTA took
+        every such file for rank 0).
+
+        Parameters
+        ----------
+        result:
+            The result to lay out (:func:`perfetto_events`).
+
+        Returns
+        -------
+        str
+            The JSON text.
+        """
         trace = perfetto_events(result, gpu_clock_offset_ns=self.gpu_clock_offset_ns)
-        return json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default)
+        info = trace.pop("distributedInfo", None)
+        body = json.dumps(trace, separators=(",", ":"), allow_nan=False, default=_json_default)
+        if info is None:
+            return body
+        return json.dumps({"distributedInfo": info})[:-1] + "," + body[1:]
 
     def encode(self, text: str, path: Path) -> bytes:
-        """UTF-8, gzip-compressed for a path ending in ``.gz``."""
+        """UTF-8, gzip-compressed for a path ending in ``.gz``.
+
+        Parameters
+        ----------
+        text:
+            What :meth:`render` returned.
+        path:
+            The output file.
+
+        Returns
+        -------
+        bytes
+            The file's content (gzip with a zero timestamp, so that equal traces give equal files).
+        """
         data = text.encode("utf-8")
         return gzip.compress(data, mtime=0) if path.name.lower().endswith(".gz") else data
 

@@ -1,7 +1,8 @@
 """Plain-text tables for a terminal: the summary, the coverage line and a comparison.
 
 Pure functions of a result (or of ``compare()``'s table) that return text, so the CLI only prints.
-Times are in one human unit per column (µs, ms or s, chosen by the column's largest value), counts
+Times are in one human unit per column (µs, ms or s, chosen by the column's largest value; small
+values in ms or s keep two significant digits, ``0.040``), counts
 have thousands separators, kernel names are shortened (:func:`~.base.short_kernel_name`) and the
 one flexible column of a table (the function or kernel name) is cut with ``…`` so that every line
 fits ``width`` characters. No colour and no box drawing: the text pastes anywhere.
@@ -58,11 +59,13 @@ def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
     Parameters
     ----------
     columns:
-        The columns, in order; at most one should be ``flexible``.
+        The columns, in order; the ``flexible`` ones (names) may be cut.
     rows:
         Cell text, one sequence per row, as many cells as columns.
     width:
-        The most characters per line; the flexible column is cut (``…``) to fit, down to 8 characters.
+        The most characters per line. The widest flexible column is cut (``…``) first, a character
+        at a time, so that several share the room left; none below its title or 8 characters, so a
+        line of many fixed columns can still be wider.
 
     Returns
     -------
@@ -71,9 +74,14 @@ def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
     """
     widths = [max([len(c.title), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
-    for i, column in enumerate(columns):
-        if column.flexible and excess > 0:
-            widths[i] = max(widths[i] - excess, min(widths[i], 8))
+    floors = {i: min(widths[i], max(len(column.title), 8)) for i, column in enumerate(columns) if column.flexible}
+    while excess > 0:
+        room = [i for i in floors if widths[i] > floors[i]]
+        if not room:
+            break
+        widest = max(room, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
     lines = []
     for cells in [[c.title for c in columns], *rows]:
         parts = []
@@ -91,8 +99,7 @@ def _count(value: float) -> str:
 
 def _unit_column(values: Sequence[float]) -> tuple[str, list[str]]:
     unit = time_unit(max((abs(v) for v in values), default=0.0))
-    digits = 1 if unit.scale == 1.0 else 2
-    return unit.symbol, [f"{v / unit.scale:,.{digits}f}" for v in values]
+    return unit.symbol, [f"{v / unit.scale:,.{unit.decimals(v)}f}" for v in values]
 
 
 def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
@@ -208,10 +215,9 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
     shown = rows_of_level.head(top)
     values = [float(v) for column in ("before_us", "after_us", "delta_us") for v in shown[column]]
     unit = time_unit(max((abs(v) for v in values), default=0.0))
-    digits = 1 if unit.scale == 1.0 else 2
 
     def time(us: float, signed: bool = False) -> str:
-        return f"{us / unit.scale:{'+' if signed else ''},.{digits}f}"
+        return f"{us / unit.scale:{'+' if signed else ''},.{unit.decimals(us)}f}"
 
     rows = []
     for r in shown.itertuples():
@@ -219,7 +225,7 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
         cells = [name] + ([short_kernel_name(str(r.kernel))] if level == "kernel" else [])
         cells += [time(r.before_us), time(r.after_us), time(r.delta_us, True), _change(r.before_us, r.after_us)]
         rows.append(cells)
-    columns = [Column("function", numeric=False, flexible=level == "function")]
+    columns = [Column("function", numeric=False, flexible=True)]
     if level == "kernel":
         columns.append(Column("kernel", numeric=False, flexible=True))
     symbol = unit.symbol
@@ -234,17 +240,163 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
 
 
 def mismatch_warning(a: ProfileResult, b: ProfileResult) -> str | None:
-    """A one-line warning when two results come from different activity sources or devices, else None."""
+    """A one-line warning when two results come from different activity sources or devices, else None.
+
+    Devices differ when one ran on CUDA and the other on the CPU, or when both name their GPU
+    (``metadata["gpu_name"]``) and the names differ: another GPU runs other kernels at other speeds.
+
+    Parameters
+    ----------
+    a, b:
+        The results compared (before, after).
+
+    Returns
+    -------
+    str or None
+        One line ``comparing <source> on <device> with <source> on <device>: ...`` saying why the
+        difference is not a like-for-like change; None when sources and devices agree.
+    """
 
     def where(result: ProfileResult) -> str:
-        device = result.metadata.get(schema.META_DEVICE)
+        device = result.metadata.get(schema.META_GPU_NAME) or result.metadata.get(schema.META_DEVICE)
         return f"{result.source} on {device}" if device and device != result.source else result.source
 
     sources_differ = a.source.split("/")[0] != b.source.split("/")[0]
     devices_differ = a.metadata.get(schema.META_DEVICE) != b.metadata.get(schema.META_DEVICE)
-    if not (sources_differ or devices_differ):
+    gpus = (a.metadata.get(schema.META_GPU_NAME), b.metadata.get(schema.META_GPU_NAME))
+    gpus_differ = all(gpus) and gpus[0] != gpus[1]
+    if sources_differ or devices_differ:
+        why = "kernel names and times differ by nature (CUDA kernels vs cpu:: ops)"
+    elif gpus_differ:
+        why = "another GPU runs other kernels (names, tile sizes) at other speeds"
+    else:
         return None
-    return (
-        f"comparing {where(a)} with {where(b)}: kernel names and times differ by nature "
-        "(CUDA kernels vs cpu:: ops), so the difference is not a like-for-like change"
-    )
+    return f"comparing {where(a)} with {where(b)}: {why}, so the difference is not a like-for-like change"
+
+
+def _flag(value: object, true: str = "yes", false: str = "no") -> str:
+    """``true`` / ``false`` text for a boolean cell, ``-`` where there is none (NA, NaN, None)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return NO_VALUE
+    return true if bool(value) else false
+
+
+def _ratio(value: float) -> str:
+    return NO_VALUE if value is None or math.isnan(value) else f"{value:,.2f}x"
+
+
+def _error(value: float) -> str:
+    return NO_VALUE if value is None or math.isnan(value) else f"{value:.2g}"
+
+
+def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
+    """``benchmark()``'s table as text: one row per (function, sample, implementation).
+
+    Parameters
+    ----------
+    table:
+        A table returned by :func:`aitune_dispatch.benchmark` (``schema.BENCHMARK_COLUMNS``).
+    width:
+        The most characters per line; function and implementation names are cut to fit.
+
+    Returns
+    -------
+    str
+        The table; ``variant`` is the ``implementation`` (``torch``: the original), the recorded
+        and replayed times share one unit (µs, ms or s), speedups read ``1.25x``, ``kernels``
+        (``kernels_match``) reads ``same`` / ``differ`` and ``ok`` ``yes`` / ``no`` (``-`` where not
+        applicable).
+    """
+    if table.empty:
+        return "(no samples replayed)"
+    values = [float(v) for column in ("recorded_us_per_call", "us_per_call") for v in table[column] if v == v]
+    unit = time_unit(max((abs(v) for v in values), default=0.0))
+
+    def time(us: float) -> str:
+        return NO_VALUE if us != us else f"{us / unit.scale:,.{unit.decimals(us)}f}"
+
+    rows = [
+        [
+            str(r.function_name),
+            _count(r.sample),
+            str(r.implementation),
+            _count(r.calls),
+            time(float(r.recorded_us_per_call)),
+            time(float(r.us_per_call)),
+            _ratio(float(r.speedup)),
+            _flag(r.kernels_match, "same", "differ"),
+            _error(float(r.max_abs_error)),
+            _flag(r.ok),
+        ]
+        for r in table.itertuples()
+    ]
+    columns = [
+        Column("function", numeric=False, flexible=True),
+        Column("sample"),
+        Column("variant", numeric=False, flexible=True),
+        Column("calls"),
+        Column(f"recorded ({unit.symbol})"),
+        Column(f"replayed ({unit.symbol})"),
+        Column("speedup"),
+        Column("kernels", numeric=False),
+        Column("max error"),
+        Column("ok", numeric=False),
+    ]
+    return format_table(columns, rows, width)
+
+
+def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
+    """``weighted_totals()`` as text: per function and implementation, Σ calls × time per call.
+
+    Parameters
+    ----------
+    totals:
+        A table returned by :func:`aitune_dispatch.benchmarking.weighted_totals`.
+    width:
+        The most characters per line; the function name is cut to fit.
+
+    Returns
+    -------
+    str
+        The table, its weighted time in one unit.
+    """
+    if totals.empty:
+        return "(no samples replayed)"
+    symbol, times = _unit_column([float(v) for v in totals["weighted_us"]])
+    rows = [
+        [str(r.function_name), str(r.implementation), _count(r.samples), _count(r.calls), _count(r.fallbacks), t]
+        + [_ratio(float(r.speedup))]
+        for r, t in zip(totals.itertuples(), times)
+    ]
+    columns = [
+        Column("function", numeric=False, flexible=True),
+        Column("variant", numeric=False, flexible=True),
+        Column("samples"),
+        Column("calls"),
+        Column("fallbacks"),
+        Column(f"weighted ({symbol})"),
+        Column("speedup"),
+    ]
+    return format_table(columns, rows, width)
+
+
+BENCH_CSV_DIGITS = {"recorded_us_per_call": 3, "us_per_call": 3, "speedup": 6}  # ns resolution; ratios to 6 places
+
+
+def bench_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """``benchmark()``'s table with its floats rounded for CSV (``164.153``, not ``164.15300000000002``).
+
+    Parameters
+    ----------
+    table:
+        A table returned by :func:`aitune_dispatch.benchmark`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A copy: times to the ns (3 decimals of µs), speedups to 6 places, ``max_abs_error`` to 6
+        significant digits (it is often far below 1e-6).
+    """
+    frame = table.round(BENCH_CSV_DIGITS)
+    frame["max_abs_error"] = [v if v != v else float(f"{v:.6g}") for v in frame["max_abs_error"].astype(float)]
+    return frame

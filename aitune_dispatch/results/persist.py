@@ -16,10 +16,11 @@ tensors) and builds itself from the one :func:`load` returns. Two layouts, picke
   rows sit in their own row groups with the other tables' columns null. The manifest is the file's
   key-value metadata under ``aitune_dispatch.manifest``. With ``with_tensors=True`` the torch.save
   bytes are one row of the ``tensors`` table (column ``tensors.torch_save``; a value is limited to
-  2 GiB, use the directory layout for more). One table back by hand, integers kept as integers
-  (the other tables' rows make its columns nullable)::
+  2 GiB, use the directory layout for more). One table back by hand (here ``calls``), integers
+  kept as integers (the other tables' rows make its columns nullable; a regex, since
+  ``like="calls."`` would also take ``module_calls.*``)::
 
-      pd.read_parquet(f, filters=[("table", "==", "activity")], dtype_backend="numpy_nullable").filter(like="activity.")
+      pd.read_parquet(f, filters=[("table", "==", "calls")], dtype_backend="numpy_nullable").filter(regex="^calls[.]")
 
 In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored

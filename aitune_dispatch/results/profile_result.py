@@ -127,13 +127,25 @@ class ProfileResult:
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
-        """Activity rows enclosed by both a profiled module and a functional call."""
+        """Activity rows enclosed by both a profiled module and a functional call.
+
+        Returns
+        -------
+        pyarrow.Table
+            The rows of ``activity`` with ``module_id >= 0`` and ``call_id >= 0``, every column.
+        """
         return views.attributed(self.activity)
 
     def profiling_df(self) -> pd.DataFrame:
         """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns.
 
         String columns are plain strings (the dtype pandas gives Python strings), not Categorical.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``schema.PROFILING_COLUMNS`` (``module_name, module, function_name, op, kernel,
+            kernel_us``); ``module`` is the module object, None for a loaded result.
         """
         needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
         rows = views.attributed(self.activity.select(needed))  # only the columns the frame is built from
@@ -206,6 +218,12 @@ class ProfileResult:
         """Kernels missing a module or a functional call, with the op and module that launched them.
 
         String columns are plain strings (the dtype pandas gives Python strings), not Categorical.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per unattributed activity row: ``kernel, kind, kernel_us, op, module_name,
+            function_name, op_id, start_ns, stream`` (null ``op_id``: no op claimed it).
         """
         rows = views.unattributed(self.activity)
         columns = ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
@@ -216,6 +234,11 @@ class ProfileResult:
 
         String columns are plain strings (the dtype pandas gives Python strings), not the Categorical
         columns that ``result.activity.to_pandas()`` gives (the categorical view, for those who want it).
+
+        Returns
+        -------
+        pandas.DataFrame
+            Every column of ``activity`` (``schema.ACTIVITY``), one row per kernel, copy, set or CPU op.
         """
         return strings.decoded(self.activity).to_pandas()
 
@@ -241,6 +264,18 @@ class ProfileResult:
 
         Samples keep tensor metadata only unless ``with_tensors=True`` (torch.save of the tensors).
         The layout is documented in :mod:`aitune_dispatch.results.persist`.
+
+        Parameters
+        ----------
+        path:
+            ``*.parquet``: one file; any other path: a directory (replaced if it holds a result).
+        with_tensors:
+            Also keep the sample tensors (needs torch; ``tensors.pt`` or a row of the file).
+
+        Returns
+        -------
+        pathlib.Path
+            The path written.
         """
         return save_result(self, path, with_tensors=with_tensors)
 
@@ -252,6 +287,20 @@ class ProfileResult:
 
         ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
         directory of per-rank results loads as their merge (:func:`load`).
+
+        Parameters
+        ----------
+        path:
+            A saved result (directory or ``*.parquet`` file), or a directory of per-rank results.
+        with_tensors:
+            Restore the saved sample tensors (needs torch and a result saved ``with_tensors=True``).
+        map_location:
+            Where the tensors go (``torch.load``'s ``map_location``); None: the devices they were saved from.
+
+        Returns
+        -------
+        ProfileResult
+            The result, its string columns dictionary-encoded as in memory.
         """
         return load(path, with_tensors=with_tensors, map_location=map_location)
 

@@ -23,7 +23,25 @@ from ..schema import FunctionData, tensor_strides
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """A saved tensor's metadata, no data: ``numel()`` and ``element_size()`` as a tensor has."""
+    """A saved tensor's metadata, no data: ``numel()`` and ``element_size()`` as a tensor has.
+
+    Samples of a result loaded without its tensors hold these in place of tensors.
+
+    Attributes
+    ----------
+    shape:
+        The tensor's sizes.
+    dtype:
+        The dtype's name without ``torch.``: ``"float32"``.
+    stride:
+        The strides in elements; None where the tensor has none (a sparse tensor).
+    device:
+        ``str(tensor.device)``: ``"cuda:0"``, ``"cpu"``.
+    layout:
+        The layout's name without ``torch.``: ``"strided"``.
+    itemsize:
+        Bytes per element.
+    """
 
     shape: tuple[int, ...]
     dtype: str
@@ -34,7 +52,18 @@ class TensorMeta:
 
     @classmethod
     def from_tensor(cls, tensor: Any) -> TensorMeta:
-        """The metadata of a torch tensor (or a TensorMeta, returned as is)."""
+        """The metadata of a torch tensor (or a TensorMeta, returned as is).
+
+        Parameters
+        ----------
+        tensor:
+            A ``torch.Tensor``, or a TensorMeta.
+
+        Returns
+        -------
+        TensorMeta
+            Its shape, dtype, strides, device, layout and element size.
+        """
         if isinstance(tensor, TensorMeta):
             return tensor
         strides = tensor_strides(tensor)
@@ -53,11 +82,23 @@ class TensorMeta:
         return len(self.shape)
 
     def numel(self) -> int:
-        """Number of elements (1 for a scalar)."""
+        """Number of elements, as ``torch.Tensor.numel()``.
+
+        Returns
+        -------
+        int
+            The product of ``shape`` (1 for a scalar).
+        """
         return math.prod(self.shape)
 
     def element_size(self) -> int:
-        """Bytes per element."""
+        """Bytes per element, as ``torch.Tensor.element_size()``.
+
+        Returns
+        -------
+        int
+            ``itemsize``.
+        """
         return self.itemsize
 
 

@@ -172,7 +172,7 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
     Returns
     -------
     list[tuple[str, Callable]]
-        ``(name, torch.nn.functional.<name>)`` pairs.
+        ``(name, function)`` pairs sorted by name, e.g. ``("linear", torch.nn.functional.linear)``.
 
     Raises
     ------

@@ -24,7 +24,13 @@ UNATTRIBUTED = "(not attributed)"
 
 
 class ResultTables(Protocol):
-    """What the views read of a result (``ProfileResult`` has it all), read-only."""
+    """What the views read of a result (``ProfileResult`` has it all), read-only.
+
+    Attributes
+    ----------
+    activity, ops, calls, modules, module_calls:
+        The result's Arrow tables (``schema.ACTIVITY``, ``OPS``, ``CALLS``, ``MODULES``, ``MODULE_CALLS``).
+    """
 
     @property
     def activity(self) -> pa.Table: ...
@@ -61,33 +67,99 @@ def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:
 
 
 def attributed(activity: pa.Table) -> pa.Table:
-    """The rows of ``activity`` that :func:`attributed_mask` keeps."""
+    """The rows of ``activity`` that :func:`attributed_mask` keeps.
+
+    Parameters
+    ----------
+    activity:
+        A joined activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    pyarrow.Table
+        Its rows with ``module_id >= 0`` and ``call_id >= 0``: those ``profiling_df`` reports.
+    """
     return activity.filter(attributed_mask(activity))
 
 
 def unattributed(activity: pa.Table) -> pa.Table:
-    """The rows of ``activity`` that :func:`attributed_mask` leaves out."""
+    """The rows of ``activity`` that :func:`attributed_mask` leaves out.
+
+    Parameters
+    ----------
+    activity:
+        A joined activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    pyarrow.Table
+        Its rows outside the profiled hierarchy or outside any functional call.
+    """
     return activity.filter(pc.invert(attributed_mask(activity)))
 
 
 def total_us(activity: pa.Table) -> float:
-    """Kernel time of every row of ``activity``, microseconds (0.0 when empty)."""
+    """Kernel time of every row of ``activity``.
+
+    Parameters
+    ----------
+    activity:
+        An activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    float
+        The sum of ``kernel_us``, µs (0.0 when empty).
+    """
     return float(pc.sum(activity["kernel_us"]).as_py() or 0.0)
 
 
 def attributed_us(activity: pa.Table) -> float:
-    """Kernel time of the attributed rows, microseconds."""
+    """Kernel time of the attributed rows.
+
+    Parameters
+    ----------
+    activity:
+        A joined activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    float
+        The ``kernel_us`` of :func:`attributed`'s rows, µs.
+    """
     return total_us(attributed(activity))
 
 
 def coverage(activity: pa.Table) -> float:
-    """Attributed kernel time over all kernel time (NaN when nothing ran)."""
+    """Attributed kernel time over all kernel time.
+
+    Parameters
+    ----------
+    activity:
+        A joined activity table (schema ``ACTIVITY``).
+
+    Returns
+    -------
+    float
+        :func:`attributed_us` / :func:`total_us`, 0 to 1; NaN when nothing ran.
+    """
     total = total_us(activity)
     return attributed_us(activity) / total if total > 0 else math.nan
 
 
 def activity_kinds(result: ResultTables) -> dict[str, int]:
-    """Activity rows per kind (``schema.ACTIVITY_KINDS``), most first."""
+    """Activity rows per kind (``schema.ACTIVITY_KINDS``), most first.
+
+    Parameters
+    ----------
+    result:
+        A result (:class:`ResultTables`).
+
+    Returns
+    -------
+    dict of str to int
+        ``{"kernel": 78, "memset": 4}``; empty when nothing ran.
+    """
     if result.activity.num_rows == 0:
         return {}
     counts = pc.value_counts(result.activity["kind"]).to_pylist()

@@ -61,12 +61,36 @@ def module_label(name: str | None, module_type: str | None) -> str:
 
 
 def local_name(name: str | None, module_type: str | None) -> str:
-    """The last component of a module name (``qkv`` for ``blocks.0.qkv``); the root's label for the root."""
+    """The last component of a module name (``qkv`` for ``blocks.0.qkv``); the root's label for the root.
+
+    Parameters
+    ----------
+    name:
+        The module's dotted name; ``""`` (or None) for the root.
+    module_type:
+        Its class name, which labels the root (``DemoModel (root)``).
+
+    Returns
+    -------
+    str
+        The icicle's label of the module.
+    """
     return name.rsplit(".", 1)[-1] if name else module_label(name, module_type)
 
 
 def module_labels(result: ResultTables) -> dict[int, tuple[str, str]]:
-    """``module_id -> (label, module_type)`` for every module of the result (:func:`module_label`)."""
+    """``module_id -> (label, module_type)`` for every module of the result (:func:`module_label`).
+
+    Parameters
+    ----------
+    result:
+        A result (:class:`ResultTables`).
+
+    Returns
+    -------
+    dict of int to (str, str)
+        The full name (the root: ``<Type> (root)``) and class name of each module.
+    """
     modules = result.modules.to_pydict()
     return {
         module_id: (module_label(name, kind), kind or "")
