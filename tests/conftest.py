@@ -63,6 +63,16 @@ def h200_result():
     return load(fixture_results.H200_RESULT)
 
 
+@pytest.fixture(scope="session")
+def h200_launches_result():
+    """The demo recorded on the H200 with launch records (tests/data/h200_demo_launches), once per session."""
+    import fixture_results
+
+    from aitune_dispatch import load
+
+    return load(fixture_results.H200_LAUNCHES_RESULT)
+
+
 @pytest.fixture
 def cpu_profiler(request: pytest.FixtureRequest):
     """A CPU profiler of this test's tracing backend (the profiler resolves its backend when built, so

@@ -23,6 +23,8 @@ from aitune_dispatch.results import ProfileResult, merge
 from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, LAUNCHES, MODULE_CALLS, MODULES, OPS
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
+# the same demo recorded again on the H200 after results kept launch records and the GPU's properties
+H200_LAUNCHES_RESULT = Path(__file__).parent / "data" / "h200_demo_launches"
 
 
 def demo_result() -> ProfileResult:

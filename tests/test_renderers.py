@@ -28,6 +28,7 @@ pytestmark = pytest.mark.single_backend  # the results are built once; no tracin
 RESULTS: dict[str, Callable[[pytest.FixtureRequest], ProfileResult]] = {
     "demo": lambda request: request.getfixturevalue("demo_result"),
     "h200": lambda request: request.getfixturevalue("h200_result"),
+    "h200_launches": lambda request: request.getfixturevalue("h200_launches_result"),
     "synthetic": lambda request: synthetic_result(),
     "layered": lambda request: layered_result(),
     "empty": lambda request: empty_result(),

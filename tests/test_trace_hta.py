@@ -5,11 +5,11 @@ launching op from ``External id`` and ``correlation``; before the Kineto fields 
 assigned every event to stream −1 and found no kernels. It pairs each CUDA runtime / driver event
 (``cat: "cuda_runtime"`` / ``"cuda_driver"``) with the GPU event of the same ``correlation``
 (``index_correlation``) and reads launches by name (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...).
-The first test checks those fields without HTA; the others load traces with HTA itself (``pip
+The first tests check those fields without HTA; the others load traces with HTA itself (``pip
 install HolisticTraceAnalysis``): they skip where HTA is missing, except under CI (``CI=true``),
-where scripts/test.sh installs it and a missing HTA fails the run. The H200 demo result was saved
-before results kept launch records; the launch events come from the hand-made result of
-``test_reports.py``.
+where scripts/test.sh installs it and a missing HTA fails the run. ``tests/data/h200_demo_result``
+was saved before results kept launch records; ``tests/data/h200_demo_launches`` is the same demo
+recorded again on the H200 (``gpu_run.sh quick``) with its CUPTI launch records and GPU properties.
 """
 
 from __future__ import annotations
@@ -56,6 +56,48 @@ def test_trace_has_the_fields_htas_parser_reads(trace_dir, h200_result):
     # saved before results kept launch records: no launch slices, so no arrows (the op is in the args)
     assert result.launches.num_rows == 0
     assert not [e for e in trace["traceEvents"] if e["ph"] in ("s", "f") or e.get("cat") == "cuda_runtime"]
+
+
+@pytest.fixture(scope="module")
+def launches_trace_dir(tmp_path_factory: pytest.TempPathFactory, h200_launches_result) -> Path:
+    directory = tmp_path_factory.mktemp("hta_launches")
+    write_perfetto(h200_launches_result, directory / "rank-0.json.gz")
+    return directory
+
+
+def test_every_launch_of_a_real_run_is_a_slice_with_an_arrow_forward_to_what_it_launched(
+    launches_trace_dir, h200_launches_result
+):
+    result = h200_launches_result
+    trace = json.loads(gzip.decompress((launches_trace_dir / "rank-0.json.gz").read_bytes()))
+    events = trace["traceEvents"]
+    gpu = {e["args"]["correlation"]: e for e in events if e["ph"] == "X" and e["cat"] in GPU_CATS.values()}
+    launches = [e for e in events if e["ph"] == "X" and e["cat"] in ("cuda_runtime", "cuda_driver")]
+    assert len(gpu) == result.activity.num_rows > 0
+    assert len(launches) == result.launches.num_rows
+    # one launch slice per GPU event, on the host (pid of a process, not of a GPU), named by its API
+    by_correlation = {e["args"]["correlation"]: e for e in launches}
+    assert set(by_correlation) == set(gpu) and len(by_correlation) == len(launches)
+    api = {row["correlation_id"]: row for row in result.launches.to_pylist()}
+    for correlation, launch in by_correlation.items():
+        row = api[correlation]
+        assert launch["name"] == row["api_name"] and launch["cat"] == f"cuda_{row['api']}"
+        assert launch["pid"] < 100 <= gpu[correlation]["pid"]  # a host process's slice, a GPU's event
+    # an ac2g arrow from each launch slice's start to its GPU event's start, never back in time
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "ac2g"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "ac2g"}
+    assert set(starts) == set(ends) and len(starts) == len(gpu)
+    launched_at = {(e["pid"], e["tid"], e["ts"]) for e in launches}
+    gpu_at = {(e["pid"], e["tid"], e["ts"]) for e in gpu.values()}
+    for flow, start in starts.items():
+        end = ends[flow]
+        assert start["ts"] <= end["ts"], (start, end)
+        assert (start["pid"], start["tid"], start["ts"]) in launched_at
+        assert (end["pid"], end["tid"], end["ts"]) in gpu_at
+    # the GPU as Kineto describes it, from what the capture recorded
+    (device,) = trace["deviceProperties"]
+    assert device["name"] == result.metadata["gpu_name"] and device["numSms"] == int(result.metadata["gpu_sm_count"])
+    assert device["totalGlobalMem"] == int(result.metadata["gpu_memory_bytes"])
 
 
 def _trace_analysis(trace_dir: Path):
@@ -134,3 +176,21 @@ def test_hta_temporal_breakdown_with_its_ns_rounding_off(trace_dir, h200_result,
     (row,) = analysis.get_temporal_breakdown(visualize=False).to_dict("records")
     busy = row["compute_time(us)"] + row["non_compute_time(us)"]  # kernels (78) + memsets (4), merged
     assert busy == pytest.approx(h200_result.total_us, abs=0.01)  # 232.7 µs, no kernel overlaps another
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_hta_pairs_every_kernel_launch_of_a_real_run(launches_trace_dir, h200_launches_result, monkeypatch):
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")  # else sub-µs memsets last -1 µs (see below)
+    analysis = _trace_analysis(launches_trace_dir)
+    stats = analysis.get_cuda_kernel_launch_stats(visualize=False)[0]
+    activity = h200_launches_result.activity.to_pandas()
+    launches = h200_launches_result.launches.to_pandas().set_index("correlation_id")
+    # HTA's launch statistics cover the runtime API's launches, kernels and memsets alike (not the
+    # driver's cuLaunchKernel of Triton or cuBLASLt): every one of them, paired with what it launched
+    runtime = {c for c in activity["correlation_id"] if launches.loc[c, "api"] == "runtime"}
+    assert {"kernel", "memset"} <= set(activity.loc[activity["correlation_id"].isin(runtime), "kind"])
+    assert runtime and set(stats["correlation"]) == runtime
+    assert (stats["cpu_duration"] >= 0).all() and (stats["gpu_duration"] >= 0).all()
+    assert (stats["launch_delay"] >= 0).all()  # no kernel starts before its launch
+    kinds, _ = analysis.get_gpu_kernel_breakdown(visualize=False)
+    assert kinds["sum"].sum() > 0
