@@ -138,8 +138,13 @@ def _tensors(value: Any, found: dict[int, torch.Tensor]) -> None:
             _tensors(item, found)
 
 
+def _dense(tensor: torch.Tensor) -> bool:
+    """A plain strided tensor: shape and strides describe its storage (a nested tensor's do not)."""
+    return tensor.layout == torch.strided and not tensor.is_nested
+
+
 def _storage_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
-    if tensor.layout != torch.strided or _span(tuple(tensor.shape), tuple(tensor.stride())) == 0:
+    if not _dense(tensor) or _span(tuple(tensor.shape), tuple(tensor.stride())) == 0:
         return None
     return (tensor.untyped_storage().data_ptr(), tensor.device, tensor.dtype, tensor.requires_grad)
 
@@ -153,7 +158,7 @@ def _clones(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
         if key is None:
             copies[id(tensor)] = (
                 tensor.detach().clone()
-                if tensor.layout != torch.strided
+                if not _dense(tensor)
                 else torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
             ).requires_grad_(tensor.requires_grad)
         else:

@@ -67,15 +67,10 @@ def _number(value: Any, digits: int = 1) -> str:
 
 
 # -- sample values as text (duck typing: torch tensors and saved tensor metadata alike) ------------------
-def is_tensor_like(value: Any) -> bool:
-    """Whether ``value`` looks like a tensor or tensor metadata (has ``shape`` and ``dtype``)."""
-    return not isinstance(value, type) and hasattr(value, "shape") and hasattr(value, "dtype")
-
-
 def tensor_text(value: Any) -> str:
     """``float32[4, 64] stride (64, 1)``: dtype, shape and strides of a tensor-like value."""
     dtype = str(value.dtype).removeprefix("torch.")
-    shape = ", ".join(str(int(size)) for size in value.shape)
+    shape = ", ".join(map(schema.size_text, schema.tensor_shape(value)))
     stride = tensor_strides(value)
     text = f"{dtype}[{shape}]"
     return text if stride is None else f"{text} stride ({', '.join(map(str, stride))}{',' if len(stride) == 1 else ''})"
@@ -87,7 +82,7 @@ def _clip(text: str) -> str:
 
 def value_text(value: Any) -> str:
     """A sample argument as short text: tensors as dtype/shape/stride, containers element-wise."""
-    if is_tensor_like(value):
+    if schema.is_tensor_like(value):
         return tensor_text(value)
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
         inner = ", ".join(value_text(item) for item in value)

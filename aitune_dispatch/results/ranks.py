@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import schema, strings
-from ..schema import FunctionData, tensor_strides
+from ..schema import FunctionData, is_tensor_like, tensor_shape, tensor_strides
 from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
 
@@ -168,10 +168,10 @@ def sample_identity(value: Any) -> Any:
     object
         The key; a live tensor and the TensorMeta saved from it have the same key.
     """
-    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "element_size"):
+    if is_tensor_like(value):
         return (
             "tensor",
-            tuple(int(s) for s in value.shape),
+            tensor_shape(value),
             str(value.dtype).removeprefix("torch."),
             tensor_strides(value),
             str(getattr(value, "device", "")),

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .. import schema, strings
-from ..schema import SAMPLE_COLUMNS, tensor_strides
+from ..schema import SAMPLE_COLUMNS, is_tensor_like, size_text, tensor_shape, tensor_strides
 from .views import attributed, attributed_us
 
 __all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "no_sample_column", "sample_table", "signature"]
@@ -56,8 +56,8 @@ def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def _tensor_text(value: Any) -> str:
-    shape = tuple(int(s) for s in value.shape)
-    text = f"{_dtype_text(value.dtype)}[{','.join(map(str, shape))}]"
+    shape = tensor_shape(value)
+    text = f"{_dtype_text(value.dtype)}[{','.join(map(size_text, shape))}]"
     strides = tuple(int(s) for s in tensor_strides(value) or ())
     if strides and strides != _contiguous_strides(shape):
         text += "{" + ",".join(map(str, strides)) + "}"  # non-contiguous: the strides, in braces
@@ -65,7 +65,7 @@ def _tensor_text(value: Any) -> str:
 
 
 def _value_text(value: Any) -> str:
-    if hasattr(value, "shape") and hasattr(value, "element_size"):  # a tensor or a saved TensorMeta
+    if is_tensor_like(value):  # a tensor or a saved TensorMeta
         return _tensor_text(value)
     if isinstance(value, (tuple, list)):
         inner = ",".join(_value_text(item) for item in value)

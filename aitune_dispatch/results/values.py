@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import schema
-from ..schema import FunctionData, tensor_strides
+from ..schema import FunctionData, nested_parts, tensor_shape, tensor_strides
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class TensorMeta:
         The layout's name without ``torch.``: ``"strided"``.
     itemsize:
         Bytes per element.
+    parts:
+        A nested tensor's part shapes (its ``shape`` is then ``(parts, *sizes)`` with
+        ``schema.RAGGED`` where they differ, and ``layout`` is ``"nested"`` or ``"jagged"``); None
+        for any other tensor.
     """
 
     shape: tuple[int, ...]
@@ -49,6 +53,7 @@ class TensorMeta:
     device: str
     layout: str
     itemsize: int
+    parts: tuple[tuple[int, ...], ...] | None = None
 
     @classmethod
     def from_tensor(cls, tensor: Any) -> TensorMeta:
@@ -67,13 +72,16 @@ class TensorMeta:
         if isinstance(tensor, TensorMeta):
             return tensor
         strides = tensor_strides(tensor)
+        parts = nested_parts(tensor)
+        layout = str(tensor.layout).removeprefix("torch.")
         return cls(
-            shape=tuple(int(s) for s in tensor.shape),
+            shape=tensor_shape(tensor),
             dtype=str(tensor.dtype).removeprefix("torch."),
             stride=None if strides is None else tuple(int(s) for s in strides),
             device=str(tensor.device),
-            layout=str(tensor.layout).removeprefix("torch."),
+            layout="nested" if parts is not None and layout == "strided" else layout,
             itemsize=int(tensor.element_size()),
+            parts=parts,
         )
 
     @property
@@ -87,8 +95,10 @@ class TensorMeta:
         Returns
         -------
         int
-            The product of ``shape`` (1 for a scalar).
+            The product of ``shape`` (1 for a scalar); a nested tensor's, summed over its parts.
         """
+        if self.parts is not None:
+            return sum(math.prod(part) for part in self.parts)
         return math.prod(self.shape)
 
     def element_size(self) -> int:
@@ -156,6 +166,8 @@ def _tensor_json(value: Any, tensors: list[Any] | None) -> dict[str, Any]:
         "element_size": meta.itemsize,
         "index": index,
     }
+    if meta.parts is not None:
+        entry["parts"] = [list(part) for part in meta.parts]
     return {"__tensor__": entry}
 
 
@@ -200,6 +212,7 @@ def _decode_tensor(entry: dict[str, Any], tensors: list[Any] | None) -> Any:
         device=entry["device"],
         layout=entry["layout"],
         itemsize=entry["element_size"],
+        parts=None if entry.get("parts") is None else tuple(tuple(part) for part in entry["parts"]),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..schema import FunctionData, Sample, tensor_strides
+from ..schema import FunctionData, Sample, nested_parts, tensor_strides
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
 
@@ -21,6 +21,8 @@ _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch
 
 
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
+    if value.is_nested:  # no shape of its own: its parts' shapes (the native keyer hands these over)
+        return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
     return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
 
 
