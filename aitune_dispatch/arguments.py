@@ -42,6 +42,14 @@ def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
     """
     if data is None:
         return None
+    if _is_pair(data):
+        raise SampleError(
+            "data must be a list of (args, kwargs) pairs; got one pair: pass [data], e.g. [((x,), {})]"
+        )
+    if isinstance(data, (str, bytes, Mapping)) or not isinstance(data, Iterable) or hasattr(data, "dtype"):
+        raise SampleError(
+            f"data must be a list of (args, kwargs) pairs such as [((x,), {{}})]; got {type(data).__name__}"
+        )
     samples = []
     for index, item in enumerate(data):
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
@@ -55,6 +63,16 @@ def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
             )
         samples.append((tuple(args), dict(kwargs)))
     return samples
+
+
+def _is_pair(value: Any) -> bool:
+    """``((x,), {})`` itself rather than a list of such pairs."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], (tuple, list))
+        and isinstance(value[1], Mapping)
+    )
 
 
 def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
@@ -119,7 +137,15 @@ def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sampl
             "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
             f"warmup); got {warmup_iterations!r}"
         )
-    return normalize_samples(data)
+    samples = normalize_samples(data)
+    if samples == []:
+        warnings.warn(
+            "data is empty: the function is never called, so the result is empty; pass samples such as "
+            "[((x,), {})], or data=None to call the function once without arguments",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return samples
 
 
 def warn_unknown_names(function_names: frozenset[str] | None) -> bool:

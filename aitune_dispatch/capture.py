@@ -269,7 +269,7 @@ def _recorded(
     )
     session = TraceSession(modules, tracer)
     _traced_pass(function, samples, session, source, clock, config.cuda)
-    return post_process(config, session, source, clock, provenance)
+    return post_process(config, session, source, clock, provenance, called=samples != [])
 
 
 def post_process(
@@ -278,6 +278,8 @@ def post_process(
     source: collection.ActivitySource,
     clock: PhaseClock,
     provenance: ProvenanceCapture,
+    *,
+    called: bool = True,
 ) -> ProfileResult:
     """Everything after the recorded pass: decode the trace and the activity, join them, attribute, build the result.
 
@@ -293,6 +295,8 @@ def post_process(
         The run's phase clock: ``decode`` and ``join`` are timed here.
     provenance:
         The capture bracketing the run (compiled kernels and CUDA graph replays).
+    called:
+        Whether the pass called the function (False for empty ``data``: no "never ran" warning).
 
     Returns
     -------
@@ -303,7 +307,7 @@ def post_process(
     clock.tell("decode", 0)
     trace = session.tables()
     provenance.recorded(trace)  # the graph nodes the recorded pass created, with its trace
-    trace_messages = trace_warnings(trace, modules)
+    trace_messages = trace_warnings(trace, modules, called=called)
     for message in trace_messages:
         warnings.warn(message, RuntimeWarning, stacklevel=6)  # profile()'s caller
     modules_table = session.modules_table()

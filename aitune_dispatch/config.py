@@ -106,7 +106,10 @@ def normalize_device(device: Any) -> str:
         return "cuda"
     kind = _device_type(device)
     if kind not in DEVICES:
-        raise ValueError(f"device must be {one_of((None, *DEVICES))}; got {device!r}")
+        raise ValueError(
+            f"device must be {one_of((None, *DEVICES))} (or 'cuda:N', or a torch.device of those types); "
+            f"got {device!r}"
+        )
     return kind
 
 

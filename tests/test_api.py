@@ -162,3 +162,42 @@ def test_profile_is_not_reentrant(cpu_profiler):
 
     cpu_profiler.profile(Nested(), [((torch.randn(2),), {})], warmup_iterations=0)
     assert inner_error and "already running" in inner_error[0]
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (((torch.randn(2, 128),), {}), "got one pair: pass [data]"),
+        (torch.randn(2, 128), "got Tensor"),
+        ({"x": 1}, "got dict"),
+        ("x", "got str"),
+    ],
+)
+def test_data_that_is_not_a_list_of_pairs_is_named_as_such(cpu_profiler, data, says):
+    with pytest.raises(ValueError, match=r"^data must be a list of \(args, kwargs\) pairs") as info:
+        cpu_profiler.profile(quickstart_model(), data, warmup_iterations=0)
+    assert says in str(info.value)
+
+
+def test_empty_data_is_said_once_and_is_not_a_module_that_never_ran(cpu_profiler):
+    with pytest.warns(RuntimeWarning) as caught:
+        profiling_df, function_data = cpu_profiler.profile(quickstart_model(), [], warmup_iterations=0)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and messages[0].startswith("data is empty"), messages
+    assert profiling_df.empty and not function_data
+
+
+def test_describe_results_top_k_must_be_an_integer(cpu_profiler):
+    profiling_df, function_data = cpu_profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})])
+    for bad in (1.5, "3", True, -1, None):
+        with pytest.raises(ValueError, match="top_k must be a non-negative integer"):
+            cpu_profiler.describe_results(profiling_df, function_data, top_k=bad)
+    import numpy as np
+
+    assert len(cpu_profiler.describe_results(profiling_df, function_data, top_k=np.int64(1))) == 1
+
+
+def test_a_bad_device_names_the_accepted_forms():
+    with pytest.raises(ValueError, match=r"'cuda:N'") as info:
+        ModuleFunctionKernelProfiler(device="cuda:x")
+    assert "got 'cuda:x'" in str(info.value)

@@ -8,6 +8,7 @@ metadata both provide.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,7 +76,7 @@ def describe_results(
         time), not only the top_k; ``calls`` and ``num_distinct_samples`` are NaN for a function
         whose samples were not collected (``function_names``).
     """
-    if top_k is None or int(top_k) < 0:
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
         raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
     if profiling_df.empty:
         return empty_summary()

@@ -82,6 +82,11 @@ def scripted_warning(tracker: ModuleTracker) -> list[str]:
     ]
 
 
-def trace_warnings(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
-    """Every message for one finished pass, in a stable order."""
-    return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran_warning(trace, tracker)]
+def trace_warnings(trace: TraceTables, tracker: ModuleTracker, *, called: bool = True) -> list[str]:
+    """Every message for one finished pass, in a stable order.
+
+    ``called``: whether the pass called the function at all (False for empty ``data``, which is
+    warned of up front: then no module running is no surprise).
+    """
+    never_ran = never_ran_warning(trace, tracker) if called else []
+    return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran]
