@@ -29,7 +29,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from . import collection, schema
+from . import collection, interrupts, schema
 from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
@@ -87,7 +87,8 @@ def run_pass(
     """
     calls: list[Sample] = [((), {})] if samples is None else samples
     for done, (args, kwargs) in enumerate(calls, start=1):
-        function(*args, **kwargs)
+        with interrupts.delivered():  # Ctrl-C reaches the user's code; ours runs with it held
+            function(*args, **kwargs)
         if after_each is not None:
             after_each(done, len(calls))
 
@@ -210,7 +211,7 @@ def record(
     """
     compiled = uses_compile(function, root)
     config = replace(config, op_tracer=backend_for_run(resolve_backend(config.op_tracer), compiled))
-    with _one_capture():
+    with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
         # threads running now are not the profiled function's; those it starts, in warm-up passes too, are
         running_before = other_threads_running()
         source = make_source(config)

@@ -65,6 +65,7 @@ MODULE_STAGES = {
     "provenance_capture": "capture",  # brackets record(): traced warm-up, graph observer, attribution
     "capture": "capture",
     "arguments": "capture",  # profile()'s arguments, checked before the capture
+    "interrupts": "capture",  # Ctrl-C held while record() installs and removes
     "profiler": "profiler",
     "cli": "cli",
 }

@@ -1,0 +1,172 @@
+"""Ctrl-C during profile(): it reaches the user's code at once, never our setup or teardown half-way.
+
+SIGINT is raised with ``signal.raise_signal``, as a terminal's Ctrl-C is: the handler in place
+decides, so these tests exercise what a user's Ctrl-C does (``tests/test_restoration.py`` raises
+KeyboardInterrupt from the model itself).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from test_restoration import global_state, module_state
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler, interrupts
+from aitune_dispatch.capture import _process_lock
+
+pytestmark = pytest.mark.skipif(
+    signal.getsignal(signal.SIGINT) is not signal.default_int_handler, reason="needs Python's own SIGINT handler"
+)
+
+
+def test_sigint_is_held_in_our_code_and_delivered_in_the_users():
+    order = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            signal.raise_signal(signal.SIGINT)  # in our code: noted, not raised
+            order.append("held")
+            with pytest.raises(KeyboardInterrupt):
+                with interrupts.delivered():  # the user's code: the noted one is raised on entry
+                    order.append("never")
+            order.append("delivered")
+            with interrupts.delivered():
+                order.append("user")
+            signal.raise_signal(signal.SIGINT)
+            order.append("cleanup")
+    # raised at the end of the held block, after its own code ran
+    assert order == ["held", "delivered", "user", "cleanup"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_off_the_main_thread_both_are_no_ops():
+    seen = []
+
+    def worker() -> None:
+        with interrupts.held(), interrupts.delivered():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler]
+
+
+@pytest.mark.parametrize("phase", ["warmup", "pass", "decode", "join"])
+def test_ctrl_c_while_our_code_runs_leaves_nothing_installed(cpu_profiler, phase):
+    model = nn.Sequential(nn.Linear(8, 8), nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)).eval()
+    x = torch.randn(2, 3, 8)
+    before_global, before_modules = global_state(), module_state(model)
+    reached = []
+
+    def on_progress(step) -> None:  # noqa: ANN001  (capture.Step): called from our own code
+        if step.phase == phase and step.done == 0 and not reached:
+            reached.append(step.phase)
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        cpu_profiler.profile_result(model, [((x,), {})] * 2, warmup_iterations=1, on_progress=on_progress)
+    assert reached == [phase]
+    assert global_state() == before_global and module_state(model) == before_modules
+    assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    profiling_df, _ = cpu_profiler.profile(model, [((x,), {})], warmup_iterations=0)  # and the next one works
+    assert "linear" in set(profiling_df["function_name"])
+
+
+def test_ctrl_c_inside_the_users_function_is_raised_there(cpu_profiler):
+    model = nn.Linear(4, 4)
+    caught = []
+
+    def function(x: torch.Tensor) -> torch.Tensor:
+        try:
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0)  # the handler runs at the next bytecode
+        except KeyboardInterrupt:
+            caught.append("in the function")
+        return model(x)
+
+    cpu_profiler.profile(function, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=1)
+    assert caught == ["in the function", "in the function"]  # the warm-up call and the recorded one
+
+
+def test_ctrl_c_at_random_moments_never_leaves_the_profiler_installed(tracing_backend):
+    model = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    samples = [((x,), {})] * 20
+    before_global, before_modules = global_state(), module_state(model)
+    start = time.perf_counter()
+    ModuleFunctionKernelProfiler(device="cpu").profile(model, samples, warmup_iterations=1)
+    took = time.perf_counter() - start
+    previous = signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))  # a Ctrl-C
+    rng = random.Random(0)
+    interrupted = 0
+    try:
+        for _ in range(40):
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-4, took))
+            try:
+                ModuleFunctionKernelProfiler(device="cpu").profile(model, samples, warmup_iterations=1)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                interrupted += 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert global_state() == before_global and module_state(model) == before_modules
+            assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    except KeyboardInterrupt:
+        pass  # an alarm that fired after its profile() returned, between two asserts
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert global_state() == before_global and module_state(model) == before_modules
+    assert interrupted > 0
+
+
+def _profile_with_sigint_at(event_index: int | None, model: nn.Module, x: torch.Tensor) -> tuple[int, bool]:
+    """One profile() with SIGINT raised at its ``event_index``-th traced line (None: count them)."""
+    seen = 0
+    fired = False
+
+    def trace(frame, event, arg):  # noqa: ANN001, ANN202
+        nonlocal seen, fired
+        if event == "line":
+            seen += 1
+            if seen == event_index and not fired:
+                fired = True
+                signal.raise_signal(signal.SIGINT)  # a Ctrl-C arriving at this line
+        return trace
+
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    interrupted = False
+    import sys
+
+    sys.settrace(trace)
+    try:
+        profiler.profile(model, [((x,), {})], warmup_iterations=1)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sys.settrace(None)
+    return seen, interrupted
+
+
+def test_ctrl_c_at_any_line_of_profile_leaves_nothing_installed(tracing_backend):
+    model = nn.Sequential(nn.Linear(16, 16), nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)).eval()
+    x = torch.randn(2, 5, 16)
+    before_global, before_modules = global_state(), module_state(model)
+    lines, _ = _profile_with_sigint_at(None, model, x)
+    step = max(1, lines // 400)
+    interrupted = 0
+    for index in range(1, lines + 1, step):
+        _, was = _profile_with_sigint_at(index, model, x)
+        interrupted += was
+        assert global_state() == before_global and module_state(model) == before_modules, index
+        assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler, index
+        assert torch._C._len_torch_function_stack() == 0, index
+    assert interrupted > 0
+    profiling_df, _ = ModuleFunctionKernelProfiler(device="cpu").profile(model, [((x,), {})], warmup_iterations=0)
+    assert "linear" in set(profiling_df["function_name"])
