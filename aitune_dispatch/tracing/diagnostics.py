@@ -50,8 +50,12 @@ def thread_warnings(trace: TraceTables) -> list[str]:
 
 
 def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
-    """A message when no module of the hierarchy ran on the traced threads during the pass."""
-    if trace.module_calls.num_rows:
+    """A message when no module of the hierarchy ran during the pass, on any thread.
+
+    Forwards left out because they ran on threads that were running before ``profile()`` did run:
+    :func:`thread_warnings` says so, and this says nothing.
+    """
+    if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
         return []  # compiled in place (root.compile()): its hooks run compiled, so no forward is seen
