@@ -4,13 +4,16 @@ A KeyboardInterrupt is raised at whatever bytecode the main thread runs when SIG
 the user's function that is what the user asked for, and every ``finally`` of ours unwinds it. Inside
 our own setup or teardown (between taking the process lock and entering its ``try``, half-way
 through restoring hooks, modes and gates) it would leave the profiler installed for the rest of the
-process. So :func:`held` keeps SIGINT's handler from running during ``record()``, and
-:func:`delivered` lets it run again around each call of the user's function. A signal that arrives
-while held runs the original handler (by default: raises KeyboardInterrupt) as soon as the user's
-code runs again, or once ``record()`` has cleaned up.
+process. So :func:`held` puts a handler of ours in SIGINT's place for ``record()``: it notes the
+signal and runs the original handler (by default: raises KeyboardInterrupt) once it is safe, as soon
+as the user's code runs again or once ``record()`` has cleaned up. :func:`delivered` marks the
+user's code, where the original handler runs at once, except inside a :func:`critical` section: code
+of ours that runs inside the user's (the fast-path gates taking our mode off the stack and putting it
+back), which must not stop half-way.
 
-Only the main thread can set handlers and receive signals; elsewhere both are no-ops, and so they
-are where SIGINT is ignored or left to the OS (``SIG_IGN``, ``SIG_DFL``).
+Only the main thread can set handlers and receive signals; elsewhere all of these are no-ops, and so
+they are where SIGINT is ignored or left to the OS (``SIG_IGN``, ``SIG_DFL``). Entering and leaving a
+critical section is two integer updates (no system call): the gates run on every fast-path forward.
 """
 
 from __future__ import annotations
@@ -22,35 +25,36 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["delivered", "held"]
+__all__ = ["critical", "delivered", "enter_critical", "held", "leave_critical"]
 
 Handler = Callable[[int, FrameType | None], Any]
+_MAIN = threading.main_thread().ident
 
 
 class _Held:
-    """The handler in place while SIGINT is held: it notes the signal for the original handler."""
+    """SIGINT's handler during ``record()``: runs the original one now where that is safe, else notes the signal."""
 
     def __init__(self, original: Handler) -> None:
         self.original = original
-        self.pending: FrameType | None | bool = False
+        self.pending = False
+        self.frame: FrameType | None = None
+        self.delivering = False  # inside delivered(): the user's code
+        self.critical = 0  # depth of critical() sections on the main thread
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.pending = frame if frame is not None else True
+        if self.delivering and not self.critical:
+            self.original(signum, frame)
+        else:
+            self.pending, self.frame = True, frame
 
     def deliver(self) -> None:
         """Run the original handler for a signal noted while held (it raises KeyboardInterrupt by default)."""
-        if self.pending is not False:
-            frame = self.pending if isinstance(self.pending, FrameType) else None
-            self.pending = False
+        if self.pending:
+            frame, self.pending, self.frame = self.frame, False, None
             self.original(signal.SIGINT, frame)
 
 
-def _holdable() -> Handler | None:
-    """SIGINT's Python handler, where this thread may replace it; else None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    current = signal.getsignal(signal.SIGINT)
-    return current if callable(current) and not isinstance(current, _Held) else None
+_holder: _Held | None = None  # while held() is active on the main thread
 
 
 @contextmanager
@@ -60,35 +64,64 @@ def held() -> Iterator[None]:
     Returns
     -------
     context manager
-        Nested ``held()`` blocks hold once; the outermost one delivers.
+        A no-op off the main thread, where SIGINT has no Python handler, or inside another ``held()``.
     """
-    original = _holdable()
-    if original is None:
+    global _holder
+    original = signal.getsignal(signal.SIGINT) if threading.get_ident() == _MAIN else None
+    if not callable(original) or isinstance(original, _Held) or _holder is not None:
         yield
         return
     holder = _Held(original)
     signal.signal(signal.SIGINT, holder)
+    _holder = holder
     try:
         yield
     finally:
+        _holder = None
         signal.signal(signal.SIGINT, original)
         holder.deliver()  # the block is done: an interrupt noted during it is raised now
 
 
 @contextmanager
 def delivered() -> Iterator[None]:
-    """Inside :func:`held`, let SIGINT's handler run for the block (the user's code); elsewhere a no-op.
+    """Inside :func:`held`, let SIGINT's handler run at once for the block (the user's code).
 
     An interrupt noted while held is delivered on entry, so it surfaces in the user's code, where
     the callers' ``finally`` blocks unwind it as any exception of the user's.
     """
-    holder = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
-    if not isinstance(holder, _Held):
+    holder = _holder if threading.get_ident() == _MAIN else None
+    if holder is None:
         yield
         return
-    signal.signal(signal.SIGINT, holder.original)
+    holder.delivering = True
     try:
         holder.deliver()
         yield
     finally:
-        signal.signal(signal.SIGINT, holder)
+        holder.delivering = False
+
+
+def enter_critical() -> None:
+    """Begin code of ours inside the user's that must not be interrupted half-way (pair with :func:`leave_critical`)."""
+    holder = _holder
+    if holder is not None and threading.get_ident() == _MAIN:
+        holder.critical += 1
+
+
+def leave_critical() -> None:
+    """End a critical section; an interrupt noted during it is delivered now, where the user's code runs."""
+    holder = _holder
+    if holder is not None and threading.get_ident() == _MAIN:
+        holder.critical -= 1
+        if not holder.critical and holder.delivering:
+            holder.deliver()
+
+
+@contextmanager
+def critical() -> Iterator[None]:
+    """:func:`enter_critical` / :func:`leave_critical` as a context manager."""
+    enter_critical()
+    try:
+        yield
+    finally:
+        leave_critical()

@@ -126,14 +126,17 @@ def test_ctrl_c_at_random_moments_never_leaves_the_profiler_installed(tracing_ba
     assert interrupted > 0
 
 
-def _profile_with_sigint_at(event_index: int | None, model: nn.Module, x: torch.Tensor) -> tuple[int, bool]:
-    """One profile() with SIGINT raised at its ``event_index``-th traced line (None: count them)."""
+def _profile_with_sigint_at(
+    event_index: int | None, model: nn.Module, x: torch.Tensor, where: str = ""
+) -> tuple[int, bool]:
+    """One profile() with SIGINT raised at its ``event_index``-th traced line (None: count them),
+    counting the lines of files whose path ends with ``where`` only."""
     seen = 0
     fired = False
 
     def trace(frame, event, arg):  # noqa: ANN001, ANN202
         nonlocal seen, fired
-        if event == "line":
+        if event == "line" and frame.f_code.co_filename.endswith(where):
             seen += 1
             if seen == event_index and not fired:
                 fired = True
@@ -170,3 +173,19 @@ def test_ctrl_c_at_any_line_of_profile_leaves_nothing_installed(tracing_backend)
     assert interrupted > 0
     profiling_df, _ = ModuleFunctionKernelProfiler(device="cpu").profile(model, [((x,), {})], warmup_iterations=0)
     assert "linear" in set(profiling_df["function_name"])
+
+
+def test_ctrl_c_at_every_line_of_the_fast_path_gate_leaves_the_mode_stack_whole(tracing_backend):
+    # the gates run inside the user's forward (where Ctrl-C is delivered) and take our mode off the
+    # stack and put it back: a critical section, or a Ctrl-C there tears the stack
+    model = nn.Sequential(nn.Linear(16, 16), nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)).eval()
+    x = torch.randn(2, 5, 16)
+    before_global, before_modules = global_state(), module_state(model)
+    where = "aitune_dispatch/tracing/gates.py"
+    lines, _ = _profile_with_sigint_at(None, model, x, where)
+    assert lines > 0
+    for index in range(1, lines + 1):
+        _, interrupted = _profile_with_sigint_at(index, model, x, where)
+        assert interrupted, index  # delivered in the user's forward, once the stack is whole
+        assert global_state() == before_global and module_state(model) == before_modules, index
+        assert torch._C._len_torch_function_stack() == 0 and not _process_lock.locked(), index

@@ -55,6 +55,7 @@ MODULE_STAGES = {
     "torch": "root",  # `import aitune_dispatch.torch as ait`
     "schema": "base",
     "config": "base",
+    "interrupts": "base",  # Ctrl-C held while record() installs and removes, and in the gates' critical sections
     "display": "base",  # the notebook-display hook the root points at reports
     "demo": "base",  # a model and its samples; imports nothing of ours
     "strings": "base",  # dictionary-encoded string columns (schema.STRING): built, tested, decoded
@@ -65,7 +66,6 @@ MODULE_STAGES = {
     "provenance_capture": "capture",  # brackets record(): traced warm-up, graph observer, attribution
     "capture": "capture",
     "arguments": "capture",  # profile()'s arguments, checked before the capture
-    "interrupts": "capture",  # Ctrl-C held while record() installs and removes
     "profiler": "profiler",
     "cli": "cli",
 }

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ..interrupts import enter_critical, leave_critical
+
 _C = torch._C
 _is_compiling = torch.compiler.is_compiling
 _disabled_impl = torch._C._disabled_torch_function_impl
@@ -164,13 +166,17 @@ def _blind_gate(previous: Callable[..., bool], mode: object) -> Callable[..., bo
         # compiled region being traced (Dynamo knows the original gate): nothing to hide
         if not _C._len_torch_function_stack() or _is_compiling():
             return previous(*args)
-        popped = _remove_from_stack(mode)
-        if popped is None:
-            return previous(*args)
+        enter_critical()  # a Ctrl-C half-way through the stack juggling would leave the stack torn
         try:
-            return previous(*args)
+            popped = _remove_from_stack(mode)
+            if popped is None:
+                return previous(*args)
+            try:
+                return previous(*args)
+            finally:
+                _restore_stack(popped, mode)
         finally:
-            _restore_stack(popped, mode)
+            leave_critical()  # raises a Ctrl-C noted meanwhile, with the stack whole again
 
     return gate
 
