@@ -7,7 +7,8 @@ through restoring hooks, modes and gates) it would leave the profiler installed 
 process. So :func:`held` puts a handler of ours in SIGINT's place for ``record()``: it notes the
 signal and runs the original handler (by default: raises KeyboardInterrupt) once it is safe, as soon
 as the user's code runs again or once ``record()`` has cleaned up. :func:`delivered` marks the
-user's code, where the original handler runs at once, except inside a :func:`critical` section: code
+user's code, where the original handler runs at once, except inside a critical section (between
+:func:`enter_critical` and :func:`leave_critical`): code
 of ours that runs inside the user's (the fast-path gates taking our mode off the stack and putting it
 back), which must not stop half-way.
 
@@ -25,7 +26,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["critical", "delivered", "enter_critical", "held", "leave_critical"]
+__all__ = ["delivered", "enter_critical", "held", "leave_critical"]
 
 Handler = Callable[[int, FrameType | None], Any]
 _MAIN = threading.main_thread().ident
@@ -68,7 +69,7 @@ def held() -> Iterator[None]:
     """
     global _holder
     original = signal.getsignal(signal.SIGINT) if threading.get_ident() == _MAIN else None
-    if not callable(original) or isinstance(original, _Held) or _holder is not None:
+    if not callable(original) or _holder is not None:  # off the main thread, no Python handler, nested
         yield
         return
     holder = _Held(original)
@@ -115,13 +116,3 @@ def leave_critical() -> None:
         holder.critical -= 1
         if not holder.critical and holder.delivering:
             holder.deliver()
-
-
-@contextmanager
-def critical() -> Iterator[None]:
-    """:func:`enter_critical` / :func:`leave_critical` as a context manager."""
-    enter_critical()
-    try:
-        yield
-    finally:
-        leave_critical()

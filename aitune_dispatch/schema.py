@@ -600,8 +600,12 @@ def tensor_shape(value: Any) -> tuple[int, ...]:
         The one place that decides what shape a sample's tensor has.
     """
     parts = nested_parts(value)
-    if parts is None:
-        return tuple(int(size) for size in value.shape)
+    return tuple(int(size) for size in value.shape) if parts is None else nested_shape(parts)
+
+
+def nested_shape(parts: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """A nested tensor's shape from its parts' shapes (:func:`nested_parts`): ``(len(parts), *sizes)``,
+    :data:`RAGGED` where the parts differ."""
     dims = tuple(sizes[0] if len(set(sizes)) == 1 else RAGGED for sizes in zip(*parts))
     return (len(parts), *dims)
 

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import schema
-from ..schema import FunctionData, nested_parts, tensor_shape, tensor_strides
+from ..schema import FunctionData, nested_parts, nested_shape, tensor_shape, tensor_strides
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class TensorMeta:
         parts = nested_parts(tensor)
         layout = str(tensor.layout).removeprefix("torch.")
         return cls(
-            shape=tensor_shape(tensor),
+            shape=tensor_shape(tensor) if parts is None else nested_shape(parts),  # unbind() once
             dtype=str(tensor.dtype).removeprefix("torch."),
             stride=None if strides is None else tuple(int(s) for s in strides),
             device=str(tensor.device),
