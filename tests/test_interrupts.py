@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import threading
 import time
 
@@ -24,6 +25,12 @@ pytestmark = pytest.mark.skipif(
     signal.getsignal(signal.SIGINT) is not signal.default_int_handler, reason="needs Python's own SIGINT handler"
 )
 
+
+def assert_nothing_left(model: nn.Module, before: tuple, context: object = None) -> None:
+    """Hooks, modes, gates, the module's attributes, the process lock and SIGINT's handler as before."""
+    assert (global_state(), module_state(model)) == before, context
+    assert torch._C._len_torch_function_stack() == 0 and not _process_lock.locked(), context
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, context
 
 def test_sigint_is_held_in_our_code_and_delivered_in_the_users():
     order = []
@@ -61,7 +68,7 @@ def test_off_the_main_thread_both_are_no_ops():
 def test_ctrl_c_while_our_code_runs_leaves_nothing_installed(cpu_profiler, phase):
     model = nn.Sequential(nn.Linear(8, 8), nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)).eval()
     x = torch.randn(2, 3, 8)
-    before_global, before_modules = global_state(), module_state(model)
+    before = global_state(), module_state(model)
     reached = []
 
     def on_progress(step) -> None:  # noqa: ANN001  (capture.Step): called from our own code
@@ -72,8 +79,7 @@ def test_ctrl_c_while_our_code_runs_leaves_nothing_installed(cpu_profiler, phase
     with pytest.raises(KeyboardInterrupt):
         cpu_profiler.profile_result(model, [((x,), {})] * 2, warmup_iterations=1, on_progress=on_progress)
     assert reached == [phase]
-    assert global_state() == before_global and module_state(model) == before_modules
-    assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert_nothing_left(model, before)
     profiling_df, _ = cpu_profiler.profile(model, [((x,), {})], warmup_iterations=0)  # and the next one works
     assert "linear" in set(profiling_df["function_name"])
 
@@ -98,7 +104,7 @@ def test_ctrl_c_at_random_moments_never_leaves_the_profiler_installed(tracing_ba
     model = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
     x = torch.randn(2, 5, 16)
     samples = [((x,), {})] * 20
-    before_global, before_modules = global_state(), module_state(model)
+    before = global_state(), module_state(model)
     start = time.perf_counter()
     ModuleFunctionKernelProfiler(device="cpu").profile(model, samples, warmup_iterations=1)
     took = time.perf_counter() - start
@@ -115,14 +121,13 @@ def test_ctrl_c_at_random_moments_never_leaves_the_profiler_installed(tracing_ba
                 interrupted += 1
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            assert global_state() == before_global and module_state(model) == before_modules
-            assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            assert_nothing_left(model, before)
     except KeyboardInterrupt:
         pass  # an alarm that fired after its profile() returned, between two asserts
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert global_state() == before_global and module_state(model) == before_modules
+    assert_nothing_left(model, before)
     assert interrupted > 0
 
 
@@ -145,8 +150,6 @@ def _profile_with_sigint_at(
 
     profiler = ModuleFunctionKernelProfiler(device="cpu")
     interrupted = False
-    import sys
-
     sys.settrace(trace)
     try:
         profiler.profile(model, [((x,), {})], warmup_iterations=1)
@@ -160,16 +163,14 @@ def _profile_with_sigint_at(
 def test_ctrl_c_at_any_line_of_profile_leaves_nothing_installed(tracing_backend):
     model = nn.Sequential(nn.Linear(16, 16), nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)).eval()
     x = torch.randn(2, 5, 16)
-    before_global, before_modules = global_state(), module_state(model)
+    before = global_state(), module_state(model)
     lines, _ = _profile_with_sigint_at(None, model, x)
     step = max(1, lines // 400)
     interrupted = 0
     for index in range(1, lines + 1, step):
         _, was = _profile_with_sigint_at(index, model, x)
         interrupted += was
-        assert global_state() == before_global and module_state(model) == before_modules, index
-        assert not _process_lock.locked() and signal.getsignal(signal.SIGINT) is signal.default_int_handler, index
-        assert torch._C._len_torch_function_stack() == 0, index
+        assert_nothing_left(model, before, index)
     assert interrupted > 0
     profiling_df, _ = ModuleFunctionKernelProfiler(device="cpu").profile(model, [((x,), {})], warmup_iterations=0)
     assert "linear" in set(profiling_df["function_name"])
@@ -180,12 +181,11 @@ def test_ctrl_c_at_every_line_of_the_fast_path_gate_leaves_the_mode_stack_whole(
     # stack and put it back: a critical section, or a Ctrl-C there tears the stack
     model = nn.Sequential(nn.Linear(16, 16), nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)).eval()
     x = torch.randn(2, 5, 16)
-    before_global, before_modules = global_state(), module_state(model)
+    before = global_state(), module_state(model)
     where = "aitune_dispatch/tracing/gates.py"
     lines, _ = _profile_with_sigint_at(None, model, x, where)
     assert lines > 0
     for index in range(1, lines + 1):
         _, interrupted = _profile_with_sigint_at(index, model, x, where)
         assert interrupted, index  # delivered in the user's forward, once the stack is whole
-        assert global_state() == before_global and module_state(model) == before_modules, index
-        assert torch._C._len_torch_function_stack() == 0 and not _process_lock.locked(), index
+        assert_nothing_left(model, before, index)
