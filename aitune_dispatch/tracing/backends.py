@@ -17,6 +17,7 @@ from torch import nn
 from ..config import OP_TRACERS
 from . import native
 from .contract import CorrelationTarget, Tracer
+from .functional import refresh_functionals
 from .pure import PythonTracer
 
 BACKENDS = OP_TRACERS
@@ -135,7 +136,10 @@ def make_tracer(
     ``running_before``: the threads that are not the profiled function's, as
     ``other_threads_running()`` said when ``profile()`` began (so that threads the function starts in
     a warm-up pass count as its own); None: the threads running when the pass begins.
+    The pass runs what ``torch.nn.functional`` holds now (functionals the user wrapped or replaced
+    since the last pass included).
     """
+    refresh_functionals()
     if backend == "native":
         return native.NativeTracer(modules, function_names, target.correlation_kind, all_functions, running_before)
     return PythonTracer(modules, function_names, target, all_functions, running_before)

@@ -51,9 +51,38 @@ def _hands_itself_over(value: Any) -> bool:
     return isinstance(value, types.FunctionType) and "handle_torch_function" in value.__code__.co_names
 
 
+def _wrapped_chain(value: Any) -> list[Any]:
+    """``value`` and what it wraps (``__wrapped__``, as ``functools.wraps`` sets it), outermost first."""
+    chain = [value]
+    while len(chain) < 16 and (inner := getattr(chain[-1], "__wrapped__", None)) is not None:
+        if any(inner is seen for seen in chain):
+            break
+        chain.append(inner)
+    return chain
+
+
+def _torch_builtin(value: Any, name: str) -> bool:
+    """A torch builtin of that name (they all dispatch to a mode unless torch ignores them)."""
+    return (
+        isinstance(value, types.BuiltinFunctionType)
+        and getattr(value, "__name__", None) == name
+        and (getattr(value, "__module__", None) or "").startswith("torch")
+        and value not in torch.overrides.get_ignored_functions()
+    )
+
+
+# every functional registered in this process, by name: a user's replacement of a public name does not
+# hide the original from later passes (their replacement may still call it)
+_registered: dict[Callable[..., Any], str] = {}
+
+
 @functools.lru_cache(maxsize=1)
 def functional_registry() -> dict[Callable[..., Any], str]:
-    """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name."""
+    """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name.
+
+    A public name the user wrapped (``functools.wraps``: ``F.linear = shim``) registers the function it
+    wraps, which is what reaches the mode; :func:`refresh_functionals` re-reads the namespace.
+    """
     overridable: set[Any] = set()
     for functions in torch.overrides.get_overridable_functions().values():
         overridable.update(functions)
@@ -61,12 +90,18 @@ def functional_registry() -> dict[Callable[..., Any], str]:
     for name, value in sorted(vars(F).items()):
         if name.startswith("_") or not callable(value):
             continue
-        try:
-            known = value in overridable or _hands_itself_over(value)
-        except TypeError:  # unhashable callables are not torch functions
-            continue
-        if known and (value not in registry or getattr(value, "__name__", "") == name):
-            registry[value] = name
+        for depth, candidate in enumerate(_wrapped_chain(value)):
+            try:
+                known = candidate in overridable or _hands_itself_over(candidate)
+                # a wrapped torch builtin: torch lists what the namespace held when it first looked
+                known = known or (depth > 0 and _torch_builtin(candidate, name))
+            except TypeError:  # unhashable callables are not torch functions
+                continue
+            if known and (candidate not in registry or getattr(candidate, "__name__", "") == name):
+                registry[candidate] = name
+    for func, name in _registered.items():
+        registry.setdefault(func, name)
+    _registered.update(registry)
     return registry
 
 
@@ -149,6 +184,20 @@ def rearmed_copy(func: Callable[..., Any]) -> types.FunctionType | None:
     return None
 
 
+def refresh_functionals() -> None:
+    """Re-read ``torch.nn.functional`` before a pass, so the pass runs what the namespace holds now.
+
+    A user may wrap or replace functionals between passes (``F.scaled_dot_product_attention = ...``):
+    the registry learns the wrapped originals, and the gate-free copies' globals take the new values
+    (a copy that kept the old ones would call the old function, which the bare run does not).
+    """
+    before = functional_registry()
+    functional_registry.cache_clear()
+    if functional_registry().keys() != before.keys():
+        rearmed_copy.cache_clear()  # whether a functional reaches another may have changed
+    _rearm_copies.refresh()
+
+
 def functional_names() -> frozenset[str]:
     """The names this profiler recognises as functional calls."""
     return frozenset(functional_registry().values())
@@ -185,7 +234,13 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
             f"get_functions_to_patch() lists torch.nn.functional only; got module {name!r}: call "
             "get_functions_to_patch() (functions='all' also intercepts torch-level APIs, which it does not list)"
         )
-    return sorted(((name, func) for func, name in functional_registry().items()), key=lambda pair: pair[0])
+    pairs: dict[str, Callable[..., Any]] = {}
+    for func, name in functional_registry().items():
+        current = getattr(F, name, None)
+        # one pair per name: what the name holds now where it is (or wraps) an intercepted function
+        wraps = current is not None and any(inner is func for inner in _wrapped_chain(current))
+        pairs[name] = current if wraps else pairs.get(name, func)
+    return sorted(pairs.items(), key=lambda pair: pair[0])
 
 
 class FunctionalMode(TorchFunctionMode):

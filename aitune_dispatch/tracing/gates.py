@@ -96,21 +96,37 @@ class GateFreeCopies:
     """Builds and caches gate-free copies of functions, sharing one patched globals per module."""
 
     def __init__(self) -> None:
-        self._globals: dict[tuple[int, bool], dict[str, Any]] = {}
+        # (id of a module's globals, torch viewed) -> (those globals, the copies' patched globals)
+        self._globals: dict[tuple[int, bool], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._copies: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    @staticmethod
+    def _patched(original: dict[str, Any], view_torch: bool) -> dict[str, Any]:
+        patched = dict(original)
+        for name, gate in _HONEST.items():
+            if name in patched:
+                patched[name] = gate
+        if view_torch and patched.get("torch") is torch:
+            patched["torch"] = _TORCH_VIEW
+        return patched
 
     def _patched_globals(self, original: dict[str, Any], view_torch: bool) -> dict[str, Any]:
         key = (id(original), view_torch)
         found = self._globals.get(key)
         if found is None:
-            found = dict(original)
-            for name, gate in _HONEST.items():
-                if name in found:
-                    found[name] = gate
-            if view_torch and found.get("torch") is torch:
-                found["torch"] = _TORCH_VIEW
-            self._globals[key] = found
-        return found
+            found = self._globals[key] = (original, self._patched(original, view_torch))
+        return found[1]
+
+    def refresh(self) -> None:
+        """Give every copy its module's globals as they are now (a name the user replaced since).
+
+        Updated in place, name by name: the copies hold these dicts, and no name is ever missing.
+        """
+        for (_, view_torch), (original, patched) in self._globals.items():
+            fresh = self._patched(original, view_torch)
+            patched.update(fresh)
+            for name in patched.keys() - fresh.keys():
+                del patched[name]
 
     def copy(self, function: types.FunctionType) -> types.FunctionType:
         """A copy of ``function`` that reads honest, mode-blind gates."""
