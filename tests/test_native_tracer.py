@@ -117,6 +117,45 @@ def test_decompositions_go_to_the_ops_they_dispatch():
     assert under_linear in ({"aten::t", "aten::mm"}, {"aten::t", "aten::addmm"}), under_linear
 
 
+def _bare_op_names(function, *args) -> collections.Counter:
+    """Every op one bare call runs, as torch.profiler's RecordFunction events name them (no mode)."""
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        function(*args)
+    return collections.Counter(event.name for event in prof.events() if event.name.startswith("aten::"))
+
+
+def test_the_native_tracer_runs_what_the_bare_pass_runs_where_a_dispatch_mode_would_not():
+    # README, "the pure-Python backend's dispatch mode is the cause": under any TorchDispatchMode
+    # linear's matmul path adds its bias out of place, and a fused C++ op's inner ops skip autocast
+    linear = nn.Linear(16, 16)
+    strided = torch.randn(5, 2, 16).transpose(0, 1)  # not foldable into one addmm: the matmul path
+    assert _bare_op_names(linear, strided)["aten::add_"] == 1  # the bare pass adds in place
+    native_ops, python_ops = (
+        collections.Counter(_profile(linear, [((strided,), {})], tracer, warmup=0).ops.column("op").to_pylist())
+        for tracer in ("native", "python")
+    )
+    assert native_ops["aten::add_"] == 1 and "aten::add" not in native_ops
+    assert python_ops["aten::add"] == 1 and "aten::add_" not in python_ops  # the dispatch mode's effect
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    outputs = []
+
+    def autocast(inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs.append(layer(inputs))
+
+    with torch.no_grad():
+        autocast(x)
+    for tracer, dtype in (("native", outputs[0].dtype), ("python", torch.float32)):
+        profiler = ModuleFunctionKernelProfiler(device="cpu", op_tracer=tracer)
+        profiler.profile(autocast, [((x,), {})], module=layer, warmup_iterations=0)
+        assert outputs[-1].dtype == dtype, tracer
+    assert outputs[0].dtype == torch.bfloat16
+    assert torch.equal(outputs[1], outputs[0])  # native: the same output as the bare pass
+
+
 class _Boom(RuntimeError):
     pass
 
