@@ -53,6 +53,20 @@ def test_a_nested_input_runs_as_without_the_profiler_and_is_sampled_by_its_parts
     assert summary["tensor_size_MB"] == pytest.approx(((6 * 3 * 4 + weights) + (7 * 3 * 4 + weights)) / 2**20)
 
 
+def test_keying_a_nested_sample_records_no_op_of_its_own(layout, cpu_profiler):
+    # the sample key unbinds the tensor (and reads a jagged tensor's metadata): ops of ours, which
+    # the bare run does not dispatch, so they must not appear among the pass's ops
+    model = nn.Linear(3, 8).eval()
+    x = nested(layout, 2, 4)
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as bare:
+        model(x)
+    bare_ops = {event.name for event in bare.events()}
+    assert "aten::unbind" not in bare_ops  # the test means something: our key's unbind would be new
+    cpu_profiler.profile(model, [((x,), {})], warmup_iterations=0)
+    recorded = set(cpu_profiler.last_result.ops.column("op").to_pylist())
+    assert recorded and recorded <= bare_ops, recorded - bare_ops
+
+
 def test_a_nested_sample_is_saved_by_its_parts_and_replayed_live(layout, cpu_profiler, tmp_path):
     model = nn.Linear(3, 8).eval()
     x = nested(layout, 2, 5)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
 
 from ..schema import FunctionData, Sample, nested_parts, tensor_strides
+from .dispatch import OpMode
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
 
@@ -20,9 +22,19 @@ _Tensor = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 
 
+def _nested_key(value: torch.Tensor) -> tuple[Any, ...]:
+    # no shape of its own: its parts' shapes (the native keyer hands these over)
+    return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
+
+
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
-    if value.is_nested:  # no shape of its own: its parts' shapes (the native keyer hands these over)
-        return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
+    if value.is_nested:
+        # unbind() and a jagged tensor's metadata reads dispatch ops: the keyer's, not the pass's, so
+        # hidden from our dispatch mode (the native tracer hides them from its callback)
+        if isinstance(_get_current_dispatch_mode(), OpMode):
+            with _pop_mode_temporarily():
+                return _nested_key(value)
+        return _nested_key(value)
     return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
 
 

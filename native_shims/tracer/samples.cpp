@@ -186,7 +186,11 @@ int64_t observe_python(FunctionSamples& samples, PyObject* args, PyObject* kwarg
   PyObject* empty = nullptr;
   if (kwargs == nullptr) kwargs = empty = PyDict_New();
   if (kwargs == nullptr) return -2;
+  // the keyer's own ops (a nested tensor's unbind) are ours, not the pass's: hidden as if inside an op
+  ThreadState& thread = thread_state();
+  ++thread.op_depth;
   PyObject* key = PyObject_CallFunctionObjArgs(python_key, args, kwargs, nullptr);
+  --thread.op_depth;
   int64_t index = -2;
   if (key != nullptr && (samples.by_python_key != nullptr || (samples.by_python_key = PyDict_New()) != nullptr)) {
     PyObject* found = PyDict_GetItemWithError(samples.by_python_key, key);
