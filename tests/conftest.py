@@ -79,7 +79,9 @@ def cpu_profiler(request: pytest.FixtureRequest):
     the backend fixture must be set up first)."""
     from aitune_dispatch import ModuleFunctionKernelProfiler
 
-    if "tracing_backend" in request.fixturenames:
+    # the backend parameter of this test, if it has one (``request.fixturenames`` of a fixture's
+    # request does not list the parametrized ``tracing_backend``, so it cannot tell)
+    if "tracing_backend" in getattr(getattr(request.node, "callspec", None), "params", {}):
         request.getfixturevalue("tracing_backend")
     return ModuleFunctionKernelProfiler(device="cpu")
 

@@ -201,3 +201,8 @@ def test_a_bad_device_names_the_accepted_forms():
     with pytest.raises(ValueError, match=r"'cuda:N'") as info:
         ModuleFunctionKernelProfiler(device="cuda:x")
     assert "got 'cuda:x'" in str(info.value)
+
+
+def test_the_cpu_profiler_fixture_uses_this_tests_backend(cpu_profiler, request):
+    # every test runs once per tracing backend; a fixture that ignored the parameter would run one twice
+    assert cpu_profiler.op_tracer == request.node.callspec.params["tracing_backend"]
