@@ -55,7 +55,7 @@ def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsy
         assert len(recorded.partition(".")[2]) <= 3 and len(replayed.partition(".")[2]) <= 3, line
     # the terminal table: one time unit in the titles, no scientific notation, words, the speedup as 1.00x
     lines = out.splitlines()
-    assert re.match(r"function\s+sample\s+variant\s+calls\s+recorded \((µs|ms)\)\s+replayed \(\1\)", lines[0])
+    assert re.match(r"function\s+sample\s+variant\s+calls\s+recorded \((µs|ms|s)\)\s+replayed \(\1\)", lines[0])
     rows = [line.split() for line in lines[2:6]]
     assert [row[:3] for row in rows] == [[name, sample, "torch"] for name in ("gelu", "relu") for sample in "01"]
     assert all(row[6] == "1.00x" and row[7] == "same" and row[-1] == "yes" for row in rows), rows

@@ -80,6 +80,8 @@ def test_time_units():
     ms, s = time_unit(3_600.0), time_unit(2e6)
     shown = [ms(us, ms.decimals(us)) for us in (1_403.6, 593.2, 40.1, 10.3, 0.0)]
     assert shown == ["1.40", "0.59", "0.040", "0.010", "0.00"]
+    # two significant digits as shown, after rounding: 9.96 µs is 0.010 ms (not 0.0100), 99.6 µs 0.10
+    assert [ms(us, ms.decimals(us)) for us in (9.96, 9.94, 99.6, 0.996)] == ["0.010", "0.0099", "0.10", "0.0010"]
     assert s(1.0, s.decimals(1.0)) == "0.000001" and time_unit(5.0).decimals(5.0) == 1  # ... at most 6 decimals
 
 

@@ -238,7 +238,7 @@ class TimeUnit:
         """
         if self.scale == 1.0:
             return 1
-        value = abs(us) / self.scale
+        value = float(f"{abs(us) / self.scale:.2g}")  # as shown: 9.96 µs in ms is 0.010, not 0.0100
         if value == 0 or value != value or value >= 0.1:
             return 2
         return min(1 - math.floor(math.log10(value)), 6)
