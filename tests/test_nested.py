@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aitune_dispatch import TensorMeta, benchmark, load, schema
 from aitune_dispatch.reports import write_report
@@ -53,6 +54,16 @@ def test_a_nested_input_runs_as_without_the_profiler_and_is_sampled_by_its_parts
     assert summary["tensor_size_MB"] == pytest.approx(((6 * 3 * 4 + weights) + (7 * 3 * 4 + weights)) / 2**20)
 
 
+class _OpNames(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 def test_keying_a_nested_sample_records_no_op_of_its_own(layout, cpu_profiler):
     # the sample key unbinds the tensor (and reads a jagged tensor's metadata): ops of ours, which
     # the bare run does not dispatch, so they must not appear among the pass's ops
@@ -63,6 +74,15 @@ def test_keying_a_nested_sample_records_no_op_of_its_own(layout, cpu_profiler):
     bare_ops = {event.name for event in bare.events()}
     assert "aten::unbind" not in bare_ops  # the test means something: our key's unbind would be new
     cpu_profiler.profile(model, [((x,), {})], warmup_iterations=0)
+    recorded = set(cpu_profiler.last_result.ops.column("op").to_pylist())
+    assert recorded and recorded <= bare_ops, recorded - bare_ops
+
+    # a dispatch mode of the user's around the model sees what it sees without the profiler
+    with torch.no_grad(), _OpNames() as seen_bare:
+        model(x)
+    with _OpNames() as seen_profiled:
+        cpu_profiler.profile(model, [((x,), {})], warmup_iterations=0)
+    assert seen_profiled.names == seen_bare.names
     recorded = set(cpu_profiler.last_result.ops.column("op").to_pylist())
     assert recorded and recorded <= bare_ops, recorded - bare_ops
 

@@ -137,7 +137,7 @@ def make_tracer(
     ``other_threads_running()`` said when ``profile()`` began (so that threads the function starts in
     a warm-up pass count as its own); None: the threads running when the pass begins.
     The pass runs what ``torch.nn.functional`` holds now (functionals the user wrapped or replaced
-    since the last pass included).
+    since the last pass included; see ``functional.refresh_functionals``).
     """
     refresh_functionals()
     if backend == "native":

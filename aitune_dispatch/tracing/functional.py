@@ -185,11 +185,13 @@ def rearmed_copy(func: Callable[..., Any]) -> types.FunctionType | None:
 
 
 def refresh_functionals() -> None:
-    """Re-read ``torch.nn.functional`` before a pass, so the pass runs what the namespace holds now.
+    """Re-read ``torch.nn.functional`` before a pass, so the pass runs what the namespace holds when it begins.
 
     A user may wrap or replace functionals between passes (``F.scaled_dot_product_attention = ...``):
     the registry learns the wrapped originals, and the gate-free copies' globals take the new values
-    (a copy that kept the old ones would call the old function, which the bare run does not).
+    (a copy that kept the old ones would call the old function, which the bare run does not). A
+    replacement made during the pass itself is not seen by the copies: live lookups would cost every
+    global a copy reads (``docs/design.md``, "Nested functional calls").
     """
     before = functional_registry()
     functional_registry.cache_clear()
@@ -237,7 +239,8 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
     pairs: dict[str, Callable[..., Any]] = {}
     for func, name in functional_registry().items():
         current = getattr(F, name, None)
-        # one pair per name: what the name holds now where it is (or wraps) an intercepted function
+        # one pair per name: what the name holds now where it is (or wraps) an intercepted function;
+        # a wrapper's calls are intercepted where they reach the function it wraps
         wraps = current is not None and any(inner is func for inner in _wrapped_chain(current))
         pairs[name] = current if wraps else pairs.get(name, func)
     return sorted(pairs.items(), key=lambda pair: pair[0])

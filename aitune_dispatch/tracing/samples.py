@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
 
 from ..schema import FunctionData, Sample, nested_parts, tensor_strides
-from .dispatch import OpMode
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
 
@@ -30,9 +29,10 @@ def _nested_key(value: torch.Tensor) -> tuple[Any, ...]:
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
     if value.is_nested:
         # unbind() and a jagged tensor's metadata reads dispatch ops: the keyer's, not the pass's, so
-        # hidden from our dispatch mode (the native tracer hides them from its callback)
-        if isinstance(_get_current_dispatch_mode(), OpMode):
-            with _pop_mode_temporarily():
+        # hidden from every dispatch mode, ours and the user's (the native tracer hides them from its
+        # callback)
+        if _get_current_dispatch_mode() is not None:
+            with _disable_current_modes():
                 return _nested_key(value)
         return _nested_key(value)
     return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
