@@ -169,3 +169,28 @@ def test_functionals_torch_lists_as_ignored_that_dispatch_to_the_mode_are_calls(
     }
     names = dict(ModuleFunctionKernelProfiler.get_functions_to_patch())
     assert names["hardswish"] is F.hardswish and names["hardsigmoid"] is F.hardsigmoid
+
+
+class _FlexAttention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        return flex_attention(q, k, v, score_mod=lambda score, b, h, q_idx, kv_idx: score + (q_idx - kv_idx))
+
+
+def test_a_higher_order_operator_runs_and_is_recorded(cpu_profiler, tracing_backend):
+    # eager flex_attention is a higher-order operator: torch refuses to run one under a dispatch
+    # mode that does not say it supports them, which broke the user's forward with the Python backend
+    model = _FlexAttention()
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    with torch.no_grad():
+        expected = model(q, k, v)
+    outputs = []
+    cpu_profiler.profile(lambda: outputs.append(model(q, k, v)), [((), {})], module=model, warmup_iterations=1)
+    assert torch.equal(outputs[-1], expected)
+    ops = cpu_profiler.last_result.ops.column("op").to_pylist()
+    if tracing_backend == "python":  # one op, the ops inside it unseen (README, the Python backend)
+        assert ops.count("higher_order::flex_attention") == 1
+    else:  # the native tracer records the aten ops the operator runs: the scores' matmuls among them
+        assert not any(op.startswith("higher_order::") for op in ops)
+        assert {"aten::bmm", "aten::logsumexp"} <= set(ops)

@@ -27,9 +27,16 @@ class OpObserver(Protocol):
 
 
 def op_name(func: Any) -> str:
-    """``aten::addmm`` for ``aten.addmm.default``: the name torch.profiler reports."""
+    """``aten::addmm`` for ``aten.addmm.default``: the name torch.profiler reports.
+
+    A higher-order operator (``torch.ops.higher_order.flex_attention``) has no schema: it is named
+    ``higher_order::flex_attention``.
+    """
     schema = getattr(func, "_schema", None)
-    return schema.name if schema is not None else str(func)
+    if schema is not None:
+        return schema.name
+    namespace, name = getattr(func, "namespace", None), getattr(func, "name", None)
+    return f"{namespace}::{name()}" if isinstance(namespace, str) and callable(name) else str(func)
 
 
 def _skip_dynamo_frames(code: Any) -> bool:
@@ -51,8 +58,12 @@ def _skip_dynamo_frames(code: Any) -> bool:
 class OpMode(TorchDispatchMode):
     """Records one op row per dispatched aten op and brackets it for the activity source.
 
-    Not reentrant: one instance serves one profiled pass.
+    Not reentrant: one instance serves one profiled pass. Higher-order operators (eager
+    ``flex_attention``) reach it as themselves (torch refuses to run them under a mode that does not
+    say so): each is one op, run as it is, the ops inside it unseen (the native tracer records those).
     """
+
+    supports_higher_order_operators = True
 
     def __init__(self, recorder: TraceRecorder, observer: OpObserver) -> None:
         super().__init__()
