@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..schema import FunctionData, Sample, nested_parts, tensor_strides
 
@@ -21,20 +21,13 @@ _Tensor = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 
 
-def _nested_key(value: torch.Tensor) -> tuple[Any, ...]:
-    # no shape of its own: its parts' shapes (the native keyer hands these over)
-    return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
-
-
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
     if value.is_nested:
-        # unbind() and a jagged tensor's metadata reads dispatch ops: the keyer's, not the pass's, so
-        # hidden from every dispatch mode, ours and the user's (the native tracer hides them from its
-        # callback)
-        if _get_current_dispatch_mode() is not None:
-            with _disable_current_modes():
-                return _nested_key(value)
-        return _nested_key(value)
+        # no shape of its own: its parts' shapes (the native keyer hands these over). unbind() and a
+        # jagged tensor's metadata reads dispatch ops: the keyer's, not the pass's, so hidden from every
+        # dispatch mode, ours and the user's (the native tracer hides them from its callback)
+        with _disable_current_modes():
+            return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
     return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
 
 
