@@ -28,14 +28,19 @@ def _profiler(op_tracer: str) -> ModuleFunctionKernelProfiler:
     return ModuleFunctionKernelProfiler(device="cpu", op_tracer=op_tracer)
 
 
+def _on_a_new_thread(model: nn.Module, x: torch.Tensor, name: str) -> None:
+    """Run ``model(x)`` on a thread of that name, started here, and wait for it."""
+    worker = threading.Thread(target=model, args=(x,), name=name)
+    worker.start()
+    worker.join()
+
+
 def test_a_worker_thread_of_the_profiled_function_is_named_in_a_warning(op_tracer):
     model = _model()
 
     def pipeline(x: torch.Tensor) -> None:
         model(x)  # on the profiling thread: attributed
-        worker = threading.Thread(target=model, args=(x,), name="worker-7")
-        worker.start()
-        worker.join()
+        _on_a_new_thread(model, x, "worker-7")
 
     profiler = _profiler(op_tracer)
     with pytest.warns(RuntimeWarning, match=r"3 forward\(s\) of the profiled modules ran on thread\(s\) 'worker-7'"):
@@ -53,9 +58,7 @@ def test_only_worker_forwards_is_not_a_silent_empty_table(op_tracer):
     model = _model()
 
     def pipeline(x: torch.Tensor) -> None:
-        worker = threading.Thread(target=model, args=(x,), name="only-worker")
-        worker.start()
-        worker.join()
+        _on_a_new_thread(model, x, "only-worker")
 
     profiler = _profiler(op_tracer)
     with pytest.warns(RuntimeWarning, match="'only-worker'") as record:
@@ -91,9 +94,7 @@ def test_threads_of_one_name_are_named_once(op_tracer):
     model = _model()
 
     def pipeline(x: torch.Tensor) -> None:
-        worker = threading.Thread(target=model, args=(x,), name="per-call")
-        worker.start()
-        worker.join()
+        _on_a_new_thread(model, x, "per-call")
 
     profiler = _profiler(op_tracer)
     samples = [((torch.randn(2, 4),), {})] * 3  # a new thread of the same name per call
