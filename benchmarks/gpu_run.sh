@@ -5,7 +5,7 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [quick]
 # Parts default to "tests compare bench" (split them over calls where one call is time-limited).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
@@ -108,13 +108,23 @@ for part in $PARTS; do
       timeout 420 python3 -m benchmarks.compiled_attribution --out "$OUT/compiled" 2>&1 | tee "$OUT/compiled.log" | tail -150
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
+    first_call)
+      echo "== the import and first profile() in a fresh process per zoo model, ours and the baseline's"
+      timeout 540 python3 -m benchmarks.first_call --out "$OUT/first_call" ${FIRST_CALL_MODELS:+--models $FIRST_CALL_MODELS} 2>&1 | tee "$OUT/first_call.log" | tail -40
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
+    fixed_cost)
+      echo "== the fixed cost per recorded pass: pass - bare = a + b*R over R = 1, 2, 8"
+      timeout 540 python3 -m benchmarks.fixed_cost --out "$OUT/fixed_cost" ${FIXED_COST_MODELS:+--models $FIXED_COST_MODELS} 2>&1 | tee "$OUT/fixed_cost.log" | tail -30
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     quick)
       echo "== demo (its saved result is loaded and rendered on a machine without a GPU by tests)"
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
 done
-for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md; do
+for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md; do
   [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"

@@ -63,6 +63,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "small": {"depth": 2, "dim": 32, "heads": 2, "tokens": 8, "batch": 2},
     },
     "vit_b_16": {"bench": {"batch": 8, "image": 224}, "small": {"batch": 1, "image": 32}},
+    "efficientnet_b0": {"bench": {"batch": 8, "image": 224}, "small": {"batch": 1, "image": 32}},
     "llama_generate": {
         "bench": {"hidden": 2048, "intermediate": 5632, "layers": 8, "heads": 16, "kv_heads": 4, "vocab": 32000,
                   "prompt": 32, "new_tokens": 64, "dtype": torch.bfloat16},
@@ -234,6 +235,17 @@ def vit_b_16(device: str, repeat: int = 1, *, size: str = "bench", **overrides: 
     return _finish(model, inputs, device, repeat)
 
 
+def efficientnet_b0(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
+    """torchvision ``efficientnet_b0(weights=None)``: a conv net of many small kernels (depthwise convolutions,
+    squeeze-and-excitation, SiLU), where the per-launch cost of a profiler shows."""
+    p = _params("efficientnet_b0", size, overrides)
+    models = _torchvision_models()
+    with _seeded() as generator:
+        model = models.efficientnet_b0(weights=None)
+        inputs = _images(generator, p["batch"], p["image"])
+    return _finish(model, inputs, device, repeat)
+
+
 def gpt2(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
     """HF ``GPT2LMHeadModel`` from a ``GPT2Config`` (default GPT-2 small at bench size), no KV cache."""
     p = _params("gpt2", size, overrides)
@@ -333,6 +345,7 @@ ZOO: dict[str, Builder] = {
     "mha_blocks": mha_blocks,
     "sdpa_blocks": sdpa_blocks,
     "vit_b_16": vit_b_16,
+    "efficientnet_b0": efficientnet_b0,
     "gpt2": gpt2,
     "llama_generate": llama_generate,
     "unet_sd15": unet_sd15,

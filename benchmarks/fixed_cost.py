@@ -1,0 +1,261 @@
+"""The fixed cost of one recorded pass: ``pass − bare = a + b·R`` over R repetitions of the sample list.
+
+    python -m benchmarks.fixed_cost --out OUT [--models ...] [--repeats 1 2 8] [--passes 3]
+
+For each zoo model (bench size; a pipeline such as ``llama_generate`` runs its function R times,
+with 8 new tokens a call) and each R, ``--passes`` rounds run in one process, each round a bare
+pass beside every configuration: ours (``profile()``'s own ``seconds_pass``, warm-up 0), our CUPTI
+source alone (enabled before the timed pass, as ``profile()`` does, so only the pass is timed) and
+our tracing alone (hooks, modes, gates and op recorder entered and left inside the timed pass, as
+``profile()`` does, with the CPU source: no CUPTI). Per configuration, the medians give
+``excess(R) = median pass − median bare``, and a least-squares line through the R's gives ``a`` (ms
+per pass) and ``b`` (ms per repetition). ``a`` is what entering and leaving the pass costs, and
+whatever a pass pays once however long it is.
+
+Two diagnostics follow at R=1 (their runs are separate, so the table's numbers are unpatched):
+the seconds our ``TraceSession`` takes to enter and to leave, and two consecutive passes inside one
+CUPTI session (a first pass slower than the second would mean CUPTI pays per kernel on its first
+launch in a session). Writes ``fixed_cost.md`` and ``fixed_cost.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import zoo
+
+MODELS = ("mlp", "resnet50", "sdpa_blocks", "vit_b_16", "efficientnet_b0", "gpt2", "llama_generate", "unet_sd15")
+CONFIGS = ("ours", "cupti only", "tracing only")
+PIPELINE_OVERRIDES = {"llama_generate": {"new_tokens": 8}}
+
+
+def _timed(run: Callable[[], None]) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def workload(name: str, repeat: int, base: zoo.Workload) -> zoo.Workload:
+    """``base`` with its samples repeated ``repeat`` times; a pipeline's function called ``repeat`` times."""
+    if base.function is None:
+        return zoo.repeated(base, repeat)
+    function = base.function
+
+    def repeated_calls() -> None:
+        for _ in range(repeat):
+            function()
+
+    return zoo.Workload(base.model, [], repeated_calls)
+
+
+class Passes:
+    """One timed recorded pass of each configuration over one workload."""
+
+    def __init__(self, work: zoo.Workload) -> None:
+        from aitune_dispatch import ModuleFunctionKernelProfiler
+
+        self.work = work
+        self.profiler = ModuleFunctionKernelProfiler()
+
+    def ours(self) -> float:
+        work = self.work
+        if work.function is not None:
+            result = self.profiler.profile_result(work.function, module=work.model, warmup_iterations=0)
+        else:
+            result = self.profiler.profile_result(work.model, work.samples, warmup_iterations=0)
+        from aitune_dispatch.schema import seconds_key
+
+        seconds = float(result.metadata[seconds_key("pass")])
+        self.profiler.release()
+        return seconds
+
+    def cupti_only(self, passes: int = 1) -> list[float]:
+        from aitune_dispatch import collection
+
+        source = collection.make_cuda_source("native")
+        torch.cuda.synchronize()
+        source.start()
+        try:
+            return [_timed(self.work.run) for _ in range(passes)]
+        finally:
+            source.stop()
+            source.activity()
+
+    def tracing_only(self) -> float:
+        from aitune_dispatch.collection import CpuOpTimer
+        from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer
+
+        modules = ModuleTracker(self.work.model)
+        tracer = make_tracer("native", modules.module_ids(), None, CpuOpTimer(), False)
+
+        def traced() -> None:
+            with TraceSession(modules, tracer):
+                self.work.run()
+
+        return _timed(traced)
+
+    def run(self, config: str) -> float:
+        if config == "ours":
+            return self.ours()
+        if config == "cupti only":
+            return self.cupti_only()[0]
+        return self.tracing_only()
+
+
+def fit(repeats: Sequence[int], excess: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``excess = a + b * R``."""
+    mean_r, mean_e = statistics.fmean(repeats), statistics.fmean(excess)
+    var = sum((r - mean_r) ** 2 for r in repeats)
+    b = sum((r - mean_r) * (e - mean_e) for r, e in zip(repeats, excess)) / var if var else 0.0
+    return mean_e - b * mean_r, b
+
+
+def session_enter_exit(work: zoo.Workload, rounds: int) -> tuple[float, float]:
+    """Median seconds our ``TraceSession`` takes to enter and to leave around ``profile()``'s pass."""
+    from aitune_dispatch import ModuleFunctionKernelProfiler
+    from aitune_dispatch.tracing.session import TraceSession
+
+    timings: dict[str, list[float]] = {"enter": [], "exit": []}
+    enter, leave = TraceSession.__enter__, TraceSession.__exit__
+
+    def timed_enter(self: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return enter(self)
+        finally:
+            timings["enter"].append(time.perf_counter() - started)
+
+    def timed_exit(self: Any, *exc: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return leave(self, *exc)
+        finally:
+            timings["exit"].append(time.perf_counter() - started)
+
+    profiler = ModuleFunctionKernelProfiler()
+    TraceSession.__enter__, TraceSession.__exit__ = timed_enter, timed_exit  # type: ignore[method-assign]
+    try:
+        for _ in range(rounds):
+            if work.function is not None:
+                profiler.profile_result(work.function, module=work.model, warmup_iterations=0)
+            else:
+                profiler.profile_result(work.model, work.samples, warmup_iterations=0)
+            profiler.release()
+    finally:
+        TraceSession.__enter__, TraceSession.__exit__ = enter, leave  # type: ignore[method-assign]
+    return statistics.median(timings["enter"]), statistics.median(timings["exit"])
+
+
+def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
+    """Median bare and configured pass seconds at every R, the fits, and the R=1 diagnostics."""
+    base = zoo.build(name, "cuda", 1, **PIPELINE_OVERRIDES.get(name, {}))
+    out: dict[str, Any] = {"model": name, "repeats": list(repeats), "bare": {}, **{c: {} for c in CONFIGS}}
+    with torch.no_grad():
+        base.run()
+        for repeat in repeats:
+            work = workload(name, repeat, base)
+            configs = Passes(work)
+            for config in CONFIGS:  # the first of each (CUPTI's and Kineto's start-up) is not measured
+                configs.run(config)
+            bare: list[float] = []
+            runs: dict[str, list[float]] = {c: [] for c in CONFIGS}
+            for _ in range(passes):
+                for config in CONFIGS:
+                    bare.append(_timed(work.run))
+                    runs[config].append(configs.run(config))
+            out["bare"][repeat] = bare
+            for config in CONFIGS:
+                out[config][repeat] = runs[config]
+        one = workload(name, 1, base)
+        out["enter_s"], out["exit_s"] = session_enter_exit(one, passes)
+        pairs = [Passes(one).cupti_only(passes=2) for _ in range(passes)]
+        out["cupti_first_second_s"] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
+    for config in CONFIGS:
+        excess = [statistics.median(out[config][r]) - statistics.median(out["bare"][r]) for r in repeats]
+        out[f"{config} fit"] = fit(repeats, excess)
+        out[f"{config} spread"] = [
+            (min(out[config][r]) - max(out["bare"][r]), max(out[config][r]) - min(out["bare"][r])) for r in repeats
+        ]
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    """``## Fixed cost per recorded pass`` and the mechanism table, as markdown."""
+    lines = [
+        "## Fixed cost per recorded pass",
+        "",
+        "| model | a ms | b ms per repeat | bare pass ms per repeat |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        if r.get("status") == "skipped":
+            lines.append(f"| {r['model']} | – | – | – |")
+            continue
+        a, b = r["ours fit"]
+        bare = statistics.median(statistics.median(v) / int(k) for k, v in r["bare"].items())
+        lines.append(f"| {r['model']} | {_ms(a)} | {_ms(b)} | {_ms(bare)} |")
+    lines += [
+        "",
+        "`pass − bare = a + b·R`, least squares over R = "
+        + ", ".join(str(x) for x in (results[0]["repeats"] if results and "repeats" in results[0] else []))
+        + "; each point the median recorded pass (`seconds_pass`) minus the median bare pass of the same rounds.",
+        "",
+        "| model | CUPTI only: a ms | b ms | tracing only: a ms | b ms | session enter ms | session exit ms "
+        "| CUPTI session, 1st / 2nd pass ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if r.get("status") == "skipped":
+            continue
+        (ca, cb), (ta, tb) = r["cupti only fit"], r["tracing only fit"]
+        first, second = r["cupti_first_second_s"]
+        lines.append(
+            f"| {r['model']} | {_ms(ca)} | {_ms(cb)} | {_ms(ta)} | {_ms(tb)} | {_ms(r['enter_s'])} | "
+            f"{_ms(r['exit_s'])} | {_ms(first)} / {_ms(second)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure every model and write fixed_cost.md / .json."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fixed_cost", description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", nargs="*", default=list(MODELS))
+    p.add_argument("--repeats", nargs="+", type=int, default=[1, 2, 8])
+    p.add_argument("--passes", type=int, default=3)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("fixed_cost needs CUDA")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    for name in args.models:
+        try:
+            results.append(measure(name, args.repeats, args.passes))
+        except zoo.ModelUnavailable as error:
+            results.append({"model": name, "status": "skipped", "reason": str(error)})
+        print(render(results[-1:]).splitlines()[4], flush=True)
+        torch.cuda.empty_cache()
+    (out / "fixed_cost.json").write_text(json.dumps(results, indent=1, default=str))
+    text = render(results)
+    (out / "fixed_cost.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
