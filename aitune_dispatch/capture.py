@@ -362,19 +362,26 @@ def _traced_pass(
     clock: PhaseClock,
     cuda: bool,
 ) -> None:
+    """The recorded pass, timed as the user's calls alone (``seconds_pass``).
+
+    Everything per ``profile()`` is outside that lap: the activity source starts, and the session
+    installs its hooks, modes, gates and op recorder, in ``start``; the session removes them and
+    hands its columns over, and the source stops, in ``flush``. Nothing launches a kernel between
+    the source's start and the first call, or between the last call and its stop.
+    """
     if cuda:
         torch.cuda.synchronize()
     clock.tell("start", 0)
     clock.restart()
     source.start()
-    clock.lap("start")
     try:
         clock.tell("pass", 0, 1 if samples is None else len(samples))
         with session:
+            clock.lap("start")
             run_pass(function, samples, clock.reporter("pass"))
-        if cuda:
-            torch.cuda.synchronize()
-        clock.lap("pass")
+            if cuda:
+                torch.cuda.synchronize()
+            clock.lap("pass")
         clock.tell("flush", 0)
     finally:
         source.stop()

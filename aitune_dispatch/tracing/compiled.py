@@ -17,6 +17,9 @@ unchanged). Each call becomes a :class:`Site`: the kernel name (what CUPTI repor
 kernel) or the aten op an extern call dispatches, and its :class:`Source` s as plain strings, in
 the order the compiled code launches them. Inductor's FX graph and AOTAutograd caches are bypassed
 while ``profile()`` runs, so a graph compiled there is generated (and seen) rather than loaded.
+Nothing of Inductor is imported for this: the hook and the caches are attached when Inductor is
+already loaded, else the moment the profiled code first imports it (``import_watch.py``), so an
+eager model never loads the compiler stack.
 Graphs compiled during an earlier ``profile()`` are remembered (a bounded, process-wide record of
 strings), so that later runs, which no longer compile, are attributed too.
 
@@ -35,7 +38,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
 import pyarrow as pa
@@ -43,9 +46,16 @@ from torch import nn
 
 from .. import schema
 from .functional import api_name, functional_registry
+from .import_watch import AfterImport, ImportWatch
 
 HOOK = "set_kernel_post_grad_provenance_tracing"
 _INDUCTOR = "torch._inductor"
+_DEBUG = "torch._inductor.debug"
+# the caches that would load a compiled graph instead of generating it (and so hide its call sites)
+_CACHE_CONFIGS = {
+    "torch._inductor.config": ("fx_graph_cache", "fx_graph_remote_cache"),
+    "torch._functorch.config": ("enable_autograd_cache",),
+}
 MEMO_PROGRAMS = 64  # compiled graphs remembered across profile() calls (the most recently seen)
 
 # graph positions: how a site's sources are ordered (the latest computes the kernel's result)
@@ -475,6 +485,7 @@ class InductorProvenance:
         self._hook: Any = None
         self._patched: list[tuple[Any, str]] = []
         self._configs = contextlib.ExitStack()
+        self._watch: ImportWatch | None = None
         self._entered = False
         self.unavailable: str | None = None  # why compiled kernels cannot be attributed, in words
         self.failures = 0  # kernel call sites whose metadata could not be read
@@ -486,24 +497,14 @@ class InductorProvenance:
         self._entered = True
         if _active:
             raise RuntimeError("another InductorProvenance is active; profile one thing at a time")
-        try:
-            import torch._inductor.debug as debug
-        except Exception as error:  # noqa: BLE001 - any import failure: no compiled attribution, same run
-            self.unavailable = f"torch._inductor does not import here ({error})"
-            return self
-        original = getattr(debug, HOOK, None)
-        if not callable(original):
-            self.unavailable = f"this torch's Inductor has no {HOOK} to observe"
-            return self
         _active.append(self)
+        watched: dict[str, AfterImport] = {_DEBUG: self._attach}
+        if self._bypass:
+            watched.update({name: self._bypass_caches for name in _CACHE_CONFIGS})
+        # attached now where Inductor is loaded, else when the profiled code first imports it
+        self._watch = ImportWatch(watched)
         try:
-            self._original, self._hook = original, self._make_hook(original)
-            self._patch(debug)
-            for module in _inductor_modules():
-                if getattr(module, HOOK, None) is original:
-                    self._patch(module)
-            if self._bypass:
-                self._bypass_caches()
+            self._watch.__enter__()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -513,11 +514,26 @@ class InductorProvenance:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
+            if self._watch is not None:
+                self._watch.__exit__(exc_type, exc, tb)
+                self.failures += len(self._watch.errors)
             self._restore()
         finally:
             self._configs.close()
             if self in _active:
                 _active.remove(self)
+
+    def _attach(self, debug: ModuleType) -> None:
+        """``torch._inductor.debug`` is loaded: observe its hook there and wherever Inductor imported it by name."""
+        original = getattr(debug, HOOK, None)
+        if not callable(original):
+            self.unavailable = f"this torch's Inductor has no {HOOK} to observe"
+            return
+        self._original, self._hook = original, self._make_hook(original)
+        self._patch(debug)
+        for module in _inductor_modules():
+            if module is not debug and getattr(module, HOOK, None) is original:
+                self._patch(module)
 
     def _patch(self, module: Any) -> None:
         setattr(module, HOOK, self._hook)
@@ -534,17 +550,11 @@ class InductorProvenance:
             if getattr(module, HOOK, None) is self._hook:
                 setattr(module, HOOK, self._original)
 
-    def _bypass_caches(self) -> None:
-        import torch._functorch.config as functorch_config
-        import torch._inductor.config as inductor_config
-
-        for config, name in (
-            (inductor_config, "fx_graph_cache"),
-            (inductor_config, "fx_graph_remote_cache"),
-            (functorch_config, "enable_autograd_cache"),
-        ):
+    def _bypass_caches(self, config: ModuleType) -> None:
+        """Inductor's FX graph caches or AOTAutograd's cache off while entered (``_CACHE_CONFIGS``)."""
+        for name in _CACHE_CONFIGS[config.__name__]:
             if hasattr(config, name):
-                self._configs.enter_context(config.patch(**{name: False}))
+                self._configs.enter_context(config.patch(**{name: False}))  # type: ignore[attr-defined]
 
     def _make_hook(self, original: Any) -> Any:
         def observed(*args: Any, **kwargs: Any) -> Any:

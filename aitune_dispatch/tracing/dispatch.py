@@ -43,13 +43,15 @@ def _skip_dynamo_frames(code: Any) -> bool:
     """Tell Dynamo never to compile this code or what it calls, at no per-call cost.
 
     TorchDispatchMode otherwise wraps ``__torch_dispatch__`` in ``torch._disable_dynamo``, which
-    costs several microseconds per op. False where this torch has no such switch.
+    costs several microseconds per op and imports ``torch._dynamo`` (over a second) on the first
+    one. The strategy is set through torch's C extension, which Dynamo's Python package reads too,
+    so nothing of ``torch._dynamo`` is imported. False where this torch has no such switch.
     """
     try:
-        from torch._dynamo import eval_frame
+        from torch._C._dynamo import eval_frame
 
-        skip = eval_frame.FrameAction.SKIP
-        eval_frame.set_code_exec_strategy(code, eval_frame.FrameExecStrategy(skip, skip))
+        skip = eval_frame._FrameAction.SKIP
+        eval_frame.set_code_exec_strategy(code, eval_frame._FrameExecStrategy(skip, skip))
     except (ImportError, AttributeError, TypeError, RuntimeError):
         return False
     return True
