@@ -37,24 +37,33 @@ objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer 
 A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded
 with ``with_tensors=True``, TensorMeta in place of tensors. Saving and loading never import torch
 except to write or read ``with_tensors`` data.
+
+A save writes beside its path and puts the result there only when it is complete (:mod:`.atomic`):
+one that fails (a full disk, Ctrl-C) raises ``OSError`` with the OS's ``errno`` and a message naming
+the cause, leaves the previous result as it was and nothing else behind, so a retry just works.
+Re-saving into a directory replaces the previous result's files and keeps any others.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
+import functools
 import io
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import schema, strings
+from . import atomic
 from .values import OpaqueValue, TensorMeta, decode_value, encode_value
 
 __all__ = [
@@ -103,11 +112,43 @@ class Stored:
     tensors: list[Any] | None = None
 
 
-# -- tables -----------------------------------------------------------------------------------------
+# -- writing and reading files ------------------------------------------------------------------------
+# A save touches the disk only through _create, _torch_save and _free_bytes (tests give it a full disk there).
+def _create(path: Path) -> BinaryIO:
+    """A new file to write (Parquet and the manifest go through Python files: the OS error comes back as is)."""
+    return open(path, "xb")  # noqa: SIM115 (closed by _write)
+
+
 def _torch_save(tensors: list[Any], destination: Path | io.BytesIO) -> None:
     import torch
 
     torch.save(tensors, destination)  # one call, so views of one storage share it in the file
+
+
+def _free_bytes(directory: Path) -> int:
+    return shutil.disk_usage(directory).free
+
+
+def _write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Create ``path`` and fill it with ``write``; an OS error names the file."""
+    try:
+        with _create(path) as sink:
+            write(sink)
+    except OSError as error:
+        if error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
+
+
+def _write_tensors(tensors: list[Any], path: Path) -> None:
+    """``torch.save`` into ``path`` (by name, so that the file's bytes are those torch writes for a path)."""
+    try:
+        _torch_save(tensors, path)
+    except RuntimeError as error:
+        # torch writes the file itself and reports a short write as "unexpected pos", not as the OS's error
+        if _free_bytes(path.parent) < sum(getattr(t, "nbytes", 0) for t in tensors):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+        raise
 
 
 def _torch_save_bytes(tensors: list[Any]) -> bytes:
@@ -122,6 +163,7 @@ def _torch_load(source: Any, map_location: str | None) -> list[Any]:
     return torch.load(source, map_location=map_location, weights_only=True)
 
 
+# -- tables -----------------------------------------------------------------------------------------
 def _schema_text(table_schema: pa.Schema) -> str:
     """The manifest's record of a table's schema: string columns named ``string``, whatever their encoding.
 
@@ -177,6 +219,11 @@ def _manifest(stored: Stored, tables: dict[str, pa.Table], layout: str, tensors:
     }
 
 
+def _is_plain_name(name: Any) -> bool:
+    """A file name without folders, so that a manifest names files inside its own result only."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+
+
 def _check_manifest(manifest: Any, path: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ResultFormatError(f"{path} is not a result saved by aitune_dispatch (no {FORMAT} manifest)")
@@ -198,26 +245,39 @@ def _require_tensors(manifest: dict, path: Path) -> None:
 
 
 # -- directory layout -------------------------------------------------------------------------------
-def _prepare_directory(directory: Path) -> None:
+def _check_directory(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise FileExistsError(f"{directory} is a file; save to a new directory or to a path ending in .parquet")
-    if directory.is_dir() and any(directory.iterdir()) and not (directory / MANIFEST_FILE).exists():
+    if (
+        directory.is_dir()
+        and any(not atomic.is_staging(p.name) for p in directory.iterdir())
+        and not (directory / MANIFEST_FILE).exists()
+    ):
         raise FileExistsError(
             f"{directory} is a non-empty directory that holds no saved result; pick an empty or new directory"
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / MANIFEST_FILE).unlink(missing_ok=True)  # a crash mid-save leaves no half-valid result
-    (directory / TENSORS_FILE).unlink(missing_ok=True)
+
+
+def _owned(directory: Path, stored: Stored) -> set[str]:
+    """The entries of ``directory`` a save into it replaces: its result's files and the ones it writes."""
+    owned = {MANIFEST_FILE, TENSORS_FILE, *(f"{name}.parquet" for name in stored.tables)}
+    try:
+        previous = json.loads((directory / MANIFEST_FILE).read_bytes()).get("tables", {})
+        owned.update(f"{name}.parquet" for name in previous if _is_plain_name(name))
+    except (OSError, ValueError, AttributeError):  # none, or not one save() wrote: its own tables only
+        pass
+    return owned
 
 
 def _save_directory(stored: Stored, directory: Path) -> None:
-    _prepare_directory(directory)
-    for name, table in stored.tables.items():
-        pq.write_table(_stored(table), directory / f"{name}.parquet")
-    if stored.tensors is not None:
-        _torch_save(stored.tensors, directory / TENSORS_FILE)
     manifest = _manifest(stored, stored.tables, "directory", TENSORS_FILE if stored.tensors is not None else None)
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    text = json.dumps(manifest, indent=1).replace("\n", os.linesep)  # as Path.write_text wrote it
+    with atomic.replacing_directory(directory, _owned(directory, stored), MANIFEST_FILE) as staging:
+        for name, table in stored.tables.items():
+            _write(staging / f"{name}.parquet", functools.partial(pq.write_table, _stored(table)))
+        if stored.tensors is not None:
+            _write_tensors(stored.tensors, staging / TENSORS_FILE)
+        _write(staging / MANIFEST_FILE, lambda sink: sink.write(text.encode()))
 
 
 def _load_directory(directory: Path, with_tensors: bool, map_location: str | None) -> Stored:
@@ -258,9 +318,12 @@ def _union_rows(name: str, table: pa.Table, union: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=union)
 
 
-def _save_file(stored: Stored, path: Path) -> None:
+def _check_file(path: Path) -> None:
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; pass a file path ending in .parquet or a directory path")
+
+
+def _save_file(stored: Stored, path: Path) -> None:
     tables = stored.tables
     if stored.tensors is not None:
         blob = pa.table({"torch_save": [_torch_save_bytes(stored.tensors)]}, schema=schema.TENSORS)
@@ -268,13 +331,16 @@ def _save_file(stored: Stored, path: Path) -> None:
     manifest = _manifest(stored, tables, "file", TENSORS if stored.tensors is not None else None)
     encoded = {name: _stored(table) for name, table in tables.items()}
     union = _union_schema(encoded).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
+
+    def write(sink: BinaryIO) -> None:
+        with pq.ParquetWriter(sink, union) as writer:
+            for name, table in encoded.items():
+                if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
+                    writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    with pq.ParquetWriter(partial, union) as writer:
-        for name, table in encoded.items():
-            if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
-                writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
-    os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
+    with atomic.replacing_file(path) as staging:
+        _write(staging, write)
 
 
 def _read_file_manifest(path: Path) -> dict:
@@ -308,24 +374,53 @@ def _is_file_layout(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
+def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
+    """The error a failed save raises: the cause in words, the file it was writing, and what was kept."""
+    cause = os.strerror(error.errno) if error.errno else str(error)
+    name = Path(error.filename).name if error.filename else ""
+    where = f" while writing {name}" if name and not atomic.is_staging(name) else ""
+    kept = f"the previous result at {target} is unchanged" if existed else "nothing of it was left behind"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "Free some space there (or save to another disk) and save again"
+    else:
+        fix = "Fix that (or save somewhere else) and save again"
+    message = f"could not save the result to {target}: {cause}{where}; {kept}. {fix}"
+    return OSError(error.errno, message) if error.errno else OSError(message)
+
+
 def save(stored: Stored, path: PathLike) -> Path:
-    """Write ``stored`` (layouts in the module docstring).
+    """Write ``stored`` (layouts in the module docstring) beside ``path``, and put it there when complete.
+
+    A save that fails (a full disk, Ctrl-C) leaves what was at ``path`` as it was and nothing else
+    behind, so that the same save can be tried again (:mod:`.atomic`).
 
     Parameters
     ----------
     stored:
         The tables, manifest facts and optional tensors.
     path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save, which
+        is replaced; files of others in it are kept).
 
     Returns
     -------
     pathlib.Path
         The path written.
+
+    Raises
+    ------
+    OSError
+        The disk refused (``errno`` as the OS gave it, e.g. ``ENOSPC``); the message names the cause,
+        the file being written and that the previous result is unchanged.
     """
     target = Path(path)
-    writer: Callable[[Stored, Path], None] = _save_file if _is_file_layout(target) else _save_directory
-    writer(stored, target)
+    check, writer = (_check_file, _save_file) if _is_file_layout(target) else (_check_directory, _save_directory)
+    check(target)  # a path that holds something else: refused before anything is written
+    existed = target.exists()
+    try:
+        writer(stored, target)
+    except OSError as error:
+        raise _save_failed(target, error, existed) from error
     return target
 
 

@@ -269,6 +269,8 @@ class ProfileResult:
         ----------
         path:
             ``*.parquet``: one file; any other path: a directory (replaced if it holds a result).
+            Written beside ``path`` and put there when complete: a failed save (``OSError``, e.g. a
+            full disk) leaves the previous result as it was and nothing else behind.
         with_tensors:
             Also keep the sample tensors (needs torch; ``tensors.pt`` or a row of the file).
 
