@@ -1,4 +1,5 @@
-"""Saves that fail: a failed save changes nothing and leaves nothing, so that a retry works.
+"""Saves that fail and files that are not results: a failed save changes nothing and leaves nothing,
+and every damaged or foreign file given to load() is a ResultFormatError that names it.
 
 A full disk is simulated where persist touches the disk (``persist._create`` for Parquet and the
 manifest, ``persist._torch_save`` for torch's own file writer, ``persist._free_bytes``): past its
@@ -8,6 +9,7 @@ free bytes a write stores what fits, then fails as the OS does. Where unprivileg
 
 from __future__ import annotations
 
+import base64
 import errno
 import io
 import json
@@ -16,16 +18,21 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NamedTuple
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import aitune_dispatch
 from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult
-from aitune_dispatch.results import atomic, load, persist
+from aitune_dispatch.results import ResultFormatError, atomic, load, persist
 
 pytestmark = pytest.mark.single_backend  # saving and loading trace nothing: one backend is enough
 
@@ -344,3 +351,200 @@ def test_saves_on_a_full_tmpfs(tmp_path):
     assert out["dir"][2:] == [["res"], True]
     assert out["retry"] is True
     assert out["mount"] == [errno.ENOSPC, True, True, True]  # failed: as it was; the retry: with its tensors
+
+
+# -- item 8: damaged and foreign files -------------------------------------------------------------
+def _in_dir(change):
+    """A damage that applies ``change`` to a directory's manifest."""
+
+    def damage(folder: Path) -> None:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        change(manifest)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    return damage
+
+
+def _in_file(change):
+    """A damage that applies ``change`` to a single file's manifest (the file is rewritten)."""
+
+    def damage(path: Path) -> None:
+        table = pq.read_table(path)
+        manifest = json.loads(table.schema.metadata[persist.MANIFEST_KEY])
+        change(manifest)
+        _rewrite(path, table, json.dumps(manifest).encode())
+
+    return damage
+
+
+def _rewrite(path: Path, table: pa.Table, manifest: bytes | None = None) -> None:
+    metadata = table.schema.metadata or {}
+    pq.write_table(table.replace_schema_metadata({**metadata, persist.MANIFEST_KEY: manifest or b""}), path)
+
+
+def _truncate(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def _junk_samples(folder: Path) -> None:
+    table = pq.read_table(folder / "function_data.parquet")
+    column = table.schema.get_field_index("sample_json")
+    junk = pa.array(["{not json"] * table.num_rows, table.schema.field(column).type)
+    pq.write_table(table.set_column(column, table.schema.field(column), junk), folder / "function_data.parquet")
+
+
+def _drop_column(name: str):
+    def damage(path: Path) -> None:
+        table = pq.read_table(path)
+        _rewrite(path, table.drop_columns([name]), table.schema.metadata[persist.MANIFEST_KEY])
+
+    return damage
+
+
+def _junk_tensors(path: Path) -> None:
+    table = pq.read_table(path)
+    column = table.schema.get_field_index("tensors.torch_save")
+    values = [b"junk" if v is not None else None for v in table.column(column).to_pylist()]
+    junk = pa.array(values, table.schema.field(column).type)
+    _rewrite(
+        path, table.set_column(column, table.schema.field(column), junk), table.schema.metadata[persist.MANIFEST_KEY]
+    )
+
+
+def _set(key, value):
+    return lambda manifest: manifest.__setitem__(key, value)
+
+
+def _set_table(table, key, value):
+    return lambda manifest: manifest["tables"][table].__setitem__(key, value)
+
+
+def _set_table_entry(name):
+    return lambda manifest: manifest["tables"].__setitem__(name, {"rows": 0, "schema": ""})
+
+
+def _add_row(table):
+    return lambda manifest: manifest["tables"][table].__setitem__("rows", manifest["tables"][table]["rows"] + 1)
+
+
+GARBAGE_SCHEMA = base64.b64encode(b"\xff\xff\xff\xff garbage, not an Arrow IPC schema").decode()
+
+
+class Damage(NamedTuple):
+    case: str
+    damage: Callable[[Path], object]
+    named: str  # the file the message names, relative to the save ("": the save itself)
+    what: str  # what the message says is wrong
+    with_tensors: bool = False
+
+
+DIRECTORY_DAMAGES = [
+    Damage("manifest not JSON", lambda d: (d / "manifest.json").write_text("{not"), "manifest.json", "not valid JSON"),
+    Damage(
+        "manifest binary",
+        lambda d: (d / "manifest.json").write_bytes(b"\xff\xfe\xfa"),
+        "manifest.json",
+        "not valid JSON",
+    ),
+    Damage("no tables", _in_dir(lambda m: m.pop("tables")), "manifest.json", "without 'tables'"),
+    Damage("tables a list", _in_dir(_set("tables", ["activity"])), "manifest.json", "without 'tables'"),
+    Damage("entry without schema", _in_dir(lambda m: m["tables"]["calls"].pop("schema")), "manifest.json", "'calls'"),
+    Damage("table name a path", _in_dir(_set_table_entry("../calls")), "manifest.json", "'../calls'"),
+    Damage("version a string", _in_dir(_set("schema_version", "1")), "manifest.json", "schema_version is '1', not an"),
+    Damage("version a bool", _in_dir(_set("schema_version", True)), "manifest.json", "schema_version is True, not an"),
+    Damage(
+        "schema not Arrow",
+        _in_dir(_set_table("activity", "schema", GARBAGE_SCHEMA)),
+        "manifest.json",
+        "table 'activity' that is not an Arrow schema",
+    ),
+    Damage(
+        "schema not base64",
+        _in_dir(_set_table("activity", "schema", "!!")),
+        "manifest.json",
+        "table 'activity' that is not an Arrow schema",
+    ),
+    Damage("table missing", lambda d: (d / "calls.parquet").unlink(), "calls.parquet", "missing"),
+    Damage("table truncated", lambda d: _truncate(d / "activity.parquet"), "activity.parquet", "truncated"),
+    Damage("table empty", lambda d: (d / "ops.parquet").write_bytes(b""), "ops.parquet", "not a readable Parquet file"),
+    Damage(
+        "table of another",
+        lambda d: shutil.copy(d / "modules.parquet", d / "calls.parquet"),
+        "calls.parquet",
+        "does not have the columns",
+    ),
+    Damage("rows differ", _in_dir(_add_row("ops")), "ops.parquet", "holds"),
+    Damage("no source", _in_dir(lambda m: m.pop("source")), "", "'source' is None"),
+    Damage("metadata a list", _in_dir(_set("metadata", [])), "", "'metadata' is []"),
+    Damage("samples not JSON", _junk_samples, "", "function_data"),
+    Damage("tensors name a path", _in_dir(_set("tensors", "../elsewhere.pt")), "manifest.json", "'tensors'"),
+    Damage("tensors truncated", lambda d: _truncate(d / "tensors.pt"), "tensors.pt", "cannot be read", True),
+    Damage("tensors empty", lambda d: (d / "tensors.pt").write_bytes(b""), "tensors.pt", "cannot be read", True),
+    Damage("tensors missing", lambda d: (d / "tensors.pt").unlink(), "tensors.pt", "missing", True),
+]
+FILE_DAMAGES = [
+    Damage("manifest not JSON", lambda p: _rewrite(p, pq.read_table(p), b"{not"), "", "not valid JSON"),
+    Damage("no tables", _in_file(lambda m: m.pop("tables")), "", "without 'tables'"),
+    Damage("version a string", _in_file(_set("schema_version", "1")), "", "not an integer"),
+    Damage(
+        "schema not Arrow",
+        _in_file(_set_table("calls", "schema", GARBAGE_SCHEMA)),
+        "",
+        "table 'calls' that is not an Arrow schema",
+    ),
+    Damage("rows differ", _in_file(_add_row("activity")), "", "holds"),
+    Damage("truncated", _truncate, "", "not a Parquet file, or a truncated one"),
+    Damage("column missing", _drop_column("calls.start_ns"), "", "lacks the columns ['calls.start_ns']"),
+    Damage("discriminator missing", _drop_column("table"), "", "lacks the columns ['table'"),
+    Damage("tensors junk", _junk_tensors, "", "cannot be read", True),
+]
+
+
+@pytest.fixture(scope="module")
+def saved(big, tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("saved")
+    return {layout: big.save(folder / layout, with_tensors=True) for layout in ("res", "x.parquet")}
+
+
+def _damaged_copy(saved: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / saved.name
+    (shutil.copytree if saved.is_dir() else shutil.copy)(saved, copy)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("layout", "damage"),
+    [*(("res", d) for d in DIRECTORY_DAMAGES), *(("x.parquet", d) for d in FILE_DAMAGES)],
+    ids=lambda value: value.case if isinstance(value, Damage) else value,
+)
+def test_a_damaged_result_is_a_result_format_error(saved, tmp_path, layout, damage):
+    path = _damaged_copy(saved[layout], tmp_path)
+    damage.damage(path)
+    with pytest.raises(ResultFormatError) as info:
+        load(path, with_tensors=damage.with_tensors)
+    message = str(info.value)
+    assert str(path / damage.named if damage.named else path) in message, message  # the file
+    assert damage.what in message, message  # what is wrong
+    assert "save the result again" in message, message  # what to do
+    assert isinstance(info.value, ValueError) and aitune_dispatch.ResultFormatError is ResultFormatError
+
+
+@pytest.mark.parametrize("layout", ["res", "x.parquet"])
+def test_the_damage_helpers_alone_change_nothing(saved, tmp_path, layout):
+    """The control: rewriting the way the damages do, without damaging, still loads (so each damage is the cause)."""
+    path = _damaged_copy(saved[layout], tmp_path)
+    if layout == "res":
+        _in_dir(lambda manifest: None)(path)
+    else:
+        _in_file(lambda manifest: None)(path)
+    loaded = load(path, with_tensors=True)
+    assert loaded.activity.num_rows and loaded.function_data
+
+
+def test_the_cli_bench_reports_damaged_tensors_instead_of_dropping_them(saved, tmp_path):
+    from aitune_dispatch import cli
+
+    path = _damaged_copy(saved["res"], tmp_path)
+    _truncate(path / "tensors.pt")
+    with pytest.raises(cli.CliError, match="tensors.pt"):
+        cli._load_for_bench(str(path))
