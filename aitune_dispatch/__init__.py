@@ -23,7 +23,7 @@ from . import display
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
-    from .results import ProfileResult, TensorMeta, describe_results, load, merge
+    from .results import ProfileResult, ResultFormatError, TensorMeta, describe_results, load, merge
     from .results.comparison import compare
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
@@ -42,6 +42,7 @@ display.set_notebook_renderer(_notebook_html)  # results show in notebooks witho
 __all__ = [
     "ModuleFunctionKernelProfiler",
     "ProfileResult",
+    "ResultFormatError",
     "TensorMeta",
     "activate",
     "benchmark",
@@ -55,6 +56,7 @@ _LAZY = {
     "__version__": ".schema",
     "ModuleFunctionKernelProfiler": ".profiler",
     "ProfileResult": ".results",
+    "ResultFormatError": ".results",
     "TensorMeta": ".results",
     "activate": ".benchmarking",
     "benchmark": ".benchmarking",

@@ -449,15 +449,15 @@ def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
 def _load_for_bench(path: str) -> ProfileResult:
     """The saved result with its tensors (on their recorded devices) where it kept them."""
     from .benchmarking import replay_device
-    from .results import ResultFormatError
+    from .results.persist import TensorsNotSavedError
 
     result = _load(path)
     try:
         replay_device(result)
         return load_result(path, with_tensors=True, map_location=None)
-    except ResultFormatError:  # saved without tensors: benchmark() makes inputs from the metadata
+    except TensorsNotSavedError:  # saved without tensors: benchmark() makes inputs from the metadata
         return result
-    except (RuntimeError, OSError) as error:
+    except (RuntimeError, OSError, ValueError) as error:  # ValueError: damaged tensors (ResultFormatError)
         raise CliError(str(error)) from error
 
 

@@ -37,24 +37,37 @@ objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer 
 A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded
 with ``with_tensors=True``, TensorMeta in place of tensors. Saving and loading never import torch
 except to write or read ``with_tensors`` data.
+
+A save writes beside its path and puts the result there only when it is complete (:mod:`.atomic`):
+one that fails (a full disk, Ctrl-C) raises ``OSError`` with the OS's ``errno`` and a message naming
+the cause, leaves the previous result as it was and nothing else behind, so a retry just works.
+Re-saving into a directory replaces the previous result's files and keeps any others. Loading a
+damaged or foreign file raises :class:`ResultFormatError` (a ValueError) naming the file, what is
+wrong with it and what to do.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
+import functools
 import io
 import json
 import os
+import pickle
+import shutil
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import schema, strings
+from . import atomic
 from .values import OpaqueValue, TensorMeta, decode_value, encode_value
 
 __all__ = [
@@ -64,8 +77,10 @@ __all__ = [
     "ResultFormatError",
     "Stored",
     "TensorMeta",
+    "TensorsNotSavedError",
     "decode_value",
     "encode_value",
+    "format_error",
     "load",
     "save",
 ]
@@ -80,7 +95,41 @@ PathLike = str | os.PathLike
 
 
 class ResultFormatError(ValueError):
-    """A path holds no saved result, or one this version cannot read."""
+    """A path holds no saved result, a damaged or foreign one, or one this version cannot read.
+
+    A ValueError, as load's errors were before it existed. :func:`format_error` builds the ones for
+    damaged and foreign files.
+
+    Attributes
+    ----------
+    args:
+        ``(message,)``: the file, what is wrong with it, and what to do.
+    """
+
+
+class TensorsNotSavedError(ResultFormatError):
+    """``with_tensors=True`` asked for tensors from a result saved with tensor metadata only."""
+
+
+def format_error(path: Path, problem: str) -> ResultFormatError:
+    """The error for a damaged or foreign saved result: the file, what is wrong with it, what to do.
+
+    Parameters
+    ----------
+    path:
+        The file (or directory) at fault.
+    problem:
+        What is wrong with it, as a predicate of the path ("is missing", "lacks the columns ...").
+
+    Returns
+    -------
+    ResultFormatError
+        To raise.
+    """
+    return ResultFormatError(
+        f"{path} {problem}. It is damaged (a save or a copy that did not finish?) or was not written by "
+        "aitune_dispatch: save the result again, or load a path that ProfileResult.save() wrote"
+    )
 
 
 @dataclass(frozen=True)
@@ -103,11 +152,43 @@ class Stored:
     tensors: list[Any] | None = None
 
 
-# -- tables -----------------------------------------------------------------------------------------
+# -- writing and reading files ------------------------------------------------------------------------
+# A save touches the disk only through _create, _torch_save and _free_bytes (tests give it a full disk there).
+def _create(path: Path) -> BinaryIO:
+    """A new file to write (Parquet and the manifest go through Python files: the OS error comes back as is)."""
+    return open(path, "xb")  # noqa: SIM115 (closed by _write)
+
+
 def _torch_save(tensors: list[Any], destination: Path | io.BytesIO) -> None:
     import torch
 
     torch.save(tensors, destination)  # one call, so views of one storage share it in the file
+
+
+def _free_bytes(directory: Path) -> int:
+    return shutil.disk_usage(directory).free
+
+
+def _write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Create ``path`` and fill it with ``write``; an OS error names the file."""
+    try:
+        with _create(path) as sink:
+            write(sink)
+    except OSError as error:
+        if error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
+
+
+def _write_tensors(tensors: list[Any], path: Path) -> None:
+    """``torch.save`` into ``path`` (by name, so that the file's bytes are those torch writes for a path)."""
+    try:
+        _torch_save(tensors, path)
+    except RuntimeError as error:
+        # torch writes the file itself and reports a short write as "unexpected pos", not as the OS's error
+        if _free_bytes(path.parent) < sum(getattr(t, "nbytes", 0) for t in tensors):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+        raise
 
 
 def _torch_save_bytes(tensors: list[Any]) -> bytes:
@@ -122,6 +203,34 @@ def _torch_load(source: Any, map_location: str | None) -> list[Any]:
     return torch.load(source, map_location=map_location, weights_only=True)
 
 
+def _load_tensors(source: Path | io.BytesIO, path: Path, map_location: str | None) -> list[Any]:
+    """The saved tensors; a missing, truncated or foreign tensors file is a ResultFormatError naming ``path``."""
+    try:
+        if isinstance(source, io.BytesIO):
+            head = source.getvalue()[:4]
+        else:
+            with source.open("rb") as file:
+                head = file.read(4)
+    except FileNotFoundError as error:
+        raise format_error(path, "is missing, though the manifest says tensors were saved") from error
+    if head != b"PK\x03\x04":  # what torch.save writes is a zip archive
+        raise format_error(path, "holds saved tensors that cannot be read (not a torch.save archive)")
+    try:
+        tensors = _torch_load(source, map_location)
+    except (EOFError, KeyError, struct.error, pickle.UnpicklingError) as error:
+        raise format_error(
+            path, f"holds saved tensors that cannot be read ({type(error).__name__}: {error})"
+        ) from error
+    except RuntimeError as error:
+        if "PytorchStreamReader" not in str(error):  # not the file (a map_location without that device, say)
+            raise
+        raise format_error(path, f"holds saved tensors that cannot be read ({error})") from error
+    if not isinstance(tensors, list):
+        raise format_error(path, f"holds saved tensors that are a {type(tensors).__name__}, not a list of tensors")
+    return tensors
+
+
+# -- tables -----------------------------------------------------------------------------------------
 def _schema_text(table_schema: pa.Schema) -> str:
     """The manifest's record of a table's schema: string columns named ``string``, whatever their encoding.
 
@@ -133,8 +242,13 @@ def _schema_text(table_schema: pa.Schema) -> str:
     return base64.b64encode(logical.serialize().to_pybytes()).decode("ascii")
 
 
-def _schema_from_text(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+def _schema_from_text(text: str, name: str, manifest_path: Path) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (ValueError, pa.ArrowException) as error:  # binascii.Error and ArrowInvalid are ValueErrors
+        raise format_error(
+            manifest_path, f"has a schema for table {name!r} that is not an Arrow schema ({error})"
+        ) from error
 
 
 def _stored_field(field: pa.Field) -> pa.Field:
@@ -153,15 +267,24 @@ def _in_memory(table_schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields, metadata=table_schema.metadata)
 
 
-def _restore(table: pa.Table, table_schema: pa.Schema) -> pa.Table:
+def _restore(table: pa.Table, table_schema: pa.Schema, name: str, rows: int, path: Path) -> pa.Table:
     """The table read back, in the schema it was saved from, with string columns dictionary-encoded.
 
     Results saved before strings were dictionary-encoded in memory name ``string`` columns in their
     manifest: they load encoded too. Row groups read back as chunks with dictionaries of their own,
-    so the columns are brought to one dictionary each.
+    so the columns are brought to one dictionary each. A table whose columns or rows are not those
+    the manifest records is a ResultFormatError naming ``path``.
     """
     target = _in_memory(table_schema)
-    return strings.encoded(table.cast(target).replace_schema_metadata(target.metadata))
+    try:
+        restored = strings.encoded(table.cast(target).replace_schema_metadata(target.metadata))
+    except (ValueError, TypeError, NotImplementedError, pa.ArrowException) as error:
+        raise format_error(
+            path, f"does not have the columns its manifest records for table {name!r} ({error})"
+        ) from error
+    if restored.num_rows != rows:
+        raise format_error(path, f"holds {restored.num_rows} rows of table {name!r}, its manifest records {rows}")
+    return restored
 
 
 # -- manifest ---------------------------------------------------------------------------------------
@@ -177,65 +300,124 @@ def _manifest(stored: Stored, tables: dict[str, pa.Table], layout: str, tensors:
     }
 
 
+def _parse_manifest(text: bytes, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+        raise format_error(path, f"has a manifest that is not valid JSON ({error})") from error
+
+
+def _is_plain_name(name: Any) -> bool:
+    """A file name without folders, so that a manifest names files inside its own result only."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _check_manifest(manifest: Any, path: Path) -> dict:
+    """``manifest`` when it is one this version reads: its format, version, tables and tensors entry checked."""
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ResultFormatError(f"{path} is not a result saved by aitune_dispatch (no {FORMAT} manifest)")
+        raise ResultFormatError(
+            f"{path} is not a result saved by aitune_dispatch (no {FORMAT} manifest); pass a path that "
+            "ProfileResult.save() wrote"
+        )
     version = manifest.get("schema_version")
-    if not isinstance(version, int) or version > schema.SCHEMA_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise format_error(path, f"has a manifest whose schema_version is {version!r}, not an integer")
+    if version > schema.SCHEMA_VERSION:
         raise ResultFormatError(
             f"{path} was saved with result schema version {version}, newer than the version this "
             f"aitune_dispatch reads ({schema.SCHEMA_VERSION}); upgrade aitune_dispatch to load it"
         )
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict):
+        raise format_error(path, "has a manifest without 'tables' (a mapping of table name to its rows and schema)")
+    for name, entry in tables.items():
+        if not (
+            _is_plain_name(name)
+            and isinstance(entry, dict)
+            and _is_count(entry.get("rows"))
+            and isinstance(entry.get("schema"), str)
+        ):
+            raise format_error(
+                path, f"has a manifest whose entry for table {name!r} is not {{'rows': n, 'schema': text}}"
+            )
+    if manifest.get("tensors") is not None and not _is_plain_name(manifest["tensors"]):
+        raise format_error(path, f"has a manifest whose 'tensors' is {manifest['tensors']!r}, not a file name or null")
     return manifest
 
 
 def _require_tensors(manifest: dict, path: Path) -> None:
     if not manifest.get("tensors"):
-        raise ResultFormatError(
+        raise TensorsNotSavedError(
             f"{path} holds tensor metadata only; load it without with_tensors=True, or save the run "
             "again with save(path, with_tensors=True)"
         )
 
 
 # -- directory layout -------------------------------------------------------------------------------
-def _prepare_directory(directory: Path) -> None:
+def _check_directory(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise FileExistsError(f"{directory} is a file; save to a new directory or to a path ending in .parquet")
-    if directory.is_dir() and any(directory.iterdir()) and not (directory / MANIFEST_FILE).exists():
+    if (
+        directory.is_dir()
+        and any(not atomic.is_staging(p.name) for p in directory.iterdir())
+        and not (directory / MANIFEST_FILE).exists()
+    ):
         raise FileExistsError(
             f"{directory} is a non-empty directory that holds no saved result; pick an empty or new directory"
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / MANIFEST_FILE).unlink(missing_ok=True)  # a crash mid-save leaves no half-valid result
-    (directory / TENSORS_FILE).unlink(missing_ok=True)
+
+
+def _owned(directory: Path, stored: Stored) -> set[str]:
+    """The entries of ``directory`` a save into it replaces: its result's files and the ones it writes."""
+    owned = {MANIFEST_FILE, TENSORS_FILE, *(f"{name}.parquet" for name in stored.tables)}
+    try:
+        previous = json.loads((directory / MANIFEST_FILE).read_bytes()).get("tables", {})
+        owned.update(f"{name}.parquet" for name in previous if _is_plain_name(name))
+    except (OSError, ValueError, AttributeError):  # none, or not one save() wrote: its own tables only
+        pass
+    return owned
 
 
 def _save_directory(stored: Stored, directory: Path) -> None:
-    _prepare_directory(directory)
-    for name, table in stored.tables.items():
-        pq.write_table(_stored(table), directory / f"{name}.parquet")
-    if stored.tensors is not None:
-        _torch_save(stored.tensors, directory / TENSORS_FILE)
     manifest = _manifest(stored, stored.tables, "directory", TENSORS_FILE if stored.tensors is not None else None)
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+    text = json.dumps(manifest, indent=1).replace("\n", os.linesep)  # as Path.write_text wrote it
+    with atomic.replacing_directory(directory, _owned(directory, stored), MANIFEST_FILE) as staging:
+        for name, table in stored.tables.items():
+            _write(staging / f"{name}.parquet", functools.partial(pq.write_table, _stored(table)))
+        if stored.tensors is not None:
+            _write_tensors(stored.tensors, staging / TENSORS_FILE)
+        _write(staging / MANIFEST_FILE, lambda sink: sink.write(text.encode()))
+
+
+def _read_table(directory: Path, name: str, entry: dict) -> pa.Table:
+    path = directory / f"{name}.parquet"
+    table_schema = _schema_from_text(entry["schema"], name, directory / MANIFEST_FILE)
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError as error:
+        raise format_error(path, f"is missing, though the manifest lists the table {name!r}") from error
+    except PermissionError:
+        raise
+    except (OSError, pa.ArrowException) as error:
+        raise format_error(path, f"is not a readable Parquet file, or a truncated one ({error})") from error
+    return _restore(table, table_schema, name, entry["rows"], path)
 
 
 def _load_directory(directory: Path, with_tensors: bool, map_location: str | None) -> Stored:
     manifest_path = directory / MANIFEST_FILE
     if not manifest_path.is_file():
         raise ResultFormatError(f"{directory} is not a result saved by aitune_dispatch (no {MANIFEST_FILE})")
-    try:
-        manifest = _check_manifest(json.loads(manifest_path.read_text()), directory)
-    except json.JSONDecodeError as error:
-        raise ResultFormatError(f"{manifest_path} is not valid JSON ({error}); save the result again") from error
-    tables = {
-        name: _restore(pq.read_table(directory / f"{name}.parquet"), _schema_from_text(entry["schema"]))
-        for name, entry in manifest["tables"].items()
-    }
+    manifest = _check_manifest(_parse_manifest(manifest_path.read_bytes(), manifest_path), manifest_path)
+    tables = {name: _read_table(directory, name, entry) for name, entry in manifest["tables"].items()}
     tensors = None
     if with_tensors:
         _require_tensors(manifest, directory)
-        tensors = _torch_load(directory / manifest["tensors"], map_location)
+        tensors_file = directory / manifest["tensors"]
+        tensors = _load_tensors(tensors_file, tensors_file, map_location)
     return Stored(tables, manifest, tensors)
 
 
@@ -258,9 +440,12 @@ def _union_rows(name: str, table: pa.Table, union: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=union)
 
 
-def _save_file(stored: Stored, path: Path) -> None:
+def _check_file(path: Path) -> None:
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; pass a file path ending in .parquet or a directory path")
+
+
+def _save_file(stored: Stored, path: Path) -> None:
     tables = stored.tables
     if stored.tensors is not None:
         blob = pa.table({"torch_save": [_torch_save_bytes(stored.tensors)]}, schema=schema.TENSORS)
@@ -268,38 +453,59 @@ def _save_file(stored: Stored, path: Path) -> None:
     manifest = _manifest(stored, tables, "file", TENSORS if stored.tensors is not None else None)
     encoded = {name: _stored(table) for name, table in tables.items()}
     union = _union_schema(encoded).with_metadata({MANIFEST_KEY: json.dumps(manifest).encode()})
+
+    def write(sink: BinaryIO) -> None:
+        with pq.ParquetWriter(sink, union) as writer:
+            for name, table in encoded.items():
+                if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
+                    writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    with pq.ParquetWriter(partial, union) as writer:
-        for name, table in encoded.items():
-            if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
-                writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
-    os.replace(partial, path)  # a crash mid-save leaves the previous file, never half of one
+    with atomic.replacing_file(path) as staging:
+        _write(staging, write)
 
 
 def _read_file_manifest(path: Path) -> dict:
     try:
         metadata = pq.read_schema(path).metadata or {}
-    except (pa.ArrowInvalid, OSError) as error:
-        raise ResultFormatError(f"{path} is not a Parquet file ({error}); pass a result saved by save()") from error
+    except PermissionError:
+        raise
+    except (pa.ArrowException, OSError) as error:
+        raise format_error(path, f"is not a Parquet file, or a truncated one ({error})") from error
     text = metadata.get(MANIFEST_KEY)
-    return _check_manifest(json.loads(text) if text else None, path)
+    return _check_manifest(_parse_manifest(text, path) if text else None, path)
+
+
+def _file_table(union: pa.Table, name: str, entry: dict, path: Path) -> pa.Table:
+    """Table ``name`` of the single-file layout: its rows, its ``<name>.*`` columns under their own names."""
+    table_schema = _schema_from_text(entry["schema"], name, path)
+    columns = [f"{name}.{c}" for c in table_schema.names]
+    missing = [c for c in [DISCRIMINATOR, *columns] if c not in union.column_names]
+    if missing:
+        raise format_error(path, f"lacks the columns {missing} of table {name!r}")
+    try:
+        rows = union.filter(pc.equal(union[DISCRIMINATOR], name))
+    except (ValueError, TypeError, NotImplementedError, pa.ArrowException) as error:
+        raise format_error(path, f"has a {DISCRIMINATOR!r} column that does not hold table names ({error})") from error
+    return _restore(rows.select(columns).rename_columns(table_schema.names), table_schema, name, entry["rows"], path)
 
 
 def _load_file(path: Path, with_tensors: bool, map_location: str | None) -> Stored:
     manifest = _read_file_manifest(path)
-    union = pq.read_table(path)
-    tables = {}
-    for name, entry in manifest["tables"].items():
-        table_schema = _schema_from_text(entry["schema"])
-        rows = union.filter(pc.equal(union[DISCRIMINATOR], name))
-        tables[name] = _restore(
-            rows.select([f"{name}.{c}" for c in table_schema.names]).rename_columns(table_schema.names), table_schema
-        )
+    try:
+        union = pq.read_table(path)
+    except PermissionError:
+        raise
+    except (OSError, pa.ArrowException) as error:
+        raise format_error(path, f"has tables that cannot be read ({error})") from error
+    tables = {name: _file_table(union, name, entry, path) for name, entry in manifest["tables"].items()}
     tensors = None
     if with_tensors:
         _require_tensors(manifest, path)
-        tensors = _torch_load(io.BytesIO(tables[TENSORS]["torch_save"][0].as_py()), map_location)
+        blob = tables.get(TENSORS)
+        if blob is None or blob.num_rows != 1 or "torch_save" not in blob.column_names:
+            raise format_error(path, f"has no {TENSORS!r} table row, though its manifest says tensors were saved")
+        tensors = _load_tensors(io.BytesIO(blob["torch_save"][0].as_py() or b""), path, map_location)
     return Stored({name: table for name, table in tables.items() if name != TENSORS}, manifest, tensors)
 
 
@@ -308,24 +514,53 @@ def _is_file_layout(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
+def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
+    """The error a failed save raises: the cause in words, the file it was writing, and what was kept."""
+    cause = os.strerror(error.errno) if error.errno else str(error)
+    name = Path(error.filename).name if error.filename else ""
+    where = f" while writing {name}" if name and not atomic.is_staging(name) else ""
+    kept = f"the previous result at {target} is unchanged" if existed else "nothing of it was left behind"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "Free some space there (or save to another disk) and save again"
+    else:
+        fix = "Fix that (or save somewhere else) and save again"
+    message = f"could not save the result to {target}: {cause}{where}; {kept}. {fix}"
+    return OSError(error.errno, message) if error.errno else OSError(message)
+
+
 def save(stored: Stored, path: PathLike) -> Path:
-    """Write ``stored`` (layouts in the module docstring).
+    """Write ``stored`` (layouts in the module docstring) beside ``path``, and put it there when complete.
+
+    A save that fails (a full disk, Ctrl-C) leaves what was at ``path`` as it was and nothing else
+    behind, so that the same save can be tried again (:mod:`.atomic`).
 
     Parameters
     ----------
     stored:
         The tables, manifest facts and optional tensors.
     path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save, which
+        is replaced; files of others in it are kept).
 
     Returns
     -------
     pathlib.Path
         The path written.
+
+    Raises
+    ------
+    OSError
+        The disk refused (``errno`` as the OS gave it, e.g. ``ENOSPC``); the message names the cause,
+        the file being written and that the previous result is unchanged.
     """
     target = Path(path)
-    writer: Callable[[Stored, Path], None] = _save_file if _is_file_layout(target) else _save_directory
-    writer(stored, target)
+    check, writer = (_check_file, _save_file) if _is_file_layout(target) else (_check_directory, _save_directory)
+    check(target)  # a path that holds something else: refused before anything is written
+    existed = target.exists()
+    try:
+        writer(stored, target)
+    except OSError as error:
+        raise _save_failed(target, error, existed) from error
     return target
 
 
@@ -349,7 +584,9 @@ def load(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     Raises
     ------
     FileNotFoundError, ResultFormatError
-        Nothing saved at ``path``, or something saved by a newer version (the message says which).
+        Nothing saved at ``path``; a damaged or foreign file, or one saved by a newer version (the
+        message names the file, what is wrong and what to do). ``TensorsNotSavedError`` (a
+        ResultFormatError): ``with_tensors`` for a save without tensors.
     """
     source = Path(path)
     if source.is_dir():

@@ -269,6 +269,8 @@ class ProfileResult:
         ----------
         path:
             ``*.parquet``: one file; any other path: a directory (replaced if it holds a result).
+            Written beside ``path`` and put there when complete: a failed save (``OSError``, e.g. a
+            full disk) leaves the previous result as it was and nothing else behind.
         with_tensors:
             Also keep the sample tensors (needs torch; ``tensors.pt`` or a row of the file).
 
@@ -326,12 +328,30 @@ def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
     return persist.Stored(tables, facts, tensors)
 
 
-def _from_stored(stored: persist.Stored) -> ProfileResult:
+# the facts a manifest keeps of a result, and what each must be
+_FACTS: dict[str, type] = {"source": str, "dropped_records": int, "warnings": list, "metadata": dict}
+
+
+def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
+    for name, kind in _FACTS.items():
+        value = manifest.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise persist.format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
+
+
+def _from_stored(stored: persist.Stored, path: Path) -> ProfileResult:
     tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **stored.tables}
     manifest = stored.facts
     missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
     if missing:
-        raise persist.ResultFormatError(f"the saved result lacks the tables {missing}; it was not written by save()")
+        raise persist.format_error(path, f"lacks the tables {missing}")
+    _check_facts(manifest, path)
+    try:
+        function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
+    except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
+        raise persist.format_error(
+            path, f"holds samples (table function_data) that cannot be decoded ({error!r})"
+        ) from error
     # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
     tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
     metadata = dict(manifest["metadata"])
@@ -340,7 +360,7 @@ def _from_stored(stored: persist.Stored) -> ProfileResult:
         metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
     return ProfileResult(
         **{name: tables[name] for name in schema.RESULT_TABLES},
-        function_data=function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors),
+        function_data=function_data,
         source=manifest["source"],
         module_objects=(),
         dropped_records=manifest["dropped_records"],
@@ -393,9 +413,10 @@ def load_result(
     Raises
     ------
     FileNotFoundError, ResultFormatError
-        No saved result at ``path``, or one saved by a newer version (the message says which).
+        No saved result at ``path``; a damaged or foreign one, or one saved by a newer version (the
+        message names the file, what is wrong and what to do).
     """
-    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location))
+    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location), Path(path))
 
 
 def load(
@@ -419,7 +440,7 @@ def load(
     Raises
     ------
     FileNotFoundError, ResultFormatError
-        No saved result at ``path`` nor inside it, or one saved by a newer version.
+        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer version.
     """
     folder = Path(path)
     if folder.is_dir() and not (folder / persist.MANIFEST_FILE).exists():

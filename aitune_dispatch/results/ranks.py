@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from .. import schema, strings
 from ..schema import FunctionData, is_tensor_like, tensor_shape, tensor_strides
+from .atomic import is_staging
 from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
 
@@ -453,7 +454,8 @@ def rank_result_paths(directory: str | Path) -> list[Path]:
     folder = Path(directory)
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
+    entries = [p for p in folder.iterdir() if not is_staging(p.name)]  # a killed save's copy is no rank
+    found = [p for p in entries if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
     return sorted(found, key=_natural)
 
 
