@@ -248,6 +248,29 @@ def test_unknown_functions_and_bad_counts_are_refused(mixed_result):
         benchmark(mixed_result, ["relu"], repeats=0)
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "says"),
+    [
+        ({"functions": 5}, TypeError, "functions must be a list of names such as ['linear'] or None; got int 5"),
+        ({"functions": ["relu", 5]}, TypeError, "functions must contain function names (strings); got [5]"),
+        ({"seed": "a"}, TypeError, "seed must be an integer (it seeds the random inputs); got str 'a'"),
+        ({"seed": None}, TypeError, "seed must be an integer (it seeds the random inputs); got NoneType None"),
+        ({"progress": 5}, TypeError, "progress must be a callable such as lambda done, total, label: ..., or None"),
+        ({"make_tensor": "zeros"}, TypeError, "make_tensor must be a callable that takes a TensorMeta"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_refused_before_anything_runs(mixed_result, monkeypatch, options, error, says):
+    from aitune_dispatch.benchmarking import replay
+
+    def never(*args, **kwargs):
+        raise AssertionError("replayed a sample before the arguments were checked")
+
+    monkeypatch.setattr(replay, "_sample_rows", never)
+    with pytest.raises(error) as info:
+        benchmark(mixed_result, **{"functions": ["relu"], **options})
+    assert says in str(info.value)
+
+
 def test_a_candidate_the_cpu_source_cannot_see_is_not_ok(mixed_result):
     outputs: dict[tuple[int, ...], torch.Tensor] = {}
 

@@ -16,6 +16,7 @@ that fails gets a row with ``ok=False`` and the error.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -178,7 +179,13 @@ def _selected(result: ProfileResult, functions: Iterable[str] | None) -> list[st
         return available
     if isinstance(functions, (str, bytes)):
         raise TypeError(f"functions must be a list of names such as [{functions!r}], not a single string")
+    if not isinstance(functions, Iterable):
+        got = f"{type(functions).__name__} {functions!r}"
+        raise TypeError(f"functions must be a list of names such as ['linear'] or None; got {got}")
     names = list(dict.fromkeys(functions))
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"functions must contain function names (strings); got {bad!r}")
     unknown = [name for name in names if name not in result.function_data]
     if unknown:
         raise ValueError(
@@ -186,6 +193,19 @@ def _selected(result: ProfileResult, functions: Iterable[str] | None) -> list[st
             "functions in function_names, or pick from the list"
         )
     return names
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"seed must be an integer (it seeds the random inputs); got {type(value).__name__} {value!r}"
+        )
+    return int(value)
+
+
+def _callable_or_none(name: str, value: Any, expected: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be {expected}, or None; got {type(value).__name__}")
 
 
 def _check_candidates(candidates: dict[str, dict[str, Callable[..., Any]]], selected: list[str]) -> None:
@@ -446,6 +466,9 @@ def benchmark(
     selected = _selected(result, functions)
     named = normalize_candidates(candidates)
     _check_candidates(named, selected)
+    _callable_or_none("progress", progress, "a callable such as lambda done, total, label: ...")
+    _callable_or_none("make_tensor", make_tensor, "a callable that takes a TensorMeta and returns a tensor")
+    generator = torch.Generator().manual_seed(_seed(seed))
     device = replay_device(result)
     if cache not in CACHE_STATES:
         raise ValueError(f"cache must be one of {CACHE_STATES}; got {cache!r}")
@@ -461,7 +484,7 @@ def benchmark(
         warmup=_positive("warmup", warmup, 0),
         flush=flush,
         make_tensor=make_tensor,
-        generator=torch.Generator().manual_seed(int(seed)),
+        generator=generator,
     )
     work = [(name, index, entry) for name in selected for index, entry in enumerate(result.function_data[name])]
     rows: list[_Row] = []
