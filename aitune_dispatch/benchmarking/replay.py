@@ -365,7 +365,8 @@ def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
     """Per function and implementation, the kernel time the model would see: Σ calls × us_per_call.
 
     Over the samples whose original replayed; where a candidate is not ``ok`` on a sample, that
-    sample counts at the original's time (what ``activate(..., only=table)`` would run there).
+    sample counts at the original's time (what ``activate(..., only=table, min_speedup=None)``
+    would run there; by default ``activate`` also runs the original where the candidate is slower).
 
     Parameters
     ----------
@@ -499,8 +500,10 @@ def benchmark(
     return table
 
 
-def validated_keys(table: pd.DataFrame, function_name: str, implementation: str) -> frozenset[Any]:
-    """Sample keys of ``function_name`` on which ``implementation`` is ``ok`` in a :func:`benchmark` table.
+def benchmarked_samples(
+    table: pd.DataFrame, function_name: str, implementation: str
+) -> tuple[pd.DataFrame, Mapping[int, Any]]:
+    """The rows of one implementation of one function in a :func:`benchmark` table, and each sample's key.
 
     Parameters
     ----------
@@ -511,8 +514,10 @@ def validated_keys(table: pd.DataFrame, function_name: str, implementation: str)
 
     Returns
     -------
-    frozenset
-        The keys; a ValueError when the table has no such rows or lost its ``attrs``.
+    tuple[pandas.DataFrame, Mapping]
+        The rows (one per sample, in sample order) and ``sample -> key`` (the call key the profiler
+        gives a call on that sample) for the samples that replayed; a ValueError when the table has
+        no such rows or lost its ``attrs``.
     """
     keys: Mapping[str, Mapping[int, Any]] | None = table.attrs.get("sample_keys")
     if keys is None:
@@ -527,5 +532,4 @@ def validated_keys(table: pd.DataFrame, function_name: str, implementation: str)
             f"only= has no rows for implementation {implementation!r} of {function_name!r} (it has {present}); "
             f"benchmark that candidate first, or name it as in the benchmark: {{{function_name!r}: {{'name': fn}}}}"
         )
-    per_sample = keys.get(function_name, {})
-    return frozenset(per_sample[s] for s in rows.loc[rows["ok"], "sample"] if s in per_sample)
+    return rows, keys.get(function_name, {})
