@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,17 @@ class _Row:
     max_abs_error: float = math.nan
     ok: bool = False
     error: str | None = None
+    replay_iqr_us: float = math.nan
+
+    def timed(self, per_call_us: list[float]) -> None:
+        """``us_per_call`` and ``replay_iqr_us`` from the kernel time of each timed call."""
+        self.us_per_call = statistics.median(per_call_us)
+        low, high = np.percentile(per_call_us, [25.0, 75.0])
+        self.replay_iqr_us = float(high - low)
+
+
+WIDE_SPREAD = 0.25  # benchmark() warns where replay_iqr_us exceeds this fraction of us_per_call
+_LISTED = 5  # rows the spread warning names
 
 
 @dataclass
@@ -247,8 +259,10 @@ def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernel
 
 
 # -- one sample -------------------------------------------------------------------------------------
-def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, list[Counter[str]]]:
-    """The median kernel time of the ``repeats`` timed calls, and each call's kernel names."""
+def _time(
+    plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]
+) -> tuple[list[float], list[Counter[str]]]:
+    """The kernel time of each of the ``repeats`` timed calls, and each call's kernel names."""
     replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats, plan.flush)
     replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
     names = {f"timed.{i}": i for i in range(plan.repeats)}
@@ -260,7 +274,7 @@ def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ..
         if call is not None:  # the warm-up's kernels are left out
             per_call_us[call] += kernel_us
             kernels[call][kernel] += 1
-    return statistics.median(per_call_us), kernels
+    return per_call_us, kernels
 
 
 def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
@@ -272,10 +286,11 @@ def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
 def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
     """Time the original; returns whether its timed calls launched anything."""
     try:
-        row.us_per_call, kernels = _time(plan, original, inputs)
+        per_call_us, kernels = _time(plan, original, inputs)
     except Exception as error:  # noqa: BLE001 - reported in the row, the run goes on
         row.error = f"timing the original raised {_one_line(error)}"
         return False
+    row.timed(per_call_us)
     recorded = plan.recorded.get((row.function_name, row.sample)) if plan.recorded is not None else None
     if recorded is not None:
         row.kernels_match = all(same_kernels_per_call(recorded, call, 1) for call in kernels)
@@ -298,14 +313,16 @@ def _candidate_row(
         return
     row.max_abs_error, mismatch = compare_outputs(output, expected)
     try:
-        row.us_per_call, kernels = _time(plan, candidate, inputs)
+        per_call_us, kernels = _time(plan, candidate, inputs)
     except Exception as error:  # noqa: BLE001
         row.error = f"timing the candidate raised {_one_line(error)}"
         return
+    row.timed(per_call_us)
     if mismatch is not None:
         row.error = f"output differs from the original: {mismatch}"
     elif plan.device == "cpu" and original and not any(kernels):
-        row.us_per_call, row.error = (
+        row.us_per_call, row.replay_iqr_us, row.error = (
+            math.nan,
             math.nan,
             (
                 "its timed calls dispatched no aten op, and the CPU activity source times aten ops only (compiled "
@@ -351,7 +368,7 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
     frame = pd.DataFrame([asdict(row) for row in rows], columns=BENCHMARK_COLUMNS)
     for column in ("sample", "calls"):
         frame[column] = frame[column].astype(np.int64)
-    for column in ("recorded_us_per_call", "us_per_call", "speedup", "max_abs_error"):
+    for column in ("recorded_us_per_call", "us_per_call", "speedup", "max_abs_error", "replay_iqr_us"):
         frame[column] = frame[column].astype(float)
     frame["kernels_match"] = frame["kernels_match"].astype("boolean")
     frame["ok"] = frame["ok"].astype(bool)
@@ -359,6 +376,32 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
     frame["implementation"] = frame["implementation"].astype(object)
     frame["error"] = frame["error"].astype(object).where(frame["error"].notna(), None)
     return frame
+
+
+def _short_time(us: float) -> str:
+    return f"{us:.3g} µs" if us < 1000 else f"{us / 1000:.3g} ms"
+
+
+def _warn_wide_spread(table: pd.DataFrame) -> None:
+    """One warning per benchmark() when the timed calls of some rows spread widely, the widest named first."""
+    timed = table[(table["us_per_call"] > 0) & table["replay_iqr_us"].notna()]
+    relative = (timed["replay_iqr_us"] / timed["us_per_call"]).sort_values(ascending=False, kind="stable")
+    wide = relative[relative > WIDE_SPREAD]
+    if wide.empty:
+        return
+    named = [
+        f"{row.function_name} sample {row.sample} {row.implementation} "
+        f"(IQR {share:.0%} of {_short_time(row.us_per_call)})"
+        for share, row in zip(wide, timed.loc[wide.index].itertuples())
+    ]
+    more = f" and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
+    warnings.warn(
+        f"benchmark(): the timed calls of {len(wide)} of {len(table)} rows spread widely (IQR > {WIDE_SPREAD:.0%} "
+        f"of the median): {', '.join(named[:_LISTED])}{more}; their us_per_call and speedup are unreliable (a busy "
+        "machine, or calls too short to time steadily): rerun on an idle machine or with more repeats",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
@@ -437,7 +480,10 @@ def benchmark(
         (named by ``__qualname__``) or ``{"linear": {"mine": fn}}``. Each is called like the original.
     repeats:
         Timed calls per (sample, implementation), in one recorded pass; ``us_per_call`` is the
-        median of their kernel times (robust to a preempted call on a busy CPU).
+        median of their kernel times (robust to a preempted call on a busy CPU) and
+        ``replay_iqr_us`` their interquartile range (75th - 25th percentile, numpy's linear
+        interpolation; 0 for one call). Where it exceeds :data:`WIDE_SPREAD` (25 %) of the median,
+        one RuntimeWarning names the widest rows: their times are unreliable.
     warmup:
         Untimed calls before them.
     cache:
@@ -494,6 +540,7 @@ def benchmark(
         if progress is not None:
             progress(done, len(work), f"{name} sample {index}")
     table = _frame(rows)
+    _warn_wide_spread(table)
     table.attrs["weighted"] = _weighted_attr(table)
     table.attrs["sample_keys"] = plan.sample_keys
     table.attrs["device"], table.attrs["repeats"], table.attrs["cache"] = device, plan.repeats, cache
