@@ -171,3 +171,22 @@ def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
             stacklevel=3,
         )
     return True
+
+
+def check_on_progress(on_progress: Any) -> None:
+    """Refuse an ``on_progress`` that cannot be called, before anything runs.
+
+    Parameters
+    ----------
+    on_progress:
+        ``profile_result()``'s progress callback, or None.
+
+    Raises
+    ------
+    TypeError
+        It is neither None nor callable.
+    """
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError(
+            f"on_progress must be a callable that takes a capture.Step, or None; got {type(on_progress).__name__}"
+        )

@@ -26,7 +26,8 @@ errors exit with status 2. report and compare need no torch. Tables fit the term
 (COLUMNS overrides it).
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
-the device it was recorded on, and prints the per-sample table and the weighted total per function.
+the device it was recorded on, and prints the per-sample table (the median time per call and the
+IQR of the timed calls; a warning where they spread widely) and the weighted total per function.
 RESULT may also be a directory into which each rank of a torch.distributed job saved its result:
 it loads as their merge; ranks prints the per-rank view of such a merge (and --compare R1 R2 the
 time difference between two ranks).

@@ -56,17 +56,22 @@ def normalize_function_names(function_names: Iterable[str] | None) -> frozenset[
     Raises
     ------
     TypeError
-        A single string instead of a set, or an entry that is not a string.
+        Not an iterable, a single string instead of a set, or an entry that is not a string.
     """
     if function_names is None:
         return None
     if isinstance(function_names, (str, bytes)):
         raise TypeError(f"function_names must be a set of names such as {{{function_names!r}}}, not a single string")
-    names = frozenset(function_names)
-    bad = [name for name in names if not isinstance(name, str)]
+    if not isinstance(function_names, Iterable):
+        raise TypeError(
+            "function_names must be an iterable of torch.nn.functional names such as {'linear'} or None; "
+            f"got {type(function_names).__name__} {function_names!r}"
+        )
+    entries = list(function_names)
+    bad = [name for name in entries if not isinstance(name, str)]  # before hashing: a list entry is unhashable
     if bad:
-        raise TypeError(f"function_names must contain strings; got {bad!r}")
-    return names
+        raise TypeError(f"function_names must contain strings such as 'linear'; got {bad!r}")
+    return frozenset(entries)
 
 
 def _device_type(device: Any) -> str | None:

@@ -108,6 +108,7 @@ class ModuleFunctionKernelProfiler:
             Every recorded kernel, attributed or not, with the trace and the samples.
         """
         root, samples = arguments.resolve_root(function, module), arguments.check_data(data, warmup_iterations)
+        arguments.check_on_progress(on_progress)
         self._unknown_warned = self._unknown_warned or arguments.warn_unknown_names(self.function_names)
         self._last_result = None  # the previous run's samples are released before this one runs
         result = capture.record(self.config, function, samples, root, on_progress, warmup_iterations=warmup_iterations)

@@ -358,6 +358,7 @@ BENCHMARK_COLUMNS = [
     "max_abs_error",  # largest |output - original output|; NaN where structures differ or nothing ran
     "ok",  # replayed, and (candidates) output equal to the original's within assert_close's defaults
     "error",  # why not ok; None when ok
+    "replay_iqr_us",  # interquartile range of the replayed calls' kernel times (us_per_call's spread); NaN as it is
 ]
 
 # -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import math
+import warnings
 
 import pandas as pd
 import pyarrow.compute as pc
@@ -74,11 +75,116 @@ def test_only_routes_the_samples_the_candidate_validated_on(model):
     assert table.loc[table["implementation"] == "batch2_relu", "ok"].tolist() == [True, False]
     with torch.no_grad():
         expected = [model(x) for x in inputs()]
-        with activate({"relu": batch2_relu}, only=table) as activation:
+        # min_speedup=None: the samples it validated on, whatever its measured speed
+        with activate({"relu": batch2_relu}, only=table, min_speedup=None) as activation:
             outputs = [model(x) for x in inputs()]
     # the two batch-2 calls were routed; the batch-3 call (where it was wrong) ran the original
     assert activation.routed == {"relu": 2}
     assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
+
+
+def repeated_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """relu's values bit for bit, computed 200 times over: a validated candidate that is slower."""
+    for _ in range(199):
+        torch.clamp_min(x, 0.0)
+    return torch.clamp_min(x, 0.0)
+
+
+def relu_table(model: nn.Module, candidate) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The benchmark of ``candidate`` on the relu samples (batch 2: 2 calls, batch 3: 1 call), and calls per sample."""
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    result = profiler.profile_result(model, [((x,), {}) for x in inputs()], warmup_iterations=0)
+    table = benchmark(result, ["relu"], candidates={"relu": candidate}, repeats=3, warmup=0)
+    return table, {0: 2, 1: 1}
+
+
+def routed_calls(model: nn.Module, candidate, table: pd.DataFrame, **options) -> tuple[int, pd.DataFrame]:
+    with torch.no_grad(), activate({"relu": candidate}, only=table, **options) as activation:
+        for x in inputs():
+            model(x)
+    return activation.routed["relu"], activation.skipped
+
+
+def test_only_skips_a_validated_candidate_that_measured_slower(model):
+    table, calls = relu_table(model, repeated_relu)
+    rows = table[table["implementation"] == "repeated_relu"].set_index("sample")
+    assert rows["ok"].all()  # validated everywhere: only its measured speed decides
+    faster = [s for s in rows.index if rows.loc[s, "speedup"] >= 1.0]  # measured, not assumed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        routed, skipped = routed_calls(model, repeated_relu, table)
+    assert routed == sum(calls[s] for s in faster)
+    assert skipped["sample"].tolist() == [s for s in rows.index if s not in faster]
+    assert (skipped["reason"].str.startswith("slower than min_speedup=1.0")).all()
+    assert skipped["speedup"].tolist() == [rows.loc[s, "speedup"] for s in skipped["sample"]]
+    said = [str(w.message) for w in caught if "min_speedup" in str(w.message)]
+    assert len(said) == (0 if skipped.empty else 1)  # one warning per activate(), none when all are routed
+    routed_anyway, none_skipped = routed_calls(model, repeated_relu, table, min_speedup=None)
+    assert routed_anyway == 3 and none_skipped.empty  # the opt-in routes every validated sample
+
+
+def test_the_speed_threshold_decides_on_the_measured_speedup(model):
+    table, _ = relu_table(model, {"clamp": exact_relu})
+    candidate = table["implementation"] == "clamp"
+    table.loc[candidate, "speedup"] = [0.51, 1.0]  # injected: twice as slow on batch 2, as fast on batch 3
+    with pytest.warns(RuntimeWarning) as caught:
+        routed, skipped = routed_calls(model, {"clamp": exact_relu}, table)
+    assert routed == 1  # the batch-3 call: "at least as fast" includes a tie
+    assert skipped.to_dict("records") == [
+        {
+            "function_name": "relu",
+            "implementation": "clamp",
+            "sample": 0,
+            "calls": 2,
+            "speedup": 0.51,
+            "reason": "slower than min_speedup=1.0 (0.51x)",
+        }
+    ]
+    message = " ".join(str(w.message) for w in caught)
+    assert "activate(): 1 of 2 samples run the original" in message and "relu/clamp sample 0 (0.51x)" in message
+    assert "min_speedup=None" in message and "activation.skipped" in message
+    assert routed_calls(model, {"clamp": exact_relu}, table, min_speedup=0.5)[0] == 3  # a lower bar: both
+    assert routed_calls(model, {"clamp": exact_relu}, table, min_speedup=1.5)[0] == 0  # a higher one: neither
+    table.loc[candidate, "speedup"] = [1.2, math.nan]  # the original's time unknown: not shown to be as fast
+    routed, skipped = routed_calls(model, {"clamp": exact_relu}, table)
+    assert routed == 2 and skipped["reason"].tolist() == ["speedup unknown (the original was not timed)"]
+
+
+def test_samples_that_did_not_validate_are_listed_as_skipped(model):
+    def batch2_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        return torch.clamp_min(x, 0.0) if x.shape[0] == 2 else x * 2.0  # wrong for batch 3
+
+    table, _ = relu_table(model, batch2_relu)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        _, skipped = routed_calls(model, batch2_relu, table, min_speedup=None)
+    assert skipped["sample"].tolist() == [1]
+    assert skipped["reason"].item().startswith("not validated: output differs from the original")
+
+
+def test_everything_routed_says_nothing(model):
+    table, _ = relu_table(model, {"clamp": exact_relu})
+    table.loc[table["implementation"] == "clamp", "speedup"] = [1.0, 2.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        routed, skipped = routed_calls(model, {"clamp": exact_relu}, table)
+    columns = ["function_name", "implementation", "sample", "calls", "speedup", "reason"]
+    assert routed == 3 and skipped.empty and list(skipped.columns) == columns
+    with activate({"relu": exact_relu}) as activation:  # without only= there is nothing measured to skip on
+        model(inputs()[0])
+    assert activation.routed == {"relu": 1} and activation.skipped.empty
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"), [(True, TypeError), ("1", TypeError), (0, ValueError), (-1.0, ValueError), (math.inf, ValueError)]
+)
+def test_min_speedup_must_be_a_positive_number_or_none(bad, error):
+    with pytest.raises(error, match=r"^min_speedup must be a positive number \(1\.0: at least as fast"):
+        activate({"relu": exact_relu}, min_speedup=bad)
+
+
+def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    return torch.clamp_min(x, 0.0)
 
 
 def test_only_needs_the_benchmark_table_and_the_candidate_in_it(model):

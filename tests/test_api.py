@@ -102,6 +102,34 @@ def test_bad_device_and_names_are_rejected():
         ModuleFunctionKernelProfiler(function_names="linear")
 
 
+@pytest.mark.parametrize("bad", [5, 2.5, object()])
+def test_function_names_that_are_not_an_iterable_are_named_as_such(bad):
+    with pytest.raises(TypeError, match=r"^function_names must be an iterable of torch\.nn\.functional names") as info:
+        ModuleFunctionKernelProfiler(function_names=bad, device="cpu")
+    assert "such as {'linear'} or None" in str(info.value)
+    assert f"got {type(bad).__name__} {bad!r}" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [[["linear"]], [5], ["linear", None]])
+def test_function_names_entries_must_be_strings(bad):
+    with pytest.raises(TypeError, match=r"^function_names must contain strings such as 'linear'") as info:
+        ModuleFunctionKernelProfiler(function_names=bad, device="cpu")
+    assert repr([entry for entry in bad if not isinstance(entry, str)]) in str(info.value)
+
+
+def test_a_progress_callback_that_is_not_callable_is_refused_before_anything_runs(cpu_profiler):
+    calls = []
+
+    def model(x):
+        calls.append(x)
+        return x
+
+    says = r"^on_progress must be a callable that takes a capture\.Step, or None; got int"
+    with pytest.raises(TypeError, match=says):
+        cpu_profiler.profile_result(model, [((torch.randn(2),), {})], module=nn.ReLU(), on_progress=5)
+    assert calls == [] and cpu_profiler.last_result is None
+
+
 def test_unknown_function_name_warns():
     profiler = ModuleFunctionKernelProfiler(function_names={"linaer"}, device="cpu")
     with pytest.warns(UserWarning, match="linaer"):

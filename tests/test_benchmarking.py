@@ -7,6 +7,7 @@ the output errors (exact, from the inputs) and the arithmetic between columns.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 
 import pandas as pd
@@ -178,6 +179,73 @@ def inplace_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     return x.relu_()
 
 
+# -- the spread of the timed calls ------------------------------------------------------------------
+def timed_as(monkeypatch, times_of) -> None:
+    """Replace each timed call's kernel time with ``times_of(implementation)``; kernels stay the real ones."""
+    from aitune_dispatch.benchmarking import replay
+
+    real = replay._time
+
+    def injected(plan, implementation, inputs):
+        per_call, kernels = real(plan, implementation, inputs)
+        times = times_of(implementation)
+        assert len(times) == len(per_call) == plan.repeats
+        return list(times), kernels
+
+    monkeypatch.setattr(replay, "_time", injected)
+
+
+def test_the_spread_is_the_interquartile_range_of_the_timed_calls(mixed_result, monkeypatch):
+    # the original: four equal calls and one preempted one; the candidate: evenly spread calls
+    timed_as(monkeypatch, lambda f: [10.0, 10.0, 10.0, 10.0, 50.0] if f is F.relu else [10.0, 20.0, 30.0, 40.0, 50.0])
+    with pytest.warns(RuntimeWarning) as caught:
+        table = benchmark(mixed_result, ["relu"], candidates={"relu": exact_relu}, repeats=5, warmup=0)
+    assert list(table.columns) == BENCHMARK_COLUMNS and BENCHMARK_COLUMNS[-1] == "replay_iqr_us"
+    rows = table.set_index(["sample", "implementation"])
+    for sample in (0, 1):
+        # numpy's linear interpolation: quartiles 10 and 10 (IQR 0), then 20 and 40 (IQR 20)
+        assert rows.loc[(sample, "torch"), ["us_per_call", "replay_iqr_us"]].tolist() == [10.0, 0.0]
+        assert rows.loc[(sample, "exact_relu"), ["us_per_call", "replay_iqr_us"]].tolist() == [30.0, 20.0]
+        assert rows.loc[(sample, "exact_relu"), "speedup"] == 10.0 / 30.0
+    spread = [str(w.message) for w in caught if "spread" in str(w.message)]
+    assert len(spread) == 1, spread  # once per benchmark() call, naming the rows
+    assert spread[0].startswith("benchmark(): the timed calls of 2 of 4 rows spread widely (IQR > 25% of the median)")
+    assert "relu sample 0 exact_relu (IQR 67% of 30 µs)" in spread[0] and "relu sample 1 exact_relu" in spread[0]
+    assert "torch (IQR" not in spread[0]  # one preempted call in five moves neither the median nor the IQR
+
+
+def test_a_tight_spread_says_nothing(mixed_result, monkeypatch):
+    timed_as(monkeypatch, lambda f: [10.0, 11.0, 12.0, 13.0])  # IQR 1.5 of a median of 11.5: 13%
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = benchmark(mixed_result, ["relu"], candidates={"relu": exact_relu}, repeats=4, warmup=0)
+    assert table["replay_iqr_us"].tolist() == [1.5] * 4
+
+
+def test_the_worst_spreads_are_named_first_and_the_rest_counted(demo_result, monkeypatch):
+    counter = iter(range(1, 1000))
+
+    def widening(f):  # every row spreads wider than the one before, all of them wider than 25%
+        step = 10.0 * next(counter)
+        return [10.0, 10.0 + step, 10.0 + 2 * step]
+
+    timed_as(monkeypatch, widening)
+    with pytest.warns(RuntimeWarning, match="spread widely") as caught:
+        table = benchmark(demo_result, ["linear"], repeats=3, warmup=0)
+    message = str(caught[0].message)
+    relative = (table["replay_iqr_us"] / table["us_per_call"]).tolist()
+    worst = sorted(range(len(table)), key=lambda i: -relative[i])
+    named = [f"linear sample {table['sample'][i]} torch" for i in worst]
+    assert message.index(named[0]) < message.index(named[1]) < message.index(named[4])
+    assert named[5] not in message and f"and {len(table) - 5} more" in message
+
+
+def test_a_single_timed_call_has_no_spread(mixed_result):
+    table = benchmark(mixed_result, ["relu"], candidates={"relu": [exact_relu, broken]}, repeats=1, warmup=0)
+    ran = table["implementation"] != "broken"
+    assert (table.loc[ran, "replay_iqr_us"] == 0.0).all() and table.loc[~ran, "replay_iqr_us"].isna().all()
+
+
 # -- candidates -------------------------------------------------------------------------------------
 def test_correct_wrong_and_raising_candidates(mixed_result):
     table = benchmark(
@@ -246,6 +314,29 @@ def test_unknown_functions_and_bad_counts_are_refused(mixed_result):
         benchmark(mixed_result, "relu")
     with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
         benchmark(mixed_result, ["relu"], repeats=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "says"),
+    [
+        ({"functions": 5}, TypeError, "functions must be a list of names such as ['linear'] or None; got int 5"),
+        ({"functions": ["relu", 5]}, TypeError, "functions must contain function names (strings); got [5]"),
+        ({"seed": "a"}, TypeError, "seed must be an integer (it seeds the random inputs); got str 'a'"),
+        ({"seed": None}, TypeError, "seed must be an integer (it seeds the random inputs); got NoneType None"),
+        ({"progress": 5}, TypeError, "progress must be a callable such as lambda done, total, label: ..., or None"),
+        ({"make_tensor": "zeros"}, TypeError, "make_tensor must be a callable that takes a TensorMeta"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_refused_before_anything_runs(mixed_result, monkeypatch, options, error, says):
+    from aitune_dispatch.benchmarking import replay
+
+    def never(*args, **kwargs):
+        raise AssertionError("replayed a sample before the arguments were checked")
+
+    monkeypatch.setattr(replay, "_sample_rows", never)
+    with pytest.raises(error) as info:
+        benchmark(mixed_result, **{"functions": ["relu"], **options})
+    assert says in str(info.value)
 
 
 def test_a_candidate_the_cpu_source_cannot_see_is_not_ok(mixed_result):

@@ -50,15 +50,23 @@ def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsy
         ("relu", 1),
     ]
     assert written["kernels_match"].all() and written["ok"].all()
+    assert written.columns[-1] == "replay_iqr_us" and (written["replay_iqr_us"] >= 0).all()
     for line in csv.read_text().splitlines()[1:]:  # no float noise (164.15300000000002): ns at most
         recorded, replayed = line.split(",")[4:6]
-        assert len(recorded.partition(".")[2]) <= 3 and len(replayed.partition(".")[2]) <= 3, line
+        spread = line.split(",")[-1]
+        assert all(len(value.partition(".")[2]) <= 3 for value in (recorded, replayed, spread)), line
     # the terminal table: one time unit in the titles, no scientific notation, words, the speedup as 1.00x
     lines = out.splitlines()
-    assert re.match(r"function\s+sample\s+variant\s+calls\s+recorded \((µs|ms|s)\)\s+replayed \(\1\)", lines[0])
+    header = r"function\s+sample\s+variant\s+calls\s+recorded \((µs|ms|s)\)\s+replayed \(\1\)\s+IQR \(\1\)\s+speedup"
+    assert re.match(header, lines[0]), lines[0]
     rows = [line.split() for line in lines[2:6]]
     assert [row[:3] for row in rows] == [[name, sample, "torch"] for name in ("gelu", "relu") for sample in "01"]
-    assert all(row[6] == "1.00x" and row[7] == "same" and row[-1] == "yes" for row in rows), rows
+    assert all(row[7] == "1.00x" and row[8] == "same" and row[-1] == "yes" for row in rows), rows
+    # the IQR column holds the table's replay_iqr_us in the unit of the titles
+    scale = {"µs": 1.0, "ms": 1e3, "s": 1e6}[re.match(header, lines[0]).group(1)]
+    shown = [float(row[6].replace(",", "")) * scale for row in rows]
+    last_digit = 0.05 if scale == 1.0 else 0.005 * scale  # µs show 1 decimal, ms and s 2 (more below 0.1)
+    assert shown == pytest.approx(written["replay_iqr_us"].tolist(), rel=0.05, abs=last_digit)
     assert "e+" not in out and "e-0" not in out
 
 
@@ -101,3 +109,22 @@ def test_cli_bench_passes_the_cache_state_on(mixed_result, tmp_path, capsys, mon
     with pytest.raises(SystemExit):
         main(["bench", str(saved), "--cache", "hot"])
     assert "invalid choice: 'hot'" in capsys.readouterr().err
+
+
+def test_cli_bench_warns_once_when_the_timed_calls_spread_widely(mixed_result, tmp_path, capsys, monkeypatch):
+    from aitune_dispatch.benchmarking import replay
+
+    real = replay._time
+
+    def spread(plan, implementation, inputs):  # the real replay, its times replaced: 10, 20, 30 µs
+        return [10.0, 20.0, 30.0], real(plan, implementation, inputs)[1]
+
+    monkeypatch.setattr(replay, "_time", spread)
+    saved = mixed_result.save(tmp_path / "mixed", with_tensors=True)
+    assert main(["bench", str(saved), "--functions", "relu", "--repeats", "3", "-q"]) == 0
+    out, err = capsys.readouterr()
+    warned = [line for line in err.splitlines() if "spread widely" in line]
+    assert len(warned) == 1 and warned[0].startswith("aitune-dispatch: warning: benchmark(): the timed calls of 2 of 2")
+    assert "relu sample 0 torch (IQR 50% of 20 µs)" in warned[0]
+    rows = [line.split() for line in out.splitlines()[2:4]]
+    assert [row[5:7] for row in rows] == [["20.0", "10.0"]] * 2  # replayed (median) and IQR, in µs

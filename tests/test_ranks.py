@@ -200,6 +200,13 @@ def test_which_rank_is_which(ranks, op_tracer):
         merge([rank0, plain[0]])
     with pytest.raises(ValueError, match=r"one distinct non-negative rank per result"):
         merge(plain, ranks=[0, 0])
+    not_a_list = r"^ranks must be a list of integers, one per result, such as \[0, 1\]; got"
+    with pytest.raises(TypeError, match=not_a_list + " str"):
+        merge(plain, ranks="01")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=not_a_list + " int"):
+        merge(plain, ranks=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"ranks must contain integers; got \['a'\]"):
+        merge(plain, ranks=[0, "a"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"merges already"):
         merge([merge([rank0, rank1])])
     with pytest.raises(TypeError, match=r"a list of ProfileResults"):

@@ -55,3 +55,46 @@ def test_empty_frame_gives_empty_summary_with_columns():
 def test_negative_top_k_is_rejected():
     with pytest.raises(ValueError, match="top_k"):
         describe_results(frame([]), {}, top_k=-1)
+
+
+def test_swapped_arguments_are_named_as_such():
+    df = frame([("m", None, "relu", "aten::relu", "k", 1.0)])
+    data = {"relu": [(1, ((torch.zeros(2),), {}))]}
+    with pytest.raises(TypeError) as info:
+        describe_results(data, df)
+    assert str(info.value) == (
+        "describe_results(profiling_df, function_data): profiling_df must be a pandas DataFrame (the first value "
+        "profile() returns); got dict — were the arguments swapped?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("profiling_df", "function_data", "says"),
+    [
+        (None, {}, "profiling_df must be a pandas DataFrame (the first value profile() returns); got NoneType"),
+        ("df", {}, "profiling_df must be a pandas DataFrame (the first value profile() returns); got str"),
+        (frame([]), None, "function_data must be the dict profile() returns second"),
+        (frame([]), [(1, ((), {}))], "got list"),
+    ],
+)
+def test_arguments_of_the_wrong_type_name_the_argument(profiling_df, function_data, says):
+    with pytest.raises(TypeError, match=r"^describe_results\(profiling_df, function_data\): ") as info:
+        describe_results(profiling_df, function_data)
+    assert says in str(info.value)
+    assert "swapped" not in str(info.value)
+
+
+def test_a_profile_result_is_pointed_to_its_describe():
+    class Result:  # stands for a ProfileResult: describe_results reads it by duck typing
+        def profiling_df(self):
+            return frame([])
+
+        function_data: dict = {}
+
+    with pytest.raises(TypeError, match=r"got Result: pass result\.profiling_df\(\), result\.function_data"):
+        describe_results(Result(), {})
+
+
+def test_a_frame_without_the_profiling_columns_names_them():
+    with pytest.raises(ValueError, match=r"profiling_df has no column\(s\) \['function_name', 'module_name'\]"):
+        describe_results(pd.DataFrame({"kernel_us": [1.0]}), {})

@@ -2,7 +2,9 @@
 
 A ``TorchFunctionMode`` sees every ``torch.nn.functional`` call; for an activated function it calls
 the candidate instead of the original, for every call or, with ``only=`` a :func:`benchmark`
-table, for the samples on which the candidate validated (``ok``) only. Nothing in torch is
+table, for the samples on which the candidate validated (``ok``) and measured at least
+``min_speedup`` times as fast as the original (1.0 by default: never slower); every other
+sample runs the original, and ``Activation.skipped`` and a warning say which and why. Nothing in torch is
 replaced: leaving the block (normally or by an exception) pops the mode and everything is as
 before. Inside ``__torch_function__`` torch has popped the mode, so a candidate that calls the
 original function (``F.linear`` inside ``my_linear``) reaches the original, not itself.
@@ -14,6 +16,9 @@ mode sits above this one and hands the call down to it.
 
 from __future__ import annotations
 
+import math
+import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,7 +30,10 @@ from torch.overrides import TorchFunctionMode
 from ..tracing.functional import functional_registry
 from ..tracing.samples import sample_key
 from .candidates import normalize_candidates, original_function
-from .replay import validated_keys
+from .replay import benchmarked_samples
+
+SKIPPED_COLUMNS = ["function_name", "implementation", "sample", "calls", "speedup", "reason"]
+_LISTED = 5  # samples a warning names; Activation.skipped has them all
 
 
 @dataclass
@@ -79,12 +87,15 @@ def _functions_named(function_name: str) -> list[Callable[..., Any]]:
 class Activation:
     """The context manager :func:`activate` returns; ``routed`` counts the calls sent to each candidate.
 
-    Not reentrant; one ``with`` block at a time (make another ``activate()`` for a nested block).
+    ``skipped`` has one row (:data:`SKIPPED_COLUMNS`) per sample of ``only=`` that runs the
+    original, its ``reason`` saying why. Not reentrant; one ``with`` block at a time (make another
+    ``activate()`` for a nested block).
     """
 
-    def __init__(self, routes: list[_Route]) -> None:
+    def __init__(self, routes: list[_Route], skipped: pd.DataFrame | None = None) -> None:
         self._routes = {func: route for route in routes for func in _functions_named(route.function_name)}
         self.routed: dict[str, int] = {route.function_name: 0 for route in routes}
+        self.skipped: pd.DataFrame = _skipped_frame([]) if skipped is None else skipped
         self._mode: _RoutingMode | None = None
 
     @property
@@ -116,10 +127,80 @@ def _single(function_name: str, named: dict[str, Callable[..., Any]]) -> tuple[s
     return next(iter(named.items()))
 
 
+def _check_min_speedup(min_speedup: Any) -> float | None:
+    if min_speedup is None:
+        return None
+    usage = "min_speedup must be a positive number (1.0: at least as fast as the original) or None (any speed)"
+    if isinstance(min_speedup, bool) or not isinstance(min_speedup, numbers.Real):
+        raise TypeError(f"{usage}; got {type(min_speedup).__name__} {min_speedup!r}")
+    if not (math.isfinite(min_speedup) and min_speedup > 0):
+        raise ValueError(f"{usage}; got {min_speedup!r}")
+    return float(min_speedup)
+
+
+def _ratio(speedup: float) -> str:
+    return f"{speedup:.4g}x"
+
+
+def _skip_reason(row: Any, min_speedup: float | None) -> tuple[str, str] | None:
+    """``(short, reason)`` why the candidate's row of one sample is not routed, or None when it is."""
+    if not row.ok:
+        return "not validated", f"not validated: {row.error or 'not ok'}"
+    if min_speedup is None:
+        return None
+    speedup = float(row.speedup)
+    if math.isnan(speedup):
+        cause = "its timed calls launched no kernel" if row.us_per_call == 0 else "the original was not timed"
+        return "speedup unknown", f"speedup unknown ({cause})"
+    if speedup < min_speedup:
+        return _ratio(speedup), f"slower than min_speedup={min_speedup} ({_ratio(speedup)})"
+    return None
+
+
+def _selected_keys(
+    table: pd.DataFrame, function_name: str, implementation: str, min_speedup: float | None
+) -> tuple[frozenset[Any], list[dict[str, Any]], int]:
+    """The call keys of the samples to route, a record per sample left to the original, and the samples."""
+    rows, keys = benchmarked_samples(table, function_name, implementation)
+    routed, skipped = [], []
+    for row in rows.itertuples():
+        why = _skip_reason(row, min_speedup)
+        if why is not None:
+            record = (function_name, implementation, int(row.sample), int(row.calls), float(row.speedup), why[1])
+            skipped.append({**dict(zip(SKIPPED_COLUMNS, record)), "short": why[0]})
+        elif row.sample in keys:
+            routed.append(keys[row.sample])
+    return frozenset(routed), skipped, len(rows)
+
+
+def _skipped_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(records, columns=SKIPPED_COLUMNS)  # the warning's "short" left out
+    return frame.astype({"sample": "int64", "calls": "int64", "speedup": float})
+
+
+def _warn_skipped(skipped: list[dict[str, Any]], samples: int, min_speedup: float | None) -> None:
+    """One warning per activate() that names the samples left to the original (the first few) and why."""
+    if not skipped:
+        return
+    named = [f"{s['function_name']}/{s['implementation']} sample {s['sample']} ({s['short']})" for s in skipped]
+    more = f" and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
+    shorts = {s["short"] for s in skipped} - {"not validated"}
+    kinds = [f"slower than min_speedup={min_speedup}"] if shorts - {"speedup unknown"} else []
+    kinds += ["of unknown speed"] if "speedup unknown" in shorts else []
+    hint = f"; {' or '.join(kinds)}: pass min_speedup=None (or a lower one) to route those anyway" if kinds else ""
+    warnings.warn(
+        f"activate(): {len(skipped)} of {samples} samples run the original: {', '.join(named[:_LISTED])}{more}"
+        f"{hint}; activation.skipped says why for each",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def activate(
     candidates: Mapping[str, Callable[..., Any] | Mapping[str, Callable[..., Any]]],
     *,
     only: pd.DataFrame | None = None,
+    min_speedup: float | None = 1.0,
 ) -> Activation:
     """Route intercepted functional calls to candidates inside a ``with`` block.
 
@@ -130,18 +211,31 @@ def activate(
         ``{"linear": {"mine": my_linear}}`` to name it as in the benchmark; one per function.
     only:
         A :func:`benchmark` table: route only the calls whose sample the candidate validated on
-        (``ok``), every other call runs the original. None routes every call.
+        (``ok``) and was fast enough on (``min_speedup``); every other call runs the original. None
+        routes every call.
+    min_speedup:
+        With ``only=``: the least ``speedup`` (the original's time over the candidate's) at which a
+        validated sample is routed; 1.0 (default): at least as fast, never slower; 0.9: accept 10 %
+        slower; None: every validated sample whatever its speed (also one whose speedup is unknown).
+        Not used without ``only=``, which measured nothing.
 
     Returns
     -------
     Activation
-        The context manager; ``activation.routed[name]`` counts the calls sent to the candidate.
+        The context manager; ``activation.routed[name]`` counts the calls sent to the candidate and
+        ``activation.skipped`` lists the samples of ``only=`` left to the original, with the reason
+        (not validated, slower than ``min_speedup``, speedup unknown); a RuntimeWarning names them.
     """
     if only is not None and not isinstance(only, pd.DataFrame):
         raise TypeError(f"only= must be the DataFrame benchmark() returned; got {type(only).__name__}")
-    routes = []
+    threshold = _check_min_speedup(min_speedup)
+    routes, skipped, samples = [], [], 0
     for function_name, named in normalize_candidates(candidates).items():
         implementation, candidate = _single(function_name, named)
-        keys = validated_keys(only, function_name, implementation) if only is not None else None
+        keys = None
+        if only is not None:
+            keys, left, count = _selected_keys(only, function_name, implementation, threshold)
+            samples, skipped = samples + count, skipped + left
         routes.append(_Route(function_name, implementation, candidate, keys))
-    return Activation(routes)
+    _warn_skipped(skipped, samples, threshold)
+    return Activation(routes, _skipped_frame(skipped))

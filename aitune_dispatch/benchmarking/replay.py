@@ -16,7 +16,9 @@ that fails gets a row with ``ok=False`` and the error.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -54,6 +56,17 @@ class _Row:
     max_abs_error: float = math.nan
     ok: bool = False
     error: str | None = None
+    replay_iqr_us: float = math.nan
+
+    def timed(self, per_call_us: list[float]) -> None:
+        """``us_per_call`` and ``replay_iqr_us`` from the kernel time of each timed call."""
+        self.us_per_call = statistics.median(per_call_us)
+        low, high = np.percentile(per_call_us, [25.0, 75.0])
+        self.replay_iqr_us = float(high - low)
+
+
+WIDE_SPREAD = 0.25  # benchmark() warns where replay_iqr_us exceeds this fraction of us_per_call
+_LISTED = 5  # rows the spread warning names
 
 
 @dataclass
@@ -178,7 +191,13 @@ def _selected(result: ProfileResult, functions: Iterable[str] | None) -> list[st
         return available
     if isinstance(functions, (str, bytes)):
         raise TypeError(f"functions must be a list of names such as [{functions!r}], not a single string")
+    if not isinstance(functions, Iterable):
+        got = f"{type(functions).__name__} {functions!r}"
+        raise TypeError(f"functions must be a list of names such as ['linear'] or None; got {got}")
     names = list(dict.fromkeys(functions))
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise TypeError(f"functions must contain function names (strings); got {bad!r}")
     unknown = [name for name in names if name not in result.function_data]
     if unknown:
         raise ValueError(
@@ -186,6 +205,19 @@ def _selected(result: ProfileResult, functions: Iterable[str] | None) -> list[st
             "functions in function_names, or pick from the list"
         )
     return names
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"seed must be an integer (it seeds the random inputs); got {type(value).__name__} {value!r}"
+        )
+    return int(value)
+
+
+def _callable_or_none(name: str, value: Any, expected: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be {expected}, or None; got {type(value).__name__}")
 
 
 def _check_candidates(candidates: dict[str, dict[str, Callable[..., Any]]], selected: list[str]) -> None:
@@ -227,8 +259,10 @@ def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernel
 
 
 # -- one sample -------------------------------------------------------------------------------------
-def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[float, list[Counter[str]]]:
-    """The median kernel time of the ``repeats`` timed calls, and each call's kernel names."""
+def _time(
+    plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ...]
+) -> tuple[list[float], list[Counter[str]]]:
+    """The kernel time of each of the ``repeats`` timed calls, and each call's kernel names."""
     replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats, plan.flush)
     replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
     names = {f"timed.{i}": i for i in range(plan.repeats)}
@@ -240,7 +274,7 @@ def _time(plan: _Plan, implementation: Callable[..., Any], inputs: tuple[Any, ..
         if call is not None:  # the warm-up's kernels are left out
             per_call_us[call] += kernel_us
             kernels[call][kernel] += 1
-    return statistics.median(per_call_us), kernels
+    return per_call_us, kernels
 
 
 def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
@@ -252,10 +286,11 @@ def _run(implementation: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
 def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
     """Time the original; returns whether its timed calls launched anything."""
     try:
-        row.us_per_call, kernels = _time(plan, original, inputs)
+        per_call_us, kernels = _time(plan, original, inputs)
     except Exception as error:  # noqa: BLE001 - reported in the row, the run goes on
         row.error = f"timing the original raised {_one_line(error)}"
         return False
+    row.timed(per_call_us)
     recorded = plan.recorded.get((row.function_name, row.sample)) if plan.recorded is not None else None
     if recorded is not None:
         row.kernels_match = all(same_kernels_per_call(recorded, call, 1) for call in kernels)
@@ -278,14 +313,16 @@ def _candidate_row(
         return
     row.max_abs_error, mismatch = compare_outputs(output, expected)
     try:
-        row.us_per_call, kernels = _time(plan, candidate, inputs)
+        per_call_us, kernels = _time(plan, candidate, inputs)
     except Exception as error:  # noqa: BLE001
         row.error = f"timing the candidate raised {_one_line(error)}"
         return
+    row.timed(per_call_us)
     if mismatch is not None:
         row.error = f"output differs from the original: {mismatch}"
     elif plan.device == "cpu" and original and not any(kernels):
-        row.us_per_call, row.error = (
+        row.us_per_call, row.replay_iqr_us, row.error = (
+            math.nan,
             math.nan,
             (
                 "its timed calls dispatched no aten op, and the CPU activity source times aten ops only (compiled "
@@ -331,7 +368,7 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
     frame = pd.DataFrame([asdict(row) for row in rows], columns=BENCHMARK_COLUMNS)
     for column in ("sample", "calls"):
         frame[column] = frame[column].astype(np.int64)
-    for column in ("recorded_us_per_call", "us_per_call", "speedup", "max_abs_error"):
+    for column in ("recorded_us_per_call", "us_per_call", "speedup", "max_abs_error", "replay_iqr_us"):
         frame[column] = frame[column].astype(float)
     frame["kernels_match"] = frame["kernels_match"].astype("boolean")
     frame["ok"] = frame["ok"].astype(bool)
@@ -341,11 +378,38 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
     return frame
 
 
+def _short_time(us: float) -> str:
+    return f"{us:.3g} µs" if us < 1000 else f"{us / 1000:.3g} ms"
+
+
+def _warn_wide_spread(table: pd.DataFrame) -> None:
+    """One warning per benchmark() when the timed calls of some rows spread widely, the widest named first."""
+    timed = table[(table["us_per_call"] > 0) & table["replay_iqr_us"].notna()]
+    relative = (timed["replay_iqr_us"] / timed["us_per_call"]).sort_values(ascending=False, kind="stable")
+    wide = relative[relative > WIDE_SPREAD]
+    if wide.empty:
+        return
+    named = [
+        f"{row.function_name} sample {row.sample} {row.implementation} "
+        f"(IQR {share:.0%} of {_short_time(row.us_per_call)})"
+        for share, row in zip(wide, timed.loc[wide.index].itertuples())
+    ]
+    more = f" and {len(named) - _LISTED} more" if len(named) > _LISTED else ""
+    warnings.warn(
+        f"benchmark(): the timed calls of {len(wide)} of {len(table)} rows spread widely (IQR > {WIDE_SPREAD:.0%} "
+        f"of the median): {', '.join(named[:_LISTED])}{more}; their us_per_call and speedup are unreliable (a busy "
+        "machine, or calls too short to time steadily): rerun on an idle machine or with more repeats",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
     """Per function and implementation, the kernel time the model would see: Σ calls × us_per_call.
 
     Over the samples whose original replayed; where a candidate is not ``ok`` on a sample, that
-    sample counts at the original's time (what ``activate(..., only=table)`` would run there).
+    sample counts at the original's time (what ``activate(..., only=table, min_speedup=None)``
+    would run there; by default ``activate`` also runs the original where the candidate is slower).
 
     Parameters
     ----------
@@ -416,7 +480,10 @@ def benchmark(
         (named by ``__qualname__``) or ``{"linear": {"mine": fn}}``. Each is called like the original.
     repeats:
         Timed calls per (sample, implementation), in one recorded pass; ``us_per_call`` is the
-        median of their kernel times (robust to a preempted call on a busy CPU).
+        median of their kernel times (robust to a preempted call on a busy CPU) and
+        ``replay_iqr_us`` their interquartile range (75th - 25th percentile, numpy's linear
+        interpolation; 0 for one call). Where it exceeds :data:`WIDE_SPREAD` (25 %) of the median,
+        one RuntimeWarning names the widest rows: their times are unreliable.
     warmup:
         Untimed calls before them.
     cache:
@@ -446,6 +513,9 @@ def benchmark(
     selected = _selected(result, functions)
     named = normalize_candidates(candidates)
     _check_candidates(named, selected)
+    _callable_or_none("progress", progress, "a callable such as lambda done, total, label: ...")
+    _callable_or_none("make_tensor", make_tensor, "a callable that takes a TensorMeta and returns a tensor")
+    generator = torch.Generator().manual_seed(_seed(seed))
     device = replay_device(result)
     if cache not in CACHE_STATES:
         raise ValueError(f"cache must be one of {CACHE_STATES}; got {cache!r}")
@@ -461,7 +531,7 @@ def benchmark(
         warmup=_positive("warmup", warmup, 0),
         flush=flush,
         make_tensor=make_tensor,
-        generator=torch.Generator().manual_seed(int(seed)),
+        generator=generator,
     )
     work = [(name, index, entry) for name in selected for index, entry in enumerate(result.function_data[name])]
     rows: list[_Row] = []
@@ -470,14 +540,17 @@ def benchmark(
         if progress is not None:
             progress(done, len(work), f"{name} sample {index}")
     table = _frame(rows)
+    _warn_wide_spread(table)
     table.attrs["weighted"] = _weighted_attr(table)
     table.attrs["sample_keys"] = plan.sample_keys
     table.attrs["device"], table.attrs["repeats"], table.attrs["cache"] = device, plan.repeats, cache
     return table
 
 
-def validated_keys(table: pd.DataFrame, function_name: str, implementation: str) -> frozenset[Any]:
-    """Sample keys of ``function_name`` on which ``implementation`` is ``ok`` in a :func:`benchmark` table.
+def benchmarked_samples(
+    table: pd.DataFrame, function_name: str, implementation: str
+) -> tuple[pd.DataFrame, Mapping[int, Any]]:
+    """The rows of one implementation of one function in a :func:`benchmark` table, and each sample's key.
 
     Parameters
     ----------
@@ -488,8 +561,10 @@ def validated_keys(table: pd.DataFrame, function_name: str, implementation: str)
 
     Returns
     -------
-    frozenset
-        The keys; a ValueError when the table has no such rows or lost its ``attrs``.
+    tuple[pandas.DataFrame, Mapping]
+        The rows (one per sample, in sample order) and ``sample -> key`` (the call key the profiler
+        gives a call on that sample) for the samples that replayed; a ValueError when the table has
+        no such rows or lost its ``attrs``.
     """
     keys: Mapping[str, Mapping[int, Any]] | None = table.attrs.get("sample_keys")
     if keys is None:
@@ -504,5 +579,4 @@ def validated_keys(table: pd.DataFrame, function_name: str, implementation: str)
             f"only= has no rows for implementation {implementation!r} of {function_name!r} (it has {present}); "
             f"benchmark that candidate first, or name it as in the benchmark: {{{function_name!r}: {{'name': fn}}}}"
         )
-    per_sample = keys.get(function_name, {})
-    return frozenset(per_sample[s] for s in rows.loc[rows["ok"], "sample"] if s in per_sample)
+    return rows, keys.get(function_name, {})

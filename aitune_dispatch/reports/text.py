@@ -303,13 +303,15 @@ def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     -------
     str
         The table; ``variant`` is the ``implementation`` (``torch``: the original), the recorded
-        and replayed times share one unit (µs, ms or s), speedups read ``1.25x``, ``kernels``
+        and replayed times and the replayed calls' spread (``IQR``: ``replay_iqr_us``) share one
+        unit (µs, ms or s), speedups read ``1.25x``, ``kernels``
         (``kernels_match``) reads ``same`` / ``differ`` and ``ok`` ``yes`` / ``no`` (``-`` where not
         applicable).
     """
     if table.empty:
         return "(no samples replayed)"
-    values = [float(v) for column in ("recorded_us_per_call", "us_per_call") for v in table[column] if v == v]
+    times = ("recorded_us_per_call", "us_per_call", "replay_iqr_us")
+    values = [float(v) for column in times for v in table[column] if v == v]
     unit = time_unit(max((abs(v) for v in values), default=0.0))
 
     def time(us: float) -> str:
@@ -323,6 +325,7 @@ def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
             _count(r.calls),
             time(float(r.recorded_us_per_call)),
             time(float(r.us_per_call)),
+            time(float(r.replay_iqr_us)),
             _ratio(float(r.speedup)),
             _flag(r.kernels_match, "same", "differ"),
             _error(float(r.max_abs_error)),
@@ -337,6 +340,7 @@ def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
         Column("calls"),
         Column(f"recorded ({unit.symbol})"),
         Column(f"replayed ({unit.symbol})"),
+        Column(f"IQR ({unit.symbol})"),
         Column("speedup"),
         Column("kernels", numeric=False),
         Column("max error"),
@@ -380,7 +384,8 @@ def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     return format_table(columns, rows, width)
 
 
-BENCH_CSV_DIGITS = {"recorded_us_per_call": 3, "us_per_call": 3, "speedup": 6}  # ns resolution; ratios to 6 places
+# ns resolution; ratios to 6 places
+BENCH_CSV_DIGITS = {"recorded_us_per_call": 3, "us_per_call": 3, "replay_iqr_us": 3, "speedup": 6}
 
 
 def bench_csv_frame(table: pd.DataFrame) -> pd.DataFrame:

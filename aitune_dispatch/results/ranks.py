@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -225,7 +226,15 @@ def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table
 
 def _ranks_of(results: Sequence[RankedResult], ranks: Sequence[int] | None) -> list[int]:
     if ranks is not None:
-        chosen = [int(rank) for rank in ranks]
+        if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+            raise TypeError(
+                f"ranks must be a list of integers, one per result, such as [0, 1]; got {type(ranks).__name__}"
+            )
+        chosen = list(ranks)
+        bad = [rank for rank in chosen if isinstance(rank, bool) or not isinstance(rank, numbers.Integral)]
+        if bad:
+            raise TypeError(f"ranks must contain integers; got {bad!r}")
+        chosen = [int(rank) for rank in chosen]
         if len(chosen) != len(results) or len(set(chosen)) != len(chosen) or min(chosen) < 0:
             raise ValueError(
                 f"ranks must give one distinct non-negative rank per result ({len(results)} results); "

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..schema import SUMMARY_COLUMNS
+from ..schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
 from .values import iter_tensor_likes
 
 BYTES_PER_MB = 1024 * 1024
@@ -54,6 +54,36 @@ def _int_if_complete(series: pd.Series) -> pd.Series:
     return series.astype(np.int64) if len(series) and not series.isna().any() else series
 
 
+_CALL = "describe_results(profiling_df, function_data)"
+_NEEDED_COLUMNS = ("function_name", "kernel_us", "module_name")
+
+
+def _check_arguments(profiling_df: Any, function_data: Any) -> None:
+    """TypeError / ValueError naming the argument that is not what ``profile()`` returns, and what to pass."""
+    if not isinstance(profiling_df, pd.DataFrame):
+        got = type(profiling_df).__name__
+        if isinstance(profiling_df, Mapping) and isinstance(function_data, pd.DataFrame):
+            hint = " — were the arguments swapped?"
+        elif callable(getattr(profiling_df, "profiling_df", None)):
+            hint = ": pass result.profiling_df(), result.function_data, or call result.describe()"
+        else:
+            hint = ""
+        raise TypeError(
+            f"{_CALL}: profiling_df must be a pandas DataFrame (the first value profile() returns); got {got}{hint}"
+        )
+    if not isinstance(function_data, Mapping):
+        raise TypeError(
+            f"{_CALL}: function_data must be the dict profile() returns second (function name -> "
+            f"[(count, (args, kwargs)), ...]; {{}} for none); got {type(function_data).__name__}"
+        )
+    missing = sorted(set(_NEEDED_COLUMNS) - set(profiling_df.columns))
+    if missing and not profiling_df.empty:
+        raise ValueError(
+            f"{_CALL}: profiling_df has no column(s) {missing}; pass the DataFrame profile() returns "
+            f"(columns {list(PROFILING_COLUMNS)})"
+        )
+
+
 def describe_results(
     profiling_df: pd.DataFrame, function_data: Mapping[str, Sequence[tuple[int, Any]]], top_k: int = 10
 ) -> pd.DataFrame:
@@ -75,7 +105,14 @@ def describe_results(
         time_spent_pct, tensor_size_MB``; the share is over all functions (attributed kernel
         time), not only the top_k; ``calls`` and ``num_distinct_samples`` are NaN for a function
         whose samples were not collected (``function_names``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument that is not what ``profile()`` returns (swapped arguments are named as such),
+        or a ``top_k`` that is not a non-negative integer.
     """
+    _check_arguments(profiling_df, function_data)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
         raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
     if profiling_df.empty:
