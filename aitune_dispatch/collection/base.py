@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
+import torch
 
 from .. import schema
 
@@ -57,3 +58,16 @@ class ActivitySource(Protocol):
 
     def activity(self, ops: pa.Table) -> Activity:
         """The collected records, after ``stop``; ``ops`` is the traced pass's op table (schema ``OPS``)."""
+
+
+def torch_profiler_active() -> bool:
+    """True while torch.profiler (Kineto) or the autograd profiler is collecting on this thread.
+
+    Both sources refuse to start then and fail at stop where it began during the pass: CUPTI serves
+    one activity client at a time, and on the CPU its RecordFunction callbacks run inside the op
+    timer's brackets, so every op's time would include them.
+    """
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # pragma: no cover - very old torch
+        return False
