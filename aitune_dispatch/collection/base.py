@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
-import torch
 
 from .. import schema
 
@@ -67,6 +66,8 @@ def torch_profiler_active() -> bool:
     one activity client at a time, and on the CPU its RecordFunction callbacks run inside the op
     timer's brackets, so every op's time would include them.
     """
+    import torch  # here: the reports read collection without torch installed
+
     try:
         return bool(torch._C._autograd._profiler_enabled())
     except AttributeError:  # pragma: no cover - very old torch
