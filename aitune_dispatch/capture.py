@@ -46,6 +46,7 @@ from .tracing import (
     other_threads_running,
     resolve_backend,
     trace_warnings,
+    unseen,
 )
 
 _log = logging.getLogger(__name__)  # a child of the "aitune_dispatch" logger: phases and backend choices
@@ -220,7 +221,7 @@ def record(
         provenance = ProvenanceCapture(
             config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
         )
-        with torch.no_grad(), provenance:
+        with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)
             return _recorded(config, function, samples, root, source, clock, provenance, running_before)
 

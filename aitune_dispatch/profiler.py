@@ -77,7 +77,7 @@ class ModuleFunctionKernelProfiler:
         module:
             The ``nn.Module`` observed when ``function`` is not that module.
         warmup_iterations:
-            Uninstrumented passes (under ``torch.no_grad()``) before the recorded one.
+            Passes before the recorded one, traced with their rows discarded (under ``torch.no_grad()``).
 
         Returns
         -------

@@ -36,6 +36,7 @@ from .collection.graphs import GraphNodeObserver, loaded_decoder
 from .provenance import Attribution, attribute, captured_nodes
 from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from .tracing.compiled import Hierarchy, InductorProvenance, remember, remembered_programs, site_tables
+from .tracing.unseen import calls_unseen
 
 
 class _Uncorrelated:
@@ -109,7 +110,8 @@ class ProvenanceCapture:
         self._graph_status = "not observed: CPU activity source" if device == "cpu" else ""
 
     def __enter__(self) -> ProvenanceCapture:
-        self._inductor.__enter__()
+        with calls_unseen():  # its first use imports torch._inductor, whose import-time torch calls are ours
+            self._inductor.__enter__()
         try:
             if self._device == "cuda" and not torch_profiler_active():  # else the source refuses to start
                 kind = int(getattr(self._source, "correlation_kind", -1))

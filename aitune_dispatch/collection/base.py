@@ -57,3 +57,18 @@ class ActivitySource(Protocol):
 
     def activity(self, ops: pa.Table) -> Activity:
         """The collected records, after ``stop``; ``ops`` is the traced pass's op table (schema ``OPS``)."""
+
+
+def torch_profiler_active() -> bool:
+    """True while torch.profiler (Kineto) or the autograd profiler is collecting on this thread.
+
+    Both sources refuse to start then and fail at stop where it began during the pass: CUPTI serves
+    one activity client at a time, and on the CPU its RecordFunction callbacks run inside the op
+    timer's brackets, so every op's time would include them.
+    """
+    import torch  # here: the reports read collection without torch installed
+
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # pragma: no cover - very old torch
+        return False

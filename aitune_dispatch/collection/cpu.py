@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from .. import schema, strings
 from ..schema import CPU_KERNEL_PREFIX
-from .base import Activity
+from .base import Activity, torch_profiler_active
 
 __all__ = ["CPU_KERNEL_PREFIX", "CpuOpTimer", "activity_from_ops"]
 
@@ -20,14 +20,25 @@ __all__ = ["CPU_KERNEL_PREFIX", "CpuOpTimer", "activity_from_ops"]
 class CpuOpTimer:
     """The CPU activity source: the tracer times every op it records, and each op becomes one row.
 
-    It correlates nothing (``correlation_kind = -1``): the op rows themselves are the activity.
+    It correlates nothing (``correlation_kind = -1``): the op rows themselves are the activity. Not
+    while torch.profiler collects (:func:`~.base.torch_profiler_active`): its callbacks would be timed too.
     """
 
     name = "cpu"
     correlation_kind = schema.NO_CORRELATION
 
+    def __init__(self) -> None:
+        self._started = False
+
     def start(self) -> None:
-        """Nothing to enable: the clock is always there."""
+        """Nothing to enable (the clock is always there); refuses while torch.profiler collects."""
+        if torch_profiler_active():
+            raise RuntimeError(
+                "torch.profiler is collecting: its callbacks would run inside the CPU op timer's brackets "
+                "and add to every op's time, so profile(device='cpu') cannot run inside a "
+                "torch.profiler.profile() block; run them one after the other"
+            )
+        self._started = True
 
     def op_started(self, op_id: int, op: str) -> None:
         """Not called: ``correlation_kind`` is negative."""
@@ -42,7 +53,13 @@ class CpuOpTimer:
         """Not called: ``correlation_kind`` is negative."""
 
     def stop(self) -> None:
-        """Nothing to disable."""
+        """Nothing to disable; fails where torch.profiler began collecting during the pass. Idempotent."""
+        started, self._started = self._started, False
+        if started and torch_profiler_active():
+            raise RuntimeError(
+                "torch.profiler was started while profile() was collecting: its callbacks ran inside the CPU "
+                "op timer's brackets, so this run's op times include them; run them one after the other"
+            )
 
     def activity(self, ops: pa.Table) -> Activity:
         """One kernel row per recorded op, correlated to the op by its own id."""

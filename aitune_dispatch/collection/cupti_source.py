@@ -32,7 +32,7 @@ import torch
 from .. import schema
 from ..schema import SCOPE_BASE
 from . import devices
-from .base import Activity
+from .base import Activity, torch_profiler_active
 from .clock import HostClock, host_clock
 from .records import API_DRIVER, API_RUNTIME, DecodedRecords
 
@@ -71,14 +71,6 @@ def load_cupti() -> Any:
             "or pass device='cpu'"
         ) from error
     return cupti
-
-
-def torch_profiler_active() -> bool:
-    """True while torch.profiler (Kineto) or the autograd profiler is collecting."""
-    try:
-        return bool(torch._C._autograd._profiler_enabled())
-    except AttributeError:  # pragma: no cover - very old torch
-        return False
 
 
 @functools.lru_cache(maxsize=4)

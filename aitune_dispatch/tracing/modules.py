@@ -6,10 +6,19 @@ paths (``nn.TransformerEncoderLayer``) are switched off by hooks found on the mo
 No module attribute is set: the hooks live in torch's global hook dicts and are removed by
 :meth:`ModuleTracker.remove`. (Fast paths gated on ``has_torch_function`` are kept by
 ``gates.ModeBlindGates``, not here.)
+
+The hooks add no frame that stays on the stack (each returns before the forward runs or after it
+returned), but any forward hook sends every forward through the slow path of
+``Module._call_impl``, which runs it inside a nested ``inner()``: one more frame per nesting level,
+and profile() calls the function through a few frames of its own. So that the profiled code nests
+as deeply as bare, the recursion limit is raised by exactly that while the hooks are installed
+(:class:`_RecursionAllowance`). ``inner()`` is a plain Python call, which CPython runs without a C
+stack frame of its own, so the C stack a nesting depth costs is what it costs bare.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +74,38 @@ def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
         _exited(module)
 
 
+def _frames_of_ours() -> int:
+    """How many frames of aitune_dispatch's are on this thread's stack: profile() and what it calls."""
+    package = __name__.partition(".")[0]
+    frame, count = sys._getframe(1), 0
+    while frame is not None:
+        count += frame.f_globals.get("__name__", "").partition(".")[0] == package
+        frame = frame.f_back
+    return count
+
+
+class _RecursionAllowance:
+    """The recursion limit raised by ``extra`` frames until :meth:`remove` (unless someone set it meanwhile)."""
+
+    def __init__(self, extra: int) -> None:
+        self._previous = sys.getrecursionlimit()
+        self._raised = self._previous + extra
+        sys.setrecursionlimit(self._raised)
+
+    def remove(self) -> None:
+        """Put the limit back, where it is still ours: a limit the profiled code set stays."""
+        if sys.getrecursionlimit() == self._raised:
+            sys.setrecursionlimit(self._previous)
+
+
+def _nesting(parents: list[int]) -> int:
+    """How many forwards of the hierarchy nest at most: its depth (1 for a root without children)."""
+    depths: list[int] = []
+    for parent in parents:  # a parent comes before its children (named_modules order)
+        depths.append(1 if parent == schema.NO_MODULE else depths[parent] + 1)
+    return max(depths, default=0)
+
+
 class ModuleTracker:
     """Names the modules of a hierarchy and tracks which one encloses each op, per thread."""
 
@@ -87,6 +128,7 @@ class ModuleTracker:
             if id(original) in ids:
                 self._aliases.append((alias, ids[id(original)]))
         self._handles: list[Any] = []
+        self._allowance: _RecursionAllowance | None = None
 
     def module_ids(self) -> list[tuple[nn.Module, int]]:
         """``(module, module_id)`` for every module of the hierarchy and every wrapper standing for one."""
@@ -103,6 +145,8 @@ class ModuleTracker:
             _entered, _exited = entered, exited
             self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
             self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
+            # torch's inner() per nesting level and profile()'s frames above the function (see above)
+            self._allowance = _RecursionAllowance(_nesting(self.parents) + _frames_of_ours())
         except BaseException:
             self.remove()
             raise
@@ -112,6 +156,9 @@ class ModuleTracker:
         global _entered, _exited
         while self._handles:
             self._handles.pop().remove()
+        if self._allowance is not None:
+            self._allowance.remove()
+            self._allowance = None
         if self in _installed:
             _installed.remove(self)
             _entered = _exited = _ignore

@@ -29,6 +29,7 @@ from .. import schema, strings
 from ..schema import FunctionData
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
+from .mode_stack import exit_function_mode
 from .recorder import other_threads_running, still_running
 from .samples import sample_pair_key
 
@@ -240,8 +241,8 @@ class NativeTracer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            if self.function_mode is not None:
-                self.function_mode.__exit__(exc_type, exc, tb)
+            if self.function_mode is not None:  # also from beneath modes the profiled function left entered
+                exit_function_mode(self.function_mode, exc_type, exc, tb)
         finally:
             self._native.stop()
             self._taken = self._native.take()

@@ -9,6 +9,7 @@ Same rows, semantics and schemas as the native backend; every test runs on both.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -20,6 +21,7 @@ from ..schema import FunctionData
 from .contract import CorrelationTarget, ThreadInfo, TraceTables
 from .dispatch import OpMode
 from .functional import FunctionalMode
+from .mode_stack import exit_dispatch_mode, exit_function_mode
 from .recorder import TraceRecorder
 from .samples import SampleCollector
 
@@ -70,8 +72,10 @@ class PythonTracer:
         # the profiling thread is thread 0; threads running before profile() began are not traced
         self.recorder.begin_pass(self._running_before)
         with contextlib.ExitStack() as stack:
-            for mode in self._modes:
-                stack.enter_context(mode)
+            # each mode leaves its stack even where the profiled function left a mode of its own above it
+            for mode, exit_mode in zip(self._modes, (exit_function_mode, exit_dispatch_mode)):
+                mode.__enter__()
+                stack.push(functools.partial(exit_mode, mode))
             self._stack = stack.pop_all()
         return self
 

@@ -13,6 +13,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..schema import FunctionData, Sample, nested_parts, tensor_strides
+from .unseen import calls_unseen
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
 
@@ -81,8 +82,14 @@ def sample_key(value: Any) -> Any:
 
 
 def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The key of one call's ``(args, kwargs)``: equal for two calls exactly when they are the same sample."""
-    return (sample_key(args), sample_key(kwargs))
+    """The key of one call's ``(args, kwargs)``: equal for two calls exactly when they are the same sample.
+
+    Its metadata reads (``shape``, ``stride()``, ...) are the keyer's, not the profiled code's: a
+    user's TorchFunctionMode or tensor subclass does not see them (both backends key through here
+    wherever a user's object may see a read).
+    """
+    with calls_unseen():
+        return (sample_key(args), sample_key(kwargs))
 
 
 class SampleCollector:
