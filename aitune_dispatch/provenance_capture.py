@@ -35,7 +35,15 @@ from .collection.cupti_source import torch_profiler_active
 from .collection.graphs import GraphNodeObserver, loaded_decoder
 from .provenance import Attribution, attribute, captured_nodes
 from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
-from .tracing.compiled import Hierarchy, InductorProvenance, remember, remembered_programs, site_tables
+from .tracing.compiled import (
+    ANOTHER_INSTANCE,
+    CURRENT,
+    Hierarchy,
+    InductorProvenance,
+    remember,
+    remembered_programs,
+    site_tables,
+)
 
 
 class _Uncorrelated:
@@ -195,7 +203,7 @@ class ProvenanceCapture:
         ]
         nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
         result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
-        remember(current, tracker.modules)  # for later runs, which do not compile again
+        remember(current, tracker.modules, tracker.names)  # for later runs, which do not compile again
         compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())
         return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled)
 
@@ -203,13 +211,21 @@ class ProvenanceCapture:
         if self._inductor.unavailable:
             return f"unavailable: {self._inductor.unavailable}"
         priority = sites["priority"].to_numpy() if sites.num_rows else ()
-        now = int(sum(1 for p in priority if p == 0))
+        now = int(sum(1 for p in priority if p == CURRENT))
         earlier = len(priority) - now
         graphs = len(set(sites["program_id"].to_pylist())) - current if sites.num_rows else 0
+        programs = dict(zip(sites["program_id"].to_pylist(), sites["priority"].to_pylist())) if sites.num_rows else {}
+        others = sum(1 for p in programs.values() if p == ANOTHER_INSTANCE)
+        other = (
+            f" (of them, {others} compiled for another instance of the same modules, which Dynamo runs for this "
+            "one: matched by path and type)"
+            if others
+            else ""
+        )
         failed = f"; {self._inductor.failures} kernel call sites unreadable" if self._inductor.failures else ""
         return (
             f"observed: {now} kernel call sites of {current} graphs compiled in this profile(), {earlier} of "
-            f"{graphs} remembered from earlier ones{failed}"
+            f"{graphs} remembered from earlier ones{other}{failed}"
         )
 
     def _metadata(self, result: Attribution, sites: pa.Table, current: int) -> dict[str, str]:

@@ -281,3 +281,60 @@ def test_compiled_code_stays_compiled_under_the_native_function_mode():
     assert torch.equal(out, step(x))
     backends.native_mode_compiles.cache_clear()
     assert backends.native_mode_compiles()
+
+
+# -- issue 21: instances that share one compiled graph, and compiled models called from a pipeline ------
+class _MLP(nn.Sequential):
+    """Linear, ReLU, Linear: one architecture, instantiated several times."""
+
+    def __init__(self) -> None:
+        super().__init__(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+
+
+def _compiled_rows(profiling_df, result):  # noqa: ANN001
+    from aitune_dispatch import schema
+
+    attributed = result.attributed().to_pydict()
+    assert set(attributed["attribution"]) == {schema.ATTRIBUTION_INDUCTOR}, result.metadata
+    return profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist()
+
+
+def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend):
+    """Dynamo runs the graph compiled for the first instance for every later one (its guards pass): no
+    compile is seen, and the remembered graph named the first instance's modules. The later instances
+    used to give no rows, and no warning."""
+    import gc
+
+    from torch._dynamo.utils import counters
+
+    from aitune_dispatch import schema
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    counters.clear()
+    x = torch.randn(2, 8)
+    expected = [["0", "linear", "aten::addmm", "cpu::aten::addmm"], ["2", "linear", "aten::addmm", "cpu::aten::addmm"]]
+    first = torch.compile(_MLP().eval())
+    with torch.no_grad():
+        first(x)  # compiled outside profile(): the first profile() compiles again, under its modes
+    rows, graphs = [], []
+    for index in range(3):
+        compiled = first if index == 0 else torch.compile(_MLP().eval())
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(compiled, [((x,), {})], warmup_iterations=1)
+        result = profiler.last_result
+        rows.append(_compiled_rows(profiling_df, result))
+        assert list(profiling_df["module"]) == [compiled._orig_mod[0], compiled._orig_mod[2]]
+        graphs.append(counters["stats"]["unique_graphs"])
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, ours
+        if index:
+            assert "1 compiled for another instance of the same modules" in result.metadata[schema.META_INDUCTOR]
+        if index == 1:
+            del first  # the instance the graph was compiled for is gone: Dynamo still runs its graph
+            gc.collect()
+    assert rows == [expected] * 3
+    assert graphs == [2, 2, 2]  # the user's graph and one under our modes; the later instances reuse it

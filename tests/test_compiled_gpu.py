@@ -220,3 +220,28 @@ def test_functional_outside_the_compiled_region_keeps_its_eager_attribution():
     assert tail_names == {"tail", "tail._orig_mod", "tail._orig_mod.1", "tail._orig_mod.2"}
     assert set(compiled["module_name"]) <= tail_names
     assert "tail._orig_mod.1" in set(compiled.loc[compiled["function_name"] == "gelu", "module_name"])
+
+
+def test_every_instance_of_a_compiled_mlp_is_attributed_to_its_layers(bare_kernels):
+    """Dynamo runs the graph compiled for the first instance for the second (its guards pass): the second
+    compiles nothing, and is attributed by path and type (issue 21: it used to give no rows)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    rows = []
+    for index in range(2):
+        model, samples = mlp()
+        compiled = torch.compile(model)
+        profiler = ModuleFunctionKernelProfiler()
+        profiling_df, _ = profile_quietly(profiler, compiled, samples, warmup_iterations=3)
+        result = profiler.last_result
+        check_compiled(result, profiling_df, model, {"linear", "gelu"})
+        assert {"0", "2"} <= set(profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"])
+        assert not [w for w in result.warnings if "could not be attributed" in w], result.warnings
+        if index:
+            assert "1 compiled for another instance of the same modules" in result.metadata[schema.META_INDUCTOR]
+        run(compiled, samples)
+        assert collections.Counter(result.activity.column("kernel").to_pylist()) == bare_kernels(compiled, samples)
+        rows.append(sorted(map(tuple, profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist())))
+    assert rows[0] == rows[1]
+    assert counters["stats"]["unique_graphs"] == 1  # compiled once, in the first profile()'s warm-up
