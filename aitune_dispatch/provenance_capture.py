@@ -44,6 +44,7 @@ from .tracing.compiled import (
     remembered_programs,
     site_tables,
 )
+from .tracing.wrappers import reachable_wrappers
 
 
 class _Uncorrelated:
@@ -73,9 +74,40 @@ def _is_compiled(module: Any) -> bool:
     )
 
 
+def stand_ins(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
+    """The wrappers whose forwards stand for a module of ``root``'s hierarchy while ``function`` runs.
+
+    Parameters
+    ----------
+    function:
+        What is profiled: ``root`` itself (none), a ``torch.compile`` wrapper of it (that wrapper), or
+        a pipeline function or module, which may call a compiled wrapper of ``root``'s modules
+        (``tracing.wrappers.reachable_wrappers``: profiled with ``module=model``, what ran compiled is
+        attributed to ``model``).
+    root:
+        The profiled hierarchy's root.
+
+    Returns
+    -------
+    tuple[nn.Module, ...]
+        What ``ModuleTracker`` takes as ``aliases`` (those wrapping no module of the hierarchy are ignored there).
+    """
+    if function is root:
+        return ()
+    direct = (function,) if isinstance(function, nn.Module) else ()
+    if direct and hasattr(function, "_orig_mod"):  # the wrapper is what runs: no other one is called through it
+        return direct
+    return (*direct, *reachable_wrappers(function, root))
+
+
 def uses_compile(function: Any, root: nn.Module) -> bool:
-    """Whether ``function`` is compiled, or the hierarchy holds a compiled module (``torch.compile`` of a child)."""
-    return _is_compiled(function) or any(_is_compiled(module) for module in root.modules())
+    """Whether ``function`` is compiled, the hierarchy holds a compiled module (``torch.compile`` of a child),
+    or ``function`` is a pipeline that may call a compiled wrapper of the hierarchy (:func:`stand_ins`)."""
+    return (
+        _is_compiled(function)
+        or any(_is_compiled(module) for module in root.modules())
+        or any(_is_compiled(wrapper) for wrapper in stand_ins(function, root))
+    )
 
 
 def _native_decoder() -> Any | None:
@@ -192,7 +224,9 @@ class ProvenanceCapture:
         """
         hierarchy = Hierarchy.of(tracker.modules, tracker.names)
         current = self._inductor.programs()
-        sites, site_sources = site_tables(current, remembered_programs() if self._compiled else [], hierarchy)
+        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())  # the wrappers standing in too
+        earlier = remembered_programs() if self._compiled or compiled else []
+        sites, site_sources = site_tables(current, earlier, hierarchy)
         # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
         in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
         captured = [
@@ -204,7 +238,6 @@ class ProvenanceCapture:
         nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
         result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
         remember(current, tracker.modules, tracker.names)  # for later runs, which do not compile again
-        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())
         return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled)
 
     def _inductor_status(self, sites: pa.Table, current: int) -> str:

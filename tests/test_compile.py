@@ -338,3 +338,117 @@ def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend
             gc.collect()
     assert rows == [expected] * 3
     assert graphs == [2, 2, 2]  # the user's graph and one under our modes; the later instances reuse it
+
+
+def test_a_compiled_model_called_from_a_pipeline_is_attributed_to_the_eager_model(tracing_backend):
+    """``profile(pipeline, module=model)`` where the pipeline calls ``torch.compile(model)``: the
+    compiled wrapper stands for the model. It used to warn that the model "never ran"."""
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = _MLP().eval()
+    compiled = torch.compile(model)
+    x = torch.randn(2, 8)
+
+    def pipeline(inputs: torch.Tensor) -> torch.Tensor:
+        return compiled(inputs) * 2
+
+    expected = [["0", "linear", "aten::addmm", "cpu::aten::addmm"], ["2", "linear", "aten::addmm", "cpu::aten::addmm"]]
+    for _ in range(2):  # compiled inside the first profile(); remembered in the second
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(pipeline, [((x,), {})], module=model, warmup_iterations=1)
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, ours
+        assert _compiled_rows(profiling_df, profiler.last_result) == expected
+        assert list(profiling_df["module"]) == [model[0], model[2]]
+        # the pipeline's own mul ran outside the model: it stays outside the hierarchy
+        activity = profiler.last_result.to_pandas()
+        assert activity.loc[activity["op"] == "aten::mul", "module_name"].isna().all()
+
+    class Holder:  # keeps the wrapper where profile() does not look (no instance dict)
+        __slots__ = ("wrapper",)
+
+    holder = Holder()
+    holder.wrapper = compiled
+    hidden = [(lambda inputs: holder.wrapper(inputs), "could not be seen to reach")]
+    compiled = None  # the pipeline above no longer reaches it: only the holder keeps it
+    # a wrapper made inside the profiled function does not exist when the pass begins
+    hidden.append((lambda inputs: torch.compile(model)(inputs), "create it once, outside the profiled function"))
+    for function, why in hidden:
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with pytest.warns(RuntimeWarning, match="never ran") as caught:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Using `torch.compile")
+                profiler.profile(function, [((x,), {})], module=model, warmup_iterations=0)
+        assert any(why in str(w.message) for w in caught), [str(w.message) for w in caught]
+        holder.wrapper = None
+
+
+_GLOBAL_WRAPPERS: dict[str, nn.Module] = {}
+
+
+@pytest.mark.single_backend
+def test_the_wrappers_a_pipeline_can_reach_are_found_without_running_its_code():
+    """A compiled wrapper stands for the module it wraps: found where a pipeline keeps it (nothing compiles here)."""
+    import functools
+
+    from aitune_dispatch.tracing.wrappers import live_wrappers, reachable_wrappers
+
+    model = _MLP()
+    compiled, part = torch.compile(model), torch.compile(model[2])  # of the root, and of a module below it
+
+    def closure(x: torch.Tensor) -> torch.Tensor:
+        return part(compiled(x))
+
+    def through_global(x: torch.Tensor) -> torch.Tensor:
+        return _GLOBAL_WRAPPERS["model"](x)
+
+    class Pipeline:
+        def __init__(self) -> None:
+            self.stages = [compiled]
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return self.stages[0](x)
+
+    class PipelineModule(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = compiled  # a child: the wrapper is in its tree
+
+    class Slots:
+        __slots__ = ("wrapper",)
+
+        def __getattr__(self, name: str):  # noqa: ANN204 - never asked
+            raise AssertionError("our search ran the object's code")
+
+    _GLOBAL_WRAPPERS["model"] = compiled
+    hidden = Slots()
+    hidden.wrapper = compiled
+    found = {
+        "closure": reachable_wrappers(closure, model),
+        "global": reachable_wrappers(through_global, model),
+        "method": reachable_wrappers(Pipeline().__call__, model),
+        "object": reachable_wrappers(Pipeline(), model),
+        "partial": reachable_wrappers(functools.partial(lambda w, x: w(x), compiled), model),
+        "module": reachable_wrappers(PipelineModule(), model),
+        "hidden": reachable_wrappers(lambda x: hidden.wrapper(x), model),
+        "another model": reachable_wrappers(closure, _MLP()),
+    }
+    ids = {name: {id(w) for w in wrappers} for name, wrappers in found.items()}
+    assert ids == {
+        "closure": {id(compiled), id(part)},
+        "global": {id(compiled)},
+        "method": {id(compiled)},
+        "object": {id(compiled)},
+        "partial": {id(compiled)},
+        "module": {id(compiled)},
+        "hidden": set(),
+        "another model": set(),
+    }
+    assert {id(w) for w in live_wrappers(model)} == {id(compiled), id(part)}  # wherever they are kept
+    # a wrapper inside the hierarchy is one of its modules, not a stand-in
+    assert reachable_wrappers(closure, nn.Sequential(part)) == ()
+    _GLOBAL_WRAPPERS.clear()

@@ -245,3 +245,20 @@ def test_every_instance_of_a_compiled_mlp_is_attributed_to_its_layers(bare_kerne
         rows.append(sorted(map(tuple, profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist())))
     assert rows[0] == rows[1]
     assert counters["stats"]["unique_graphs"] == 1  # compiled once, in the first profile()'s warm-up
+
+
+def test_a_compiled_mlp_called_from_a_pipeline_is_attributed_to_the_eager_model():
+    """``profile(pipeline, module=model)`` with the pipeline calling ``torch.compile(model)`` (issue 21:
+    it used to warn that the model never ran)."""
+    model, samples = mlp()
+    compiled = torch.compile(model)
+
+    def pipeline(x: torch.Tensor) -> torch.Tensor:
+        return compiled(x) * 2
+
+    profiler = ModuleFunctionKernelProfiler()
+    profiling_df, _ = profile_quietly(profiler, pipeline, samples, module=model, warmup_iterations=3)
+    result = profiler.last_result
+    assert not [w for w in result.warnings if "never ran" in w], result.warnings
+    check_compiled(result, profiling_df, model, {"linear", "gelu"})
+    assert {"0", "2"} <= set(profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"])
