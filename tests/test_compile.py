@@ -340,6 +340,47 @@ def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend
     assert graphs == [2, 2, 2]  # the user's graph and one under our modes; the later instances reuse it
 
 
+def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_time(tracing_backend):
+    """Two compiled children of one architecture: Dynamo runs the graph compiled for the first for the
+    second too, so the second's kernels cannot be told from the first's by the graph's sources. They
+    stayed on the second child, with no warning; the warning names it, and profiling it on its own
+    (module=) attributes it by path and type."""
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.compile(_MLP().eval()), torch.compile(_MLP().eval())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch._dynamo.reset()
+    forget_programs()
+    two = Two().eval()
+    x = torch.randn(2, 8)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with pytest.warns(RuntimeWarning, match=r"compiled for a\._orig_mod also runs for 'b'") as caught:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Using `torch.compile")
+            profiling_df, _ = profiler.profile(two, [((x,), {})], warmup_iterations=1)
+    assert any("module=<the model>.b" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [
+        ["a._orig_mod.0", "linear"],
+        ["a._orig_mod.2", "linear"],
+    ]
+    for child, name in ((two.b, "b"), (two.a, "a")):  # each on its own: by path and type, or by identity
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(two, [((x,), {})], module=child, warmup_iterations=1)
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, (name, ours)
+        assert _compiled_rows(profiling_df, profiler.last_result) == [
+            ["_orig_mod.0", "linear", "aten::addmm", "cpu::aten::addmm"],
+            ["_orig_mod.2", "linear", "aten::addmm", "cpu::aten::addmm"],
+        ], name
+
+
 def test_a_compiled_model_called_from_a_pipeline_is_attributed_to_the_eager_model(tracing_backend):
     """``profile(pipeline, module=model)`` where the pipeline calls ``torch.compile(model)``: the
     compiled wrapper stands for the model. It used to warn that the model "never ran"."""

@@ -262,3 +262,34 @@ def test_a_compiled_mlp_called_from_a_pipeline_is_attributed_to_the_eager_model(
     assert not [w for w in result.warnings if "never ran" in w], result.warnings
     check_compiled(result, profiling_df, model, {"linear", "gelu"})
     assert {"0", "2"} <= set(profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"])
+
+
+def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_time():
+    """Two compiled children of one architecture share the graph compiled for the first (issue 21)."""
+    first, samples = mlp()
+    second, _ = mlp()
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.compile(first), torch.compile(second)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(x)
+
+    two = Two()
+    profiler = ModuleFunctionKernelProfiler()
+    profiling_df, _ = profile_quietly(profiler, two, samples, warmup_iterations=3)
+    assert any("compiled for a._orig_mod also runs for 'b'" in w for w in profiler.last_result.warnings)
+    assert {"a._orig_mod.0", "a._orig_mod.2"} <= set(profiling_df["module_name"])
+    for child in (two.b, two.a):  # on its own: b by path and type, a by identity; the other runs outside
+        profiling_df, _ = profile_quietly(profiler, two, samples, module=child, warmup_iterations=1)
+        result = profiler.last_result
+        assert not [w for w in result.warnings if "also runs for" in w], result.warnings
+        assert set(profiling_df["module_name"]) <= {name for name, _ in child.named_modules()}
+        linear = profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"]
+        assert {"_orig_mod.0", "_orig_mod.2"} <= set(linear), profiling_df
+        activity = result.to_pandas()
+        inside = activity[activity["module_name"].notna()]  # the other child's kernels ran outside the hierarchy
+        triton = inside[inside["kernel"].str.match(INDUCTOR)]
+        assert len(triton) > 0 and (triton["attribution"] == schema.ATTRIBUTION_INDUCTOR).all(), triton

@@ -772,27 +772,43 @@ class Hierarchy:
             tree.append((name[len(below):], self.types[index]))
         return tuple(tree)
 
-    def frame_tree(self, program: Program) -> tuple[tuple[str, str], ...]:
-        """The :meth:`subtree` of the module ``program``'s frame compiled, found from its sources by identity.
+    def compiled_for(self, program: Program, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> int | None:
+        """The module ``program``'s frame compiled, found from its sources by identity; None where unknown.
 
         Each source's path is relative to that module (the frame's local): a source of ``tail._orig_mod.1``
-        with path ``1`` puts it at ``tail._orig_mod``. ``()`` where the sources name no module of this
-        hierarchy or disagree (a frame with several module locals).
+        with path ``1`` puts it at ``tail._orig_mod``. None where the sources name no module of this
+        hierarchy (for a remembered program, ``bound``: no object it was compiled for) or disagree (a
+        frame with several module locals).
         """
         roots = set()
         for site in program.sites:
             for source in site.sources:
-                found = self.by_object.get(_object_id(source.module_key))
+                object_id = _object_id(source.module_key)
+                found = self.by_object.get(object_id)
                 if not source.module_type or not source.module_path or found is None:
                     continue
+                ref = bound.get(object_id) if bound is not None else None
+                if bound is not None and (ref is None or ref() is not self.objects[found]):
+                    continue  # an id reused by another object since
                 name, path = self.names[found], source.module_path
                 if self.types[found] != source.module_type or not (name == path or name.endswith("." + path)):
-                    return ()
+                    return None
                 roots.add(name[: len(name) - len(path)].rstrip("."))
-        if len(roots) != 1:
-            return ()
-        root = self.by_name.get(roots.pop())
+        return self.by_name.get(roots.pop()) if len(roots) == 1 else None
+
+    def frame_tree(self, program: Program) -> tuple[tuple[str, str], ...]:
+        """The :meth:`subtree` of the module ``program``'s frame compiled (:meth:`compiled_for`); ``()``: unknown."""
+        root = self.compiled_for(program)
         return self.subtree(root) if root is not None else ()
+
+    def same_tree(self, module_id: int) -> list[int]:
+        """The other modules whose :meth:`subtree` is ``module_id``'s: where a graph compiled for it may run too."""
+        tree = self.subtree(module_id)
+        return [
+            i
+            for i, kind in enumerate(self.types)
+            if i != module_id and kind == tree[0][1] and self.subtree(i, len(tree)) == tree
+        ]
 
     def frame_root(self, program: Program) -> int | None:
         """The one module of this hierarchy that ``program`` can be running for although compiled for another.
