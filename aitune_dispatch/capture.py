@@ -34,7 +34,7 @@ from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join_activity
-from .provenance_capture import ProvenanceCapture, uses_compile
+from .provenance_capture import ProvenanceCapture, stand_ins, uses_compile
 from .results import ProfileResult
 from .schema import Sample
 from .tracing import (
@@ -227,8 +227,9 @@ def record(
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
-    """Wrappers that stand for the profiled root (torch.compile's OptimizedModule)."""
-    return (function,) if isinstance(function, nn.Module) and function is not root else ()
+    """Wrappers that stand for modules of the profiled hierarchy (torch.compile's OptimizedModule), also
+    those a pipeline function calls (``provenance_capture.stand_ins``); read again for each traced pass."""
+    return stand_ins(function, root)
 
 
 def _warm_up(

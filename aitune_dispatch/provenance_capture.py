@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from torch import nn
 
 from . import schema
@@ -35,7 +36,17 @@ from .collection.cupti_source import torch_profiler_active
 from .collection.graphs import GraphNodeObserver, loaded_decoder
 from .provenance import Attribution, attribute, captured_nodes
 from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
-from .tracing.compiled import Hierarchy, InductorProvenance, remember, remembered_programs, site_tables
+from .tracing.compiled import (
+    ANOTHER_INSTANCE,
+    CURRENT,
+    Hierarchy,
+    InductorProvenance,
+    Program,
+    remember,
+    remembered_programs,
+    site_tables,
+)
+from .tracing.wrappers import reachable_wrappers
 from .tracing.unseen import calls_unseen
 
 
@@ -66,9 +77,70 @@ def _is_compiled(module: Any) -> bool:
     )
 
 
+def stand_ins(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
+    """The wrappers whose forwards stand for a module of ``root``'s hierarchy while ``function`` runs.
+
+    Parameters
+    ----------
+    function:
+        What is profiled: ``root`` itself (none), a ``torch.compile`` wrapper of it (that wrapper), or
+        a pipeline function or module, which may call a compiled wrapper of ``root``'s modules
+        (``tracing.wrappers.reachable_wrappers``: profiled with ``module=model``, what ran compiled is
+        attributed to ``model``).
+    root:
+        The profiled hierarchy's root.
+
+    Returns
+    -------
+    tuple[nn.Module, ...]
+        What ``ModuleTracker`` takes as ``aliases`` (those wrapping no module of the hierarchy are ignored there).
+    """
+    if function is root:
+        return ()
+    direct = (function,) if isinstance(function, nn.Module) else ()
+    if direct and hasattr(function, "_orig_mod"):  # the wrapper is what runs: no other one is called through it
+        return direct
+    return (*direct, *reachable_wrappers(function, root))
+
+
 def uses_compile(function: Any, root: nn.Module) -> bool:
-    """Whether ``function`` is compiled, or the hierarchy holds a compiled module (``torch.compile`` of a child)."""
-    return _is_compiled(function) or any(_is_compiled(module) for module in root.modules())
+    """Whether ``function`` is compiled, the hierarchy holds a compiled module (``torch.compile`` of a child),
+    or ``function`` is a pipeline that may call a compiled wrapper of the hierarchy (:func:`stand_ins`)."""
+    return (
+        _is_compiled(function)
+        or any(_is_compiled(module) for module in root.modules())
+        or any(_is_compiled(wrapper) for wrapper in stand_ins(function, root))
+    )
+
+
+def _shared_graphs(
+    current: list[Program], earlier: list[Program], hierarchy: Hierarchy, tracker: ModuleTracker, activity: pa.Table
+) -> dict[str, list[str]]:
+    """Compiled modules of the hierarchy that run a graph compiled for another of its modules, unattributed.
+
+    Dynamo runs the graph compiled for one module for every module whose guards pass (two
+    ``torch.compile(MLP())`` children of one model): the graph's sources name the first, so the
+    second's launches, in its own wrapper, are outside the graph's scope. Returns, by the name of the
+    module a graph was compiled for, the wrappers running it too whose modules got no compiled kernel.
+    """
+    attributed = activity.filter(pc.equal(activity["attribution"], schema.ATTRIBUTION_INDUCTOR))
+    attributed_modules = set(attributed["module_id"].to_pylist())
+    shared: dict[str, list[str]] = {}
+    programs = [(p, None) for p in current] + [(p, p.bound) for p in earlier if p.bound]
+    for program, bound in programs:
+        own = hierarchy.compiled_for(program, bound)
+        if own is None:
+            continue
+        for twin in hierarchy.same_tree(own):
+            wrapper = tracker.parents[twin]
+            if wrapper < 0 or not hasattr(tracker.modules[wrapper], "_orig_mod"):
+                continue  # not run through a torch.compile wrapper of its own: eager, or part of a larger graph
+            prefix = tracker.names[twin] + "."
+            below = {i for i, name in enumerate(tracker.names) if name.startswith(prefix)} | {twin, wrapper}
+            names = shared.setdefault(tracker.names[own] or "the root", [])
+            if not below & attributed_modules and tracker.names[wrapper] not in names:
+                names.append(tracker.names[wrapper])
+    return {own: names for own, names in shared.items() if names}
 
 
 def _native_decoder() -> Any | None:
@@ -186,7 +258,9 @@ class ProvenanceCapture:
         """
         hierarchy = Hierarchy.of(tracker.modules, tracker.names)
         current = self._inductor.programs()
-        sites, site_sources = site_tables(current, remembered_programs() if self._compiled else [], hierarchy)
+        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())  # the wrappers standing in too
+        earlier = remembered_programs() if self._compiled or compiled else []
+        sites, site_sources = site_tables(current, earlier, hierarchy)
         # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
         in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
         captured = [
@@ -197,21 +271,29 @@ class ProvenanceCapture:
         ]
         nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
         result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
-        remember(current, tracker.modules)  # for later runs, which do not compile again
-        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())
-        return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled)
+        remember(current, tracker.modules, tracker.names)  # for later runs, which do not compile again
+        shared = _shared_graphs(current, earlier, hierarchy, tracker, result.activity)
+        return result, self._metadata(result, sites, len(current)), self._warnings(result, compiled, shared)
 
     def _inductor_status(self, sites: pa.Table, current: int) -> str:
         if self._inductor.unavailable:
             return f"unavailable: {self._inductor.unavailable}"
         priority = sites["priority"].to_numpy() if sites.num_rows else ()
-        now = int(sum(1 for p in priority if p == 0))
+        now = int(sum(1 for p in priority if p == CURRENT))
         earlier = len(priority) - now
         graphs = len(set(sites["program_id"].to_pylist())) - current if sites.num_rows else 0
+        programs = dict(zip(sites["program_id"].to_pylist(), sites["priority"].to_pylist())) if sites.num_rows else {}
+        others = sum(1 for p in programs.values() if p == ANOTHER_INSTANCE)
+        other = (
+            f" (of them, {others} compiled for another instance of the same modules, which Dynamo runs for this "
+            "one: matched by path and type)"
+            if others
+            else ""
+        )
         failed = f"; {self._inductor.failures} kernel call sites unreadable" if self._inductor.failures else ""
         return (
             f"observed: {now} kernel call sites of {current} graphs compiled in this profile(), {earlier} of "
-            f"{graphs} remembered from earlier ones{failed}"
+            f"{graphs} remembered from earlier ones{other}{failed}"
         )
 
     def _metadata(self, result: Attribution, sites: pa.Table, current: int) -> dict[str, str]:
@@ -226,14 +308,22 @@ class ProvenanceCapture:
             "capture or Inductor provenance)",
         }
 
-    def _warnings(self, result: Attribution, compiled: bool) -> tuple[str, ...]:
+    def _warnings(self, result: Attribution, compiled: bool, shared: dict[str, list[str]]) -> tuple[str, ...]:
         messages = []
+        for own, others in shared.items():
+            names = ", ".join(repr(name) for name in others)
+            messages.append(
+                f"the graph Dynamo compiled for {own} also runs for {names} (the same modules: Dynamo runs one "
+                "graph for every instance whose guards pass), so their compiled kernels could not be told from "
+                f"{own}'s and stay on the compiled module, without a functional call. Profile each of them on its "
+                f"own, with module=<the model>.{others[0]}: it is then attributed by path and type"
+            )
         if self._inductor.unavailable and compiled:
             messages.append(
                 f"compiled kernels cannot be attributed to functional calls: {self._inductor.unavailable}; they "
                 "stay on the module whose forward was compiled"
             )
-        elif compiled and result.unmatched_inductor_rows:
+        elif compiled and result.unmatched_inductor_rows and not shared:
             why = self._inductor.unavailable or "their graph was compiled before profile() could see it"
             messages.append(
                 f"{result.unmatched_inductor_rows} kernels generated by Inductor could not be attributed to a "

@@ -168,7 +168,8 @@ MODULE_CALLS = pa.schema(
 # compiled code runs them, and one row per functional call (or other FX source node) it was generated
 # from. ``key`` is what a launch is matched by: the kernel name (Triton), or the aten op that the
 # extern call dispatches (``aten::mm``). ``priority``: 0 compiled during this profile(), 1 compiled
-# during an earlier one (its modules are this hierarchy's objects). SITES, SITE_SOURCES and
+# during an earlier one (its modules are this hierarchy's objects), 2 compiled during an earlier one
+# for another instance of the same modules, whose graph Dynamo runs for this one. SITES, SITE_SOURCES and
 # CAPTURED_NODES keep plain strings: they are internal to the attribution (provenance.py), one row
 # per compiled call site or graph node, and read as DataFrames.
 SITES = pa.schema(

@@ -281,3 +281,215 @@ def test_compiled_code_stays_compiled_under_the_native_function_mode():
     assert torch.equal(out, step(x))
     backends.native_mode_compiles.cache_clear()
     assert backends.native_mode_compiles()
+
+
+# -- issue 21: instances that share one compiled graph, and compiled models called from a pipeline ------
+class _MLP(nn.Sequential):
+    """Linear, ReLU, Linear: one architecture, instantiated several times."""
+
+    def __init__(self) -> None:
+        super().__init__(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+
+
+def _compiled_rows(profiling_df, result):  # noqa: ANN001
+    from aitune_dispatch import schema
+
+    attributed = result.attributed().to_pydict()
+    assert set(attributed["attribution"]) == {schema.ATTRIBUTION_INDUCTOR}, result.metadata
+    return profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist()
+
+
+def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend):
+    """Dynamo runs the graph compiled for the first instance for every later one (its guards pass): no
+    compile is seen, and the remembered graph named the first instance's modules. The later instances
+    used to give no rows, and no warning."""
+    import gc
+
+    from torch._dynamo.utils import counters
+
+    from aitune_dispatch import schema
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    counters.clear()
+    x = torch.randn(2, 8)
+    expected = [["0", "linear", "aten::addmm", "cpu::aten::addmm"], ["2", "linear", "aten::addmm", "cpu::aten::addmm"]]
+    first = torch.compile(_MLP().eval())
+    with torch.no_grad():
+        first(x)  # compiled outside profile(): the first profile() compiles again, under its modes
+    rows, graphs = [], []
+    for index in range(3):
+        compiled = first if index == 0 else torch.compile(_MLP().eval())
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(compiled, [((x,), {})], warmup_iterations=1)
+        result = profiler.last_result
+        rows.append(_compiled_rows(profiling_df, result))
+        assert list(profiling_df["module"]) == [compiled._orig_mod[0], compiled._orig_mod[2]]
+        graphs.append(counters["stats"]["unique_graphs"])
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, ours
+        if index:
+            assert "1 compiled for another instance of the same modules" in result.metadata[schema.META_INDUCTOR]
+        if index == 1:
+            del first  # the instance the graph was compiled for is gone: Dynamo still runs its graph
+            gc.collect()
+    assert rows == [expected] * 3
+    assert graphs == [2, 2, 2]  # the user's graph and one under our modes; the later instances reuse it
+
+
+def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_time(tracing_backend):
+    """Two compiled children of one architecture: Dynamo runs the graph compiled for the first for the
+    second too, so the second's kernels cannot be told from the first's by the graph's sources. They
+    stayed on the second child, with no warning; the warning names it, and profiling it on its own
+    (module=) attributes it by path and type."""
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.compile(_MLP().eval()), torch.compile(_MLP().eval())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch._dynamo.reset()
+    forget_programs()
+    two = Two().eval()
+    x = torch.randn(2, 8)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with pytest.warns(RuntimeWarning, match=r"compiled for a\._orig_mod also runs for 'b'") as caught:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Using `torch.compile")
+            profiling_df, _ = profiler.profile(two, [((x,), {})], warmup_iterations=1)
+    assert any("module=<the model>.b" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [
+        ["a._orig_mod.0", "linear"],
+        ["a._orig_mod.2", "linear"],
+    ]
+    for child, name in ((two.b, "b"), (two.a, "a")):  # each on its own: by path and type, or by identity
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(two, [((x,), {})], module=child, warmup_iterations=1)
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, (name, ours)
+        assert _compiled_rows(profiling_df, profiler.last_result) == [
+            ["_orig_mod.0", "linear", "aten::addmm", "cpu::aten::addmm"],
+            ["_orig_mod.2", "linear", "aten::addmm", "cpu::aten::addmm"],
+        ], name
+
+
+def test_a_compiled_model_called_from_a_pipeline_is_attributed_to_the_eager_model(tracing_backend):
+    """``profile(pipeline, module=model)`` where the pipeline calls ``torch.compile(model)``: the
+    compiled wrapper stands for the model. It used to warn that the model "never ran"."""
+    from aitune_dispatch.tracing.compiled import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = _MLP().eval()
+    compiled = torch.compile(model)
+    x = torch.randn(2, 8)
+
+    def pipeline(inputs: torch.Tensor) -> torch.Tensor:
+        return compiled(inputs) * 2
+
+    expected = [["0", "linear", "aten::addmm", "cpu::aten::addmm"], ["2", "linear", "aten::addmm", "cpu::aten::addmm"]]
+    for _ in range(2):  # compiled inside the first profile(); remembered in the second
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiling_df, _ = profiler.profile(pipeline, [((x,), {})], module=model, warmup_iterations=1)
+        ours = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+        assert not ours, ours
+        assert _compiled_rows(profiling_df, profiler.last_result) == expected
+        assert list(profiling_df["module"]) == [model[0], model[2]]
+        # the pipeline's own mul ran outside the model: it stays outside the hierarchy
+        activity = profiler.last_result.to_pandas()
+        assert activity.loc[activity["op"] == "aten::mul", "module_name"].isna().all()
+
+    class Holder:  # keeps the wrapper where profile() does not look (no instance dict)
+        __slots__ = ("wrapper",)
+
+    holder = Holder()
+    holder.wrapper = compiled
+    hidden = [(lambda inputs: holder.wrapper(inputs), "could not be seen to reach")]
+    compiled = None  # the pipeline above no longer reaches it: only the holder keeps it
+    # a wrapper made inside the profiled function does not exist when the pass begins
+    hidden.append((lambda inputs: torch.compile(model)(inputs), "create it once, outside the profiled function"))
+    for function, why in hidden:
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with pytest.warns(RuntimeWarning, match="never ran") as caught:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Using `torch.compile")
+                profiler.profile(function, [((x,), {})], module=model, warmup_iterations=0)
+        assert any(why in str(w.message) for w in caught), [str(w.message) for w in caught]
+        holder.wrapper = None
+
+
+_GLOBAL_WRAPPERS: dict[str, nn.Module] = {}
+
+
+@pytest.mark.single_backend
+def test_the_wrappers_a_pipeline_can_reach_are_found_without_running_its_code():
+    """A compiled wrapper stands for the module it wraps: found where a pipeline keeps it (nothing compiles here)."""
+    import functools
+
+    from aitune_dispatch.tracing.wrappers import live_wrappers, reachable_wrappers
+
+    model = _MLP()
+    compiled, part = torch.compile(model), torch.compile(model[2])  # of the root, and of a module below it
+
+    def closure(x: torch.Tensor) -> torch.Tensor:
+        return part(compiled(x))
+
+    def through_global(x: torch.Tensor) -> torch.Tensor:
+        return _GLOBAL_WRAPPERS["model"](x)
+
+    class Pipeline:
+        def __init__(self) -> None:
+            self.stages = [compiled]
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return self.stages[0](x)
+
+    class PipelineModule(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = compiled  # a child: the wrapper is in its tree
+
+    class Slots:
+        __slots__ = ("wrapper",)
+
+        def __getattr__(self, name: str):  # noqa: ANN204 - never asked
+            raise AssertionError("our search ran the object's code")
+
+    _GLOBAL_WRAPPERS["model"] = compiled
+    hidden = Slots()
+    hidden.wrapper = compiled
+    found = {
+        "closure": reachable_wrappers(closure, model),
+        "global": reachable_wrappers(through_global, model),
+        "method": reachable_wrappers(Pipeline().__call__, model),
+        "object": reachable_wrappers(Pipeline(), model),
+        "partial": reachable_wrappers(functools.partial(lambda w, x: w(x), compiled), model),
+        "module": reachable_wrappers(PipelineModule(), model),
+        "hidden": reachable_wrappers(lambda x: hidden.wrapper(x), model),
+        "another model": reachable_wrappers(closure, _MLP()),
+    }
+    ids = {name: {id(w) for w in wrappers} for name, wrappers in found.items()}
+    assert ids == {
+        "closure": {id(compiled), id(part)},
+        "global": {id(compiled)},
+        "method": {id(compiled)},
+        "object": {id(compiled)},
+        "partial": {id(compiled)},
+        "module": {id(compiled)},
+        "hidden": set(),
+        "another model": set(),
+    }
+    assert {id(w) for w in live_wrappers(model)} == {id(compiled), id(part)}  # wherever they are kept
+    # a wrapper inside the hierarchy is one of its modules, not a stand-in
+    assert reachable_wrappers(closure, nn.Sequential(part)) == ()
+    _GLOBAL_WRAPPERS.clear()

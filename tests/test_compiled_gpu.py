@@ -220,3 +220,76 @@ def test_functional_outside_the_compiled_region_keeps_its_eager_attribution():
     assert tail_names == {"tail", "tail._orig_mod", "tail._orig_mod.1", "tail._orig_mod.2"}
     assert set(compiled["module_name"]) <= tail_names
     assert "tail._orig_mod.1" in set(compiled.loc[compiled["function_name"] == "gelu", "module_name"])
+
+
+def test_every_instance_of_a_compiled_mlp_is_attributed_to_its_layers(bare_kernels):
+    """Dynamo runs the graph compiled for the first instance for the second (its guards pass): the second
+    compiles nothing, and is attributed by path and type (issue 21: it used to give no rows)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    rows = []
+    for index in range(2):
+        model, samples = mlp()
+        compiled = torch.compile(model)
+        profiler = ModuleFunctionKernelProfiler()
+        profiling_df, _ = profile_quietly(profiler, compiled, samples, warmup_iterations=3)
+        result = profiler.last_result
+        check_compiled(result, profiling_df, model, {"linear", "gelu"})
+        assert {"0", "2"} <= set(profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"])
+        assert not [w for w in result.warnings if "could not be attributed" in w], result.warnings
+        if index:
+            assert "1 compiled for another instance of the same modules" in result.metadata[schema.META_INDUCTOR]
+        run(compiled, samples)
+        assert collections.Counter(result.activity.column("kernel").to_pylist()) == bare_kernels(compiled, samples)
+        rows.append(sorted(map(tuple, profiling_df[["module_name", "function_name", "op", "kernel"]].values.tolist())))
+    assert rows[0] == rows[1]
+    assert counters["stats"]["unique_graphs"] == 1  # compiled once, in the first profile()'s warm-up
+
+
+def test_a_compiled_mlp_called_from_a_pipeline_is_attributed_to_the_eager_model():
+    """``profile(pipeline, module=model)`` with the pipeline calling ``torch.compile(model)`` (issue 21:
+    it used to warn that the model never ran)."""
+    model, samples = mlp()
+    compiled = torch.compile(model)
+
+    def pipeline(x: torch.Tensor) -> torch.Tensor:
+        return compiled(x) * 2
+
+    profiler = ModuleFunctionKernelProfiler()
+    profiling_df, _ = profile_quietly(profiler, pipeline, samples, module=model, warmup_iterations=3)
+    result = profiler.last_result
+    assert not [w for w in result.warnings if "never ran" in w], result.warnings
+    check_compiled(result, profiling_df, model, {"linear", "gelu"})
+    assert {"0", "2"} <= set(profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"])
+
+
+def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_time():
+    """Two compiled children of one architecture share the graph compiled for the first (issue 21)."""
+    first, samples = mlp()
+    second, _ = mlp()
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.compile(first), torch.compile(second)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(x)
+
+    two = Two()
+    profiler = ModuleFunctionKernelProfiler()
+    profiling_df, _ = profile_quietly(profiler, two, samples, warmup_iterations=3)
+    assert any("compiled for a._orig_mod also runs for 'b'" in w for w in profiler.last_result.warnings)
+    assert {"a._orig_mod.0", "a._orig_mod.2"} <= set(profiling_df["module_name"])
+    for child in (two.b, two.a):  # on its own: b by path and type, a by identity; the other runs outside
+        profiling_df, _ = profile_quietly(profiler, two, samples, module=child, warmup_iterations=1)
+        result = profiler.last_result
+        assert not [w for w in result.warnings if "also runs for" in w], result.warnings
+        assert set(profiling_df["module_name"]) <= {name for name, _ in child.named_modules()}
+        linear = profiling_df.loc[profiling_df["function_name"] == "linear", "module_name"]
+        assert {"_orig_mod.0", "_orig_mod.2"} <= set(linear), profiling_df
+        activity = result.to_pandas()
+        inside = activity[activity["module_name"].notna()]  # the other child's kernels ran outside the hierarchy
+        triton = inside[inside["kernel"].str.match(INDUCTOR)]
+        assert len(triton) > 0 and (triton["attribution"] == schema.ATTRIBUTION_INDUCTOR).all(), triton

@@ -213,6 +213,57 @@ def test_earlier_programs_are_kept_only_for_this_hierarchy():
     assert site_tables([program], [program], mine)[0]["priority"].to_pylist() == [0]  # the same program once
 
 
+def _names(model: nn.Module) -> list[str]:
+    return [name for name, _ in model.named_modules()]
+
+
+def test_a_remembered_program_runs_for_another_instance_of_the_same_tree_while_dynamo_holds_it(monkeypatch):
+    """Dynamo runs one compiled graph for every instance whose guards pass: a second instance compiles
+    nothing, and the remembered program names the first instance's modules."""
+    import types
+    import weakref
+
+    from aitune_dispatch.tracing import compiled
+
+    def frame() -> None:  # the code object Dynamo compiled
+        pass
+
+    dynamo_code = compile("pass", "<dynamo>", "exec")  # its compiled code, in Dynamo's cache for compile id 0/0
+    cache = [types.SimpleNamespace(compile_id="0/0", code=dynamo_code)]
+    monkeypatch.setattr(compiled, "_cache_entries", lambda ref: cache if ref and ref() is frame.__code__ else [])
+    net = Net()
+    _, nodes = _block_graph(net)
+    site = site_from_nodes(0, "triton_poi_fused_0", nodes[:4])  # blocks.0.fc1's linear and blocks.0.act's gelu
+    forget_programs()
+    remember([Program("0/0", (site,), frame=weakref.ref(frame.__code__))], list(net.modules()), _names(net))
+    (program,) = remembered_programs()
+    assert program.tree[:3] == (("", "Net"), ("blocks", "ModuleList"), ("blocks.0", "Block"))
+
+    def resolved(model: nn.Module) -> list[tuple[int, str | None, str | None]]:
+        """(priority, module name, functional) of each source, as the sites of ``model``'s run."""
+        names = _names(model)
+        sites, sources = site_tables([], [program], Hierarchy.of(list(model.modules()), names))
+        priority = dict(zip(sites["site_id"].to_pylist(), sites["priority"].to_pylist()))
+        return [
+            (priority[row["site_id"]], names[row["module_id"]] if row["module_id"] >= 0 else None, row["function_name"])
+            for row in sources.to_pylist()
+        ]
+
+    twin = Net()  # another instance: by path and type, below its root
+    assert resolved(twin) == [(2, "blocks.0.act", "gelu"), (2, "blocks.0.fc1", "linear")]
+    assert resolved(net) == [(1, "blocks.0.act", "gelu"), (1, "blocks.0.fc1", "linear")]  # its own: by identity
+    inside = nn.Sequential(nn.Linear(2, 2), Net())  # the same tree below a module: relative to it
+    assert resolved(inside) == [(2, "1.blocks.0.act", "gelu"), (2, "1.blocks.0.fc1", "linear")]
+    bigger = Net()
+    bigger.blocks.append(Block())  # the sources' paths resolve, but its guards could not pass: another graph
+    assert resolved(bigger) == []
+    assert resolved(nn.ModuleList([Net(), Net()])) == []  # either could be running it: not guessed
+    cache.clear()  # torch._dynamo.reset(), or the graph recompiled away: what runs now is no longer it
+    assert resolved(twin) == []
+    assert resolved(net) == [(1, "blocks.0.act", "gelu"), (1, "blocks.0.fc1", "linear")]
+    forget_programs()
+
+
 # -- matching launches: synthetic activity -----------------------------------------------------------------
 MODULES = pa.table(
     {

@@ -21,7 +21,10 @@ Nothing of Inductor is imported for this: the hook and the caches are attached w
 already loaded, else the moment the profiled code first imports it (``import_watch.py``), so an
 eager model never loads the compiler stack.
 Graphs compiled during an earlier ``profile()`` are remembered (a bounded, process-wide record of
-strings), so that later runs, which no longer compile, are attributed too.
+strings), so that later runs, which no longer compile, are attributed too: those of the same module
+objects, and those of another instance of the same modules (Dynamo runs one compiled graph for
+every instance whose guards pass, so a second ``torch.compile(MLP())`` compiles nothing), matched by
+path and type while Dynamo still holds the graph's compiled code.
 
 Where this torch lacks the hook, nothing is patched and :attr:`InductorProvenance.unavailable`
 says why; compiled kernels then stay on the compiled module, as before. Everything patched is
@@ -37,8 +40,8 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from types import ModuleType, TracebackType
+from dataclasses import dataclass, field, replace
+from types import CodeType, ModuleType, TracebackType
 from typing import Any
 
 import pyarrow as pa
@@ -115,13 +118,23 @@ class Program:
     """The kernel call sites of one compiled graph, in the order its compiled code runs them.
 
     ``bound`` (remembered programs only): weak references to the module objects its sources named,
-    by ``id``, taken when it was compiled; a later run matches it only where they are still the
-    objects it profiles (an ``id`` alone can be reused by another module once one is freed).
+    by ``id``, taken when it was compiled; a later run matches it by identity only where they are
+    still the objects it profiles (an ``id`` alone can be reused by another module once one is freed).
+
+    ``frame``: the code object Dynamo compiled (the frame's, ``wrap_inline``'s ``inner`` for every
+    ``torch.compile(module)``), where known. ``code`` (remembered programs only): Dynamo's compiled code
+    for ``label`` in that frame's cache, and ``tree``: the ``(path, type)`` of every module below the
+    frame's module, root first (``("", "MLP")``). Another instance of the same modules is matched by
+    path and type below a module of that same tree, and only while Dynamo still holds ``code``: the
+    graph it runs for every instance whose guards pass (:meth:`Hierarchy.frame_root`).
     """
 
     label: str
     sites: tuple[Site, ...]
     bound: dict[int, weakref.ref[nn.Module]] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    frame: weakref.ref[CodeType] | None = field(default=None, compare=False, hash=False, repr=False)
+    code: weakref.ref[CodeType] | None = field(default=None, compare=False, hash=False, repr=False)
+    tree: tuple[tuple[str, str], ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def signature(self) -> tuple[Any, ...]:
         """What makes two programs the same (a recompile of the same graph generates the same sites)."""
@@ -421,6 +434,7 @@ class _Building:
     graph: weakref.ref[Any]
     codegen: weakref.ref[Any] | None
     label: str
+    frame: weakref.ref[CodeType] | None = None
     sites: list[Site] = field(default_factory=list)
 
 
@@ -435,7 +449,7 @@ def remembered_programs() -> list[Program]:
         return list(_memo.values())
 
 
-def remember(programs: Iterable[Program], modules: Sequence[nn.Module]) -> None:
+def remember(programs: Iterable[Program], modules: Sequence[nn.Module], names: Sequence[str] = ()) -> None:
     """Keep ``programs`` for later ``profile()`` calls (the :data:`MEMO_PROGRAMS` most recent).
 
     Parameters
@@ -444,17 +458,61 @@ def remember(programs: Iterable[Program], modules: Sequence[nn.Module]) -> None:
         Graphs compiled during a ``profile()``.
     modules:
         That run's profiled modules: the ones the programs' sources name are bound by weak reference.
+    names:
+        Their names (``ModuleTracker.names``): with them, each program also keeps the tree of the
+        module its frame compiled and Dynamo's compiled code, so that another instance of the same
+        modules is matched too (:class:`Program`).
     """
+    hierarchy = Hierarchy.of(modules, names) if len(names) == len(modules) and names else None
     objects = {id(m): m for m in modules}
     with _memo_lock:
         for program in programs:
             ids = {_object_id(s.module_key) for site in program.sites for s in site.sources}
             bound = {i: weakref.ref(objects[i]) for i in ids if i in objects}
+            tree = hierarchy.frame_tree(program) if hierarchy is not None else ()
+            code = _compiled_code(program.frame, program.label) if tree else None
             key = program.signature()
             _memo.pop(key, None)
-            _memo[key] = Program(program.label, program.sites, bound)
+            _memo[key] = replace(program, bound=bound, code=code, tree=tree if code is not None else ())
         while len(_memo) > MEMO_PROGRAMS:
             _memo.popitem(last=False)
+
+
+def _frame_code() -> weakref.ref[CodeType] | None:
+    """The code object of the frame Dynamo is compiling on this thread, None outside Dynamo."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return weakref.ref(InstructionTranslator.current_tx().f_code)
+    except Exception:  # noqa: BLE001 - not inside Dynamo (Inductor called directly), or another torch
+        return None
+
+
+def _cache_entries(frame: weakref.ref[CodeType] | None) -> list[Any]:
+    """Dynamo's cache entries of a frame's code (each holds a compiled code object and its compile id)."""
+    code = frame() if frame is not None else None
+    if code is None:
+        return []
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return list(_debug_get_cache_entry_list(code))
+    except Exception:  # noqa: BLE001 - a torch without this introspection: no instance is matched by path
+        return []
+
+
+def _compiled_code(frame: weakref.ref[CodeType] | None, label: str) -> weakref.ref[CodeType] | None:
+    """Dynamo's compiled code for compile id ``label`` in ``frame``'s cache, None where it holds none."""
+    for entry in _cache_entries(frame):
+        if str(getattr(entry, "compile_id", "")) == label:
+            return _weak(getattr(entry, "code", None))
+    return None
+
+
+def still_compiled(program: Program) -> bool:
+    """Whether Dynamo still holds ``program``'s compiled code (not reset, evicted or recompiled away)."""
+    code = program.code() if program.code is not None else None
+    return code is not None and any(getattr(entry, "code", None) is code for entry in _cache_entries(program.frame))
 
 
 def forget_programs() -> None:
@@ -603,7 +661,7 @@ class InductorProvenance:
             known = None
         if known is None:
             known = self._building[id(graph)] = _Building(
-                weakref.ref(graph), _weak(codegen), _graph_label(graph)
+                weakref.ref(graph), _weak(codegen), _graph_label(graph), _frame_code()
             )
         elif known.codegen is not None and known.codegen() is not codegen:  # generated again: keep the last
             known.sites.clear()
@@ -613,11 +671,11 @@ class InductorProvenance:
     def _finish(self, key: int) -> None:
         building = self._building.pop(key)
         if building.sites:
-            self._done.append(Program(building.label, tuple(building.sites)))
+            self._done.append(Program(building.label, tuple(building.sites), frame=building.frame))
 
     def programs(self) -> list[Program]:
         """The compiled graphs seen so far, in the order their generation began."""
-        building = [Program(b.label, tuple(b.sites)) for b in self._building.values() if b.sites]
+        building = [Program(b.label, tuple(b.sites), frame=b.frame) for b in self._building.values() if b.sites]
         return [*self._done, *building]
 
 
@@ -645,6 +703,9 @@ def _inductor_modules() -> list[Any]:
 
 # -- resolution against the profiled hierarchy -------------------------------------------------------
 STRONG, WEAK = 1, 2  # a module found by object identity, or by path and type
+# SITES.priority: compiled during this profile(); remembered, for these module objects; remembered, for
+# another instance of the same modules (matched by path and type below a module of the same tree)
+CURRENT, REMEMBERED, ANOTHER_INSTANCE = 0, 1, 2
 
 
 def _object_id(module_key: str) -> int:
@@ -661,6 +722,7 @@ class Hierarchy:
     types: tuple[str, ...]
     by_object: dict[int, int]
     objects: tuple[nn.Module, ...] = ()
+    by_name: dict[str, int] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, modules: Sequence[nn.Module], names: Sequence[str]) -> Hierarchy:
@@ -670,6 +732,7 @@ class Hierarchy:
             tuple(module_type_name(type(m)) for m in modules),
             {id(m): i for i, m in enumerate(modules)},
             tuple(modules),
+            {name: i for i, name in enumerate(names)},
         )
 
     def resolve(self, source: Source, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> tuple[int, int]:
@@ -704,6 +767,83 @@ class Hierarchy:
             return matches[0], WEAK
         return schema.NO_MODULE, 0
 
+    def subtree(self, module_id: int, limit: int | None = None) -> tuple[tuple[str, str], ...]:
+        """``(path below it, type)`` of a module and every module below it, itself first (``("", "MLP")``).
+
+        ``limit``: stop after that many modules plus one (enough to tell a tree of ``limit`` apart).
+        """
+        prefix = self.names[module_id]
+        below = prefix + "." if prefix else ""
+        tree = [("", self.types[module_id])]
+        for index in range(module_id + 1, len(self.names)):  # named_modules() lists a subtree contiguously
+            name = self.names[index]
+            if not name.startswith(below) or (limit is not None and len(tree) > limit):
+                break
+            tree.append((name[len(below):], self.types[index]))
+        return tuple(tree)
+
+    def compiled_for(self, program: Program, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> int | None:
+        """The module ``program``'s frame compiled, found from its sources by identity; None where unknown.
+
+        Each source's path is relative to that module (the frame's local): a source of ``tail._orig_mod.1``
+        with path ``1`` puts it at ``tail._orig_mod``. None where the sources name no module of this
+        hierarchy (for a remembered program, ``bound``: no object it was compiled for) or disagree (a
+        frame with several module locals).
+        """
+        roots = set()
+        for site in program.sites:
+            for source in site.sources:
+                object_id = _object_id(source.module_key)
+                found = self.by_object.get(object_id)
+                if not source.module_type or not source.module_path or found is None:
+                    continue
+                ref = bound.get(object_id) if bound is not None else None
+                if bound is not None and (ref is None or ref() is not self.objects[found]):
+                    continue  # an id reused by another object since
+                name, path = self.names[found], source.module_path
+                if self.types[found] != source.module_type or not (name == path or name.endswith("." + path)):
+                    return None
+                roots.add(name[: len(name) - len(path)].rstrip("."))
+        return self.by_name.get(roots.pop()) if len(roots) == 1 else None
+
+    def frame_tree(self, program: Program) -> tuple[tuple[str, str], ...]:
+        """The :meth:`subtree` of the module ``program``'s frame compiled (:meth:`compiled_for`); ``()``: unknown."""
+        root = self.compiled_for(program)
+        return self.subtree(root) if root is not None else ()
+
+    def same_tree(self, module_id: int) -> list[int]:
+        """The other modules whose :meth:`subtree` is ``module_id``'s: where a graph compiled for it may run too."""
+        tree = self.subtree(module_id)
+        return [
+            i
+            for i, kind in enumerate(self.types)
+            if i != module_id and kind == tree[0][1] and self.subtree(i, len(tree)) == tree
+        ]
+
+    def frame_root(self, program: Program) -> int | None:
+        """The one module of this hierarchy that ``program`` can be running for although compiled for another.
+
+        Dynamo runs the graph compiled for one instance for every instance whose guards pass (with
+        ``torch.compile(MLP())`` twice, the second compiles nothing). Such an instance is the module
+        whose :meth:`subtree` is the program's ``tree``, while Dynamo still holds the program's compiled
+        code (:func:`still_compiled`); None where no module, or more than one, has that tree (not guessed).
+        """
+        tree = program.tree
+        if not tree:
+            return None
+        candidates = [
+            i for i, kind in enumerate(self.types) if kind == tree[0][1] and self.subtree(i, len(tree)) == tree
+        ]
+        return candidates[0] if len(candidates) == 1 and still_compiled(program) else None
+
+    def resolve_below(self, root: int, source: Source) -> int:
+        """The module at ``source``'s path below ``root`` (:meth:`frame_root`), of its type; NO_MODULE otherwise."""
+        if not source.module_type or not source.module_path:
+            return schema.NO_MODULE
+        prefix = self.names[root]
+        found = self.by_name.get(f"{prefix}.{source.module_path}" if prefix else source.module_path)
+        return found if found is not None and self.types[found] == source.module_type else schema.NO_MODULE
+
 
 def site_tables(
     current: Sequence[Program], earlier: Sequence[Program], hierarchy: Hierarchy
@@ -713,11 +853,14 @@ def site_tables(
     Parameters
     ----------
     current:
-        Programs compiled while this ``profile()`` ran: priority 0.
+        Programs compiled while this ``profile()`` ran: priority :data:`CURRENT`.
     earlier:
-        Programs remembered from earlier runs: kept (priority 1) when one of their modules is one of
-        ``hierarchy``'s objects, skipped when the same as a current one (names alone could be
-        another model's).
+        Programs remembered from earlier runs, skipped when the same as a current one. Kept
+        (:data:`REMEMBERED`) when one of their modules is one of ``hierarchy``'s objects; else
+        (:data:`ANOTHER_INSTANCE`) where they run for a module of this hierarchy although compiled for
+        another instance of it (:meth:`Hierarchy.frame_root`: the same tree of modules, and Dynamo
+        still holds their compiled code), resolved by path and type below that module. Names alone
+        could be another model's: others are skipped.
     hierarchy:
         The profiled modules.
 
@@ -731,14 +874,28 @@ def site_tables(
     seen = {p.signature() for p in current}
     ranked: list[tuple[Program, int, list[list[tuple[Source, int]]]]] = []
     for program in current:
-        ranked.append((program, 0, [[(s, hierarchy.resolve(s)[0]) for s in site.sources] for site in program.sites]))
+        ranked.append(
+            (program, CURRENT, [[(s, hierarchy.resolve(s)[0]) for s in site.sources] for site in program.sites])
+        )
+    instances: set[tuple[Any, ...]] = set()  # what another instance's programs resolved to, once each
     for program in earlier:
         if program.signature() in seen:
             continue
         resolved = [[(s, *hierarchy.resolve(s, program.bound)) for s in site.sources] for site in program.sites]
-        if not any(strength == STRONG for site in resolved for _, _, strength in site):
+        if any(strength == STRONG for site in resolved for _, _, strength in site):
+            ranked.append((program, REMEMBERED, [[(s, m) for s, m, _ in site] for site in resolved]))
+            continue
+        root = hierarchy.frame_root(program)
+        if root is None:
             continue  # none of its modules is one of this hierarchy's objects: another model's graph
-        ranked.append((program, 1, [[(s, m) for s, m, _ in site] for site in resolved]))
+        below = [[(s, hierarchy.resolve_below(root, s)) for s in site.sources] for site in program.sites]
+        identity = tuple(
+            (site.key, site.extern, tuple((m, s.function_name, s.op, s.source) for s, m in resolved_site))
+            for site, resolved_site in zip(program.sites, below)
+        )
+        if identity not in instances:  # the same graph compiled again for yet another instance: once
+            instances.add(identity)
+            ranked.append((program, ANOTHER_INSTANCE, below))
     site_id = 0
     for program_id, (program, priority, resolved) in enumerate(ranked):
         for site, site_sources in zip(program.sites, resolved):

@@ -12,6 +12,7 @@ import torch
 
 from .contract import TraceTables
 from .modules import ModuleTracker
+from .wrappers import live_wrappers
 
 PROFILING_THREAD = 0  # the thread that began the pass gets the first index
 
@@ -53,17 +54,36 @@ def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
     """A message when no module of the hierarchy ran during the pass, on any thread.
 
     Forwards left out because they ran on threads that were running before ``profile()`` did run:
-    :func:`thread_warnings` says so, and this says nothing.
+    :func:`thread_warnings` says so, and this says nothing. A module that runs compiled is seen
+    through the forward of its ``torch.compile`` wrapper, where the pass began with that wrapper
+    reachable from the profiled function (``wrappers.reachable_wrappers``); where a live wrapper was
+    not (:func:`.wrappers.live_wrappers`), or none is left, the message says what to pass instead.
     """
     if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
         return []  # compiled in place (root.compile()): its hooks run compiled, so no forward is seen
     root = type(tracker.modules[0]).__qualname__
+    standing = {id(module) for module, _ in tracker.module_ids()}
+    unseen = [w for w in live_wrappers(tracker.modules[0]) if id(w) not in standing]
+    if unseen:
+        position = {id(module): i for i, module in enumerate(tracker.modules)}
+        wrapped = _names([tracker.names[position[id(w._orig_mod)]] or "<root>" for w in unseen])
+        return [
+            f"module {root} (module=) never ran as itself during the recorded pass, and {len(unseen)} "
+            f"torch.compile wrapper(s) of {wrapped} exist that the profiled function could not be seen to "
+            "reach (through its closure, globals, arguments or attributes): a compiled module runs inside "
+            "its wrapper's forward, without forward hooks of its own, so profiling_df is empty; pass "
+            "module= the wrapper (compiled = torch.compile(model); module=compiled), or profile the "
+            "wrapper itself"
+        ]
     return [
         f"module {root} (module=) never ran during the recorded pass: no forward of it or of its "
         "submodules was seen, so profiling_df is empty; pass module= the nn.Module that the profiled "
-        "function calls (a module called as module.forward(...) bypasses forward hooks: call module(...))"
+        "function calls (a module called as module.forward(...) bypasses forward hooks: call module(...)); "
+        "a module the function runs compiled is seen through its torch.compile wrapper, where that "
+        "wrapper exists before profile() begins: create it once, outside the profiled function (compiled "
+        "= torch.compile(model)), or pass module= the wrapper"
     ]
 
 
