@@ -248,11 +248,11 @@ def test_a_tensors_error_that_is_not_the_disk_is_not_called_one(small, tmp_path,
 
 def test_resaving_keeps_what_others_put_in_the_directory_and_its_mode(small, big, tmp_path, placement):
     target = big.save(tmp_path / "res", with_tensors=True)
-    (target / "notes.md").write_text("run 3: batch 2")
+    (target / "comments.txt").write_text("run 3: batch 2")
     (target / "plots").mkdir()
     target.chmod(0o750)
     small.save(target)
-    assert (target / "notes.md").read_text() == "run 3: batch 2" and (target / "plots").is_dir()
+    assert (target / "comments.txt").read_text() == "run 3: batch 2" and (target / "plots").is_dir()
     assert "tensors.pt" not in _listing(target)  # the previous save's own files are replaced
     assert load(target).activity.equals(small.activity) and _listing(tmp_path) == ["res"]
     if placement != "mount-point":
