@@ -46,8 +46,8 @@ from .tracing.compiled import (
     remembered_programs,
     site_tables,
 )
-from .tracing.wrappers import reachable_wrappers
 from .tracing.unseen import calls_unseen
+from .tracing.wrappers import reachable_wrappers
 
 
 class _Uncorrelated:

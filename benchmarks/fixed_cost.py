@@ -4,18 +4,19 @@
 
 For each zoo model (bench size; a pipeline such as ``llama_generate`` runs its function R times,
 with 8 new tokens a call) and each R, ``--passes`` rounds run in one process, each round a bare
-pass beside every configuration: ours (``profile()``'s own ``seconds_pass``, warm-up 0), our CUPTI
-source alone (enabled before the timed pass, as ``profile()`` does, so only the pass is timed) and
-our tracing alone (hooks, modes, gates and op recorder entered and left inside the timed pass, as
-``profile()`` does, with the CPU source: no CUPTI). Per configuration, the medians give
-``excess(R) = median pass − median bare``, and a least-squares line through the R's gives ``a`` (ms
-per pass) and ``b`` (ms per repetition). ``a`` is what entering and leaving the pass costs, and
-whatever a pass pays once however long it is.
+pass beside every configuration: ours (``profile()``'s own ``seconds_pass`` with one warm-up pass,
+as any ``profile()`` with warm-up passes runs: CUPTI starts before the last one); ours with no
+warm-up pass; ours without samples (``function_names=set()``); our CUPTI source alone (started
+before the timed pass, as ``profile()`` does) and our tracing alone (hooks, modes, gates and op
+recorder entered before the timed pass and left after it, as ``profile()`` does, with the CPU
+source: no CUPTI). Per configuration, the medians give ``excess(R) = median pass − median bare``,
+and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms per repetition).
+``a`` is whatever a pass pays once however long it is.
 
-Two diagnostics follow at R=1 (their runs are separate, so the table's numbers are unpatched):
-the seconds our ``TraceSession`` takes to enter and to leave, and two consecutive passes inside one
-CUPTI session (a first pass slower than the second would mean CUPTI pays per kernel on its first
-launch in a session). Writes ``fixed_cost.md`` and ``fixed_cost.json`` under ``--out``.
+A diagnostic follows at R=1: two consecutive passes inside one CUPTI collection (a first pass
+slower than the second is what CUPTI pays on each kernel's first launch in a collection, which
+``profile()`` moves into its last warm-up pass). Writes ``fixed_cost.md`` and ``fixed_cost.json``
+under ``--out``.
 """
 
 from __future__ import annotations
@@ -33,15 +34,23 @@ import torch
 from . import zoo
 
 MODELS = ("mlp", "resnet50", "sdpa_blocks", "vit_b_16", "efficientnet_b0", "gpt2", "llama_generate", "unet_sd15")
-CONFIGS = ("ours", "cupti only", "tracing only")
+CONFIGS = ("ours", "ours, warm-up 0", "ours, samples off", "cupti only", "tracing only")
 PIPELINE_OVERRIDES = {"llama_generate": {"new_tokens": 8}}
 
 
+DEVICE = "cuda"  # --device cpu: a smoke run of the procedure (the CPU source; no CUPTI configuration)
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def _timed(run: Callable[[], None]) -> float:
-    torch.cuda.synchronize()
+    _sync()
     started = time.perf_counter()
     run()
-    torch.cuda.synchronize()
+    _sync()
     return time.perf_counter() - started
 
 
@@ -65,31 +74,33 @@ class Passes:
         from aitune_dispatch import ModuleFunctionKernelProfiler
 
         self.work = work
-        self.profiler = ModuleFunctionKernelProfiler()
+        self.profiler = ModuleFunctionKernelProfiler(device=DEVICE)
+        self.samples_off = ModuleFunctionKernelProfiler(function_names=set(), device=DEVICE)
 
-    def ours(self) -> float:
-        work = self.work
-        if work.function is not None:
-            result = self.profiler.profile_result(work.function, module=work.model, warmup_iterations=0)
-        else:
-            result = self.profiler.profile_result(work.model, work.samples, warmup_iterations=0)
+    def ours(self, profiler: Any, warmup: int) -> float:
         from aitune_dispatch.schema import seconds_key
 
+        work = self.work
+        if work.function is not None:
+            result = profiler.profile_result(work.function, module=work.model, warmup_iterations=warmup)
+        else:
+            result = profiler.profile_result(work.model, work.samples, warmup_iterations=warmup)
         seconds = float(result.metadata[seconds_key("pass")])
-        self.profiler.release()
+        profiler.release()
         return seconds
 
     def cupti_only(self, passes: int = 1) -> list[float]:
         from aitune_dispatch import collection
 
-        source = collection.make_cuda_source("native")
-        torch.cuda.synchronize()
+        source = collection.make_cuda_source("native") if DEVICE == "cuda" else collection.CpuOpTimer()
+        _sync()
         source.start()
         try:
             return [_timed(self.work.run) for _ in range(passes)]
         finally:
             source.stop()
-            source.activity()
+            if DEVICE == "cuda":
+                source.activity()
 
     def tracing_only(self) -> float:
         from aitune_dispatch.collection import CpuOpTimer
@@ -97,16 +108,16 @@ class Passes:
 
         modules = ModuleTracker(self.work.model)
         tracer = make_tracer("native", modules.module_ids(), None, CpuOpTimer(), False)
-
-        def traced() -> None:
-            with TraceSession(modules, tracer):
-                self.work.run()
-
-        return _timed(traced)
+        with TraceSession(modules, tracer):
+            return _timed(self.work.run)
 
     def run(self, config: str) -> float:
         if config == "ours":
-            return self.ours()
+            return self.ours(self.profiler, 1)
+        if config == "ours, warm-up 0":
+            return self.ours(self.profiler, 0)
+        if config == "ours, samples off":
+            return self.ours(self.samples_off, 1)
         if config == "cupti only":
             return self.cupti_only()[0]
         return self.tracing_only()
@@ -120,45 +131,10 @@ def fit(repeats: Sequence[int], excess: Sequence[float]) -> tuple[float, float]:
     return mean_e - b * mean_r, b
 
 
-def session_enter_exit(work: zoo.Workload, rounds: int) -> tuple[float, float]:
-    """Median seconds our ``TraceSession`` takes to enter and to leave around ``profile()``'s pass."""
-    from aitune_dispatch import ModuleFunctionKernelProfiler
-    from aitune_dispatch.tracing.session import TraceSession
-
-    timings: dict[str, list[float]] = {"enter": [], "exit": []}
-    enter, leave = TraceSession.__enter__, TraceSession.__exit__
-
-    def timed_enter(self: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return enter(self)
-        finally:
-            timings["enter"].append(time.perf_counter() - started)
-
-    def timed_exit(self: Any, *exc: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return leave(self, *exc)
-        finally:
-            timings["exit"].append(time.perf_counter() - started)
-
-    profiler = ModuleFunctionKernelProfiler()
-    TraceSession.__enter__, TraceSession.__exit__ = timed_enter, timed_exit  # type: ignore[method-assign]
-    try:
-        for _ in range(rounds):
-            if work.function is not None:
-                profiler.profile_result(work.function, module=work.model, warmup_iterations=0)
-            else:
-                profiler.profile_result(work.model, work.samples, warmup_iterations=0)
-            profiler.release()
-    finally:
-        TraceSession.__enter__, TraceSession.__exit__ = enter, leave  # type: ignore[method-assign]
-    return statistics.median(timings["enter"]), statistics.median(timings["exit"])
-
-
 def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
     """Median bare and configured pass seconds at every R, the fits, and the R=1 diagnostics."""
-    base = zoo.build(name, "cuda", 1, **PIPELINE_OVERRIDES.get(name, {}))
+    size = "bench" if DEVICE == "cuda" else "small"
+    base = zoo.build(name, DEVICE, 1, size=size, **PIPELINE_OVERRIDES.get(name, {}) if size == "bench" else {})
     out: dict[str, Any] = {"model": name, "repeats": list(repeats), "bare": {}, **{c: {} for c in CONFIGS}}
     with torch.no_grad():
         base.run()
@@ -177,7 +153,6 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
             for config in CONFIGS:
                 out[config][repeat] = runs[config]
         one = workload(name, 1, base)
-        out["enter_s"], out["exit_s"] = session_enter_exit(one, passes)
         pairs = [Passes(one).cupti_only(passes=2) for _ in range(passes)]
         out["cupti_first_second_s"] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
     for config in CONFIGS:
@@ -214,19 +189,16 @@ def render(results: list[dict[str, Any]]) -> str:
         + ", ".join(str(x) for x in (results[0]["repeats"] if results and "repeats" in results[0] else []))
         + "; each point the median recorded pass (`seconds_pass`) minus the median bare pass of the same rounds.",
         "",
-        "| model | CUPTI only: a ms | b ms | tracing only: a ms | b ms | session enter ms | session exit ms "
-        "| CUPTI session, 1st / 2nd pass ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | ours, warm-up 0: a ms | b ms | ours, samples off: a ms | b ms | CUPTI only: a ms | b ms "
+        "| tracing only: a ms | b ms | CUPTI collection, 1st / 2nd pass ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") == "skipped":
             continue
-        (ca, cb), (ta, tb) = r["cupti only fit"], r["tracing only fit"]
+        cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in CONFIGS[1:])]
         first, second = r["cupti_first_second_s"]
-        lines.append(
-            f"| {r['model']} | {_ms(ca)} | {_ms(cb)} | {_ms(ta)} | {_ms(tb)} | {_ms(r['enter_s'])} | "
-            f"{_ms(r['exit_s'])} | {_ms(first)} / {_ms(second)} |"
-        )
+        lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {_ms(first)} / {_ms(second)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -237,9 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", nargs="*", default=list(MODELS))
     p.add_argument("--repeats", nargs="+", type=int, default=[1, 2, 8])
     p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("fixed_cost needs CUDA")
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("fixed_cost needs CUDA (--device cpu: a smoke run on small models)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
@@ -249,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except zoo.ModelUnavailable as error:
             results.append({"model": name, "status": "skipped", "reason": str(error)})
         print(render(results[-1:]).splitlines()[4], flush=True)
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     (out / "fixed_cost.json").write_text(json.dumps(results, indent=1, default=str))
     text = render(results)
     (out / "fixed_cost.md").write_text(text)

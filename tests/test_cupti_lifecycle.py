@@ -280,3 +280,34 @@ def test_scope_ids_sit_above_op_ids(fake):
     source.scope_entered(5)
     assert fake.stack == [SCOPE_BASE + 5]
     source.scope_exited()
+
+
+def test_what_ran_before_the_pass_began_is_left_out(fake):
+    """Started a warm-up pass early (``starts_early``): that pass's kernels, launches and correlation rows go."""
+    source = CuptiSource(FakeSink(fake), fake)
+    assert source.starts_early and not source.collecting
+    source.start()
+    try:
+        assert source.collecting
+        source.op_started(7, "aten::mm")  # the last warm-up pass: its op 7 launches one kernel
+        fake.launch(ticks=6_000)
+        source.op_finished(7)
+        source.begin_pass()
+        source.op_started(0, "aten::addmm")  # the recorded pass: op 0 (the warm-up's op ids start again)
+        fake.launch(ticks=2_000)
+        source.op_finished(0)
+    finally:
+        source.stop()
+    assert not source.collecting
+    activity = source.activity()
+    assert len(fake.records) == 3  # the warm-up's kernel, the pass's, the canary
+    assert activity.kernels.column("correlation_id").to_pylist() == [102]  # the pass's alone
+    assert [k["end_ns"] - k["start_ns"] for k in activity.kernels.to_pylist()] == [pytest.approx(1_000, abs=1)]
+    assert activity.correlation.to_pylist() == [{"correlation_id": 102, "op_id": 0}]
+    assert activity.launches.column("correlation_id").to_pylist() == [102]
+
+
+def test_without_begin_pass_everything_collected_is_kept(fake):
+    source = CuptiSource(FakeSink(fake), fake)
+    run_pass(source, fake)
+    assert source.activity().kernels.column("correlation_id").to_pylist() == [101, 102]

@@ -109,7 +109,8 @@ print(json.dumps({{
     "activity": result.activity.select(["kernel", "op", "module_name", "function_name", "attribution"]).to_pylist(),
     "status": result.metadata[schema.META_INDUCTOR],
     "meta_path_restored": list(sys.meta_path) == meta_path,
-    "hook_restored": not hasattr(hook, "__wrapped__") and all(getattr(m, provenance.HOOK, hook) is hook for m in holders),
+    "hook_restored": not hasattr(hook, "__wrapped__")
+    and all(getattr(m, provenance.HOOK, hook) is hook for m in holders),
     "loader_restored": type(debug.__loader__).__module__ != "aitune_dispatch.tracing.import_watch",
     "caches": [config.fx_graph_cache, fconfig.enable_autograd_cache],
 }}))
