@@ -163,10 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = {"model": model, "ours": run_child(model, "ours", args), "baseline": run_child(model, "baseline", args)}
         rows.append(row)
         print(render([row]).splitlines()[4], flush=True)
-    (out / "first_call.json").write_text(json.dumps(rows, indent=1))
-    text = render(rows)
-    (out / "first_call.md").write_text(text)
-    print(text)
+        # written after every model, so that a run cut short by its time limit keeps what it measured
+        (out / "first_call.json").write_text(json.dumps(rows, indent=1))
+        (out / "first_call.md").write_text(render(rows))
+    print(render(rows))
     return 0
 
 

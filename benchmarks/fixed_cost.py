@@ -226,10 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render(results[-1:]).splitlines()[4], flush=True)
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
-    (out / "fixed_cost.json").write_text(json.dumps(results, indent=1, default=str))
-    text = render(results)
-    (out / "fixed_cost.md").write_text(text)
-    print(text)
+        # written after every model, so that a run cut short by its time limit keeps what it measured
+        (out / "fixed_cost.json").write_text(json.dumps(results, indent=1, default=str))
+        (out / "fixed_cost.md").write_text(render(results))
+    print(render(results))
     return 0
 
 
