@@ -110,12 +110,12 @@ for part in $PARTS; do
       ;;
     first_call)
       echo "== the import and first profile() in a fresh process per zoo model, ours and the baseline's"
-      timeout 540 python3 -m benchmarks.first_call --out "$OUT/first_call" ${FIRST_CALL_MODELS:+--models $FIRST_CALL_MODELS} 2>&1 | tee "$OUT/first_call.log" | tail -40
+      timeout "${FIRST_CALL_TIMEOUT_S:-540}" python3 -m benchmarks.first_call --out "$OUT/first_call" ${FIRST_CALL_MODELS:+--models $FIRST_CALL_MODELS} 2>&1 | tee "$OUT/first_call.log" | tail -40
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     fixed_cost)
       echo "== the fixed cost per recorded pass: pass - bare = a + b*R over R = 1, 2, 8"
-      timeout 540 python3 -m benchmarks.fixed_cost --out "$OUT/fixed_cost" ${FIXED_COST_MODELS:+--models $FIXED_COST_MODELS} 2>&1 | tee "$OUT/fixed_cost.log" | tail -30
+      timeout "${FIXED_COST_TIMEOUT_S:-540}" python3 -m benchmarks.fixed_cost --out "$OUT/fixed_cost" ${FIXED_COST_MODELS:+--models $FIXED_COST_MODELS} 2>&1 | tee "$OUT/fixed_cost.log" | tail -30
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     quick)
