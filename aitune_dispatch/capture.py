@@ -226,7 +226,8 @@ def record(
                 _warm_up(function, samples, warmup_iterations, clock, root, provenance, source)
                 return _recorded(config, function, samples, root, source, clock, provenance, running_before)
             finally:
-                source.stop()  # idempotent: started early, a failed warm-up pass leaves nothing collecting
+                with unseen.calls_unseen():  # idempotent: started early, a failed warm-up leaves nothing collecting
+                    source.stop()
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
@@ -378,17 +379,19 @@ def _traced_pass(
 ) -> None:
     """The recorded pass, timed as the user's calls alone (``seconds_pass``).
 
-    Everything per ``profile()`` is outside that lap: the activity source starts, and the session
-    installs its hooks, modes, gates and op recorder, in ``start``; the session removes them and
-    hands its columns over, and the source stops, in ``flush``. Nothing launches a kernel between
-    the source's start and the first call, or between the last call and its stop.
+    Everything per ``profile()`` is outside that lap: the activity source starts (unless it started
+    in the last warm-up pass) and is told the pass begins, and the session installs its hooks,
+    modes, gates and op recorder, in ``start``; the session removes them and hands its columns
+    over, and the source stops, in ``flush``. Our own torch calls there (the source's canary) are
+    hidden from a user's modes.
     """
     if cuda:
         torch.cuda.synchronize()
     clock.tell("start", 0)
     clock.restart()
     if not source.collecting:  # unless it started in the last warm-up pass
-        source.start()
+        with unseen.calls_unseen():
+            source.start()
     try:
         clock.tell("pass", 0, 1 if samples is None else len(samples))
         with session:
@@ -400,7 +403,8 @@ def _traced_pass(
             clock.lap("pass")
         clock.tell("flush", 0)
     finally:
-        source.stop()
+        with unseen.calls_unseen():
+            source.stop()
     clock.lap("flush")
 
 

@@ -259,6 +259,21 @@ def test_resaving_keeps_what_others_put_in_the_directory_and_its_mode(small, big
         assert target.stat().st_mode & 0o777 == 0o750
 
 
+def test_saving_into_the_working_directory_keeps_it(small, big, tmp_path, monkeypatch):
+    """``save(".")`` (and a path through ``..``) writes where it says; the process's working directory is
+    never swapped from under it, so it still exists and is where the result is."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    big.save(".", with_tensors=True)
+    small.save(".")  # a re-save into the working directory
+    assert Path.cwd() == work and work.is_dir() and os.getcwd() == str(work)
+    assert load(".").activity.equals(small.activity) and load(work).activity.equals(small.activity)
+    (tmp_path / "sub").mkdir()
+    small.save(tmp_path / "sub" / ".." / "other")
+    assert load(tmp_path / "other").activity.equals(small.activity)
+
+
 def test_a_new_directory_gets_the_mode_mkdir_gives(small, tmp_path):
     (tmp_path / "plain").mkdir()
     saved = small.save(tmp_path / "res")

@@ -126,7 +126,7 @@ class CuptiSource:
 
     It starts one warm-up pass early (``starts_early``): CUPTI instruments each kernel on its first
     launch in a collection (on the H200, a first pass 0.5–2 ms slower than a second one), and that
-    belongs in the warm-up. What ran before :meth:`begin_pass` is left out of :meth:`activity`.
+    belongs in the warm-up. What was collected before :meth:`begin_pass` is flushed and thrown away.
     """
 
     name = "cupti"
@@ -144,7 +144,6 @@ class CuptiSource:
         self._stopped = False
         self._dropped = 0
         self._clock_start: tuple[int, int] | None = None
-        self._pass_start_ns: int | None = None  # host clock; records before it are a warm-up's
         self._clock_end: tuple[int, int] | None = None
         self._warnings: list[str] = []
         self._canary: torch.Tensor | None = None
@@ -204,11 +203,17 @@ class CuptiSource:
         return self._started and not self._stopped
 
     def begin_pass(self) -> None:
-        """The recorded pass begins now: once every device in use is idle, the kernels and launches
-        collected so far (a warm-up pass's) are left out of :meth:`activity`."""
+        """The recorded pass begins now: once every device in use is idle, what was collected so far (a
+        warm-up pass's records) is flushed and thrown away, CUPTI's dropped-record count is read (which
+        resets it), and the first clock pair is taken again, so that the activity is the pass's alone."""
+        if not self.collecting:
+            raise RuntimeError("begin_pass() needs a collecting source: call start() first")
         torch.cuda.synchronize()
         devices.synchronize(devices.other_devices_in_use())
-        self._pass_start_ns = time.perf_counter_ns()
+        self._cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: every completed record
+        self._sink.take()
+        self._dropped_count()
+        self._clock_start = self._clock_pair()
 
     def _clock_pair(self) -> tuple[int, int]:
         """(host perf_counter_ns, CUPTI timestamp) at one instant, from the tightest of a few brackets."""
@@ -292,20 +297,23 @@ class CuptiSource:
         torch.cuda.synchronize()
         devices.synchronize(self._device_canaries)  # every kernel of the pass is complete, on every GPU
 
-    def _read_dropped(self) -> int:
+    def _dropped_count(self) -> int:
+        """CUPTI's count of records dropped since it was last read (reading resets it)."""
         dropped = ctypes.c_size_t(0)
+        self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
+        return int(dropped.value)
+
+    def _read_dropped(self) -> int:
         try:
-            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
+            dropped = self._dropped_count()
         except Exception as error:  # noqa: BLE001 - reported, never fatal
             self._warnings.append(f"could not read CUPTI's dropped-record count: {error}")
             return 0
-        if dropped.value:
-            message = (
-                f"CUPTI dropped {dropped.value} activity records (buffers full); kernels are missing from this run"
-            )
+        if dropped:
+            message = f"CUPTI dropped {dropped} activity records (buffers full); kernels are missing from this run"
             self._warnings.append(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-        return int(dropped.value)
+        return dropped
 
     def activity(self, ops: pa.Table | None = None) -> Activity:
         """Decoded kernel, correlation and launch tables of the pass (without the canary); ``ops`` is unused."""
@@ -316,8 +324,6 @@ class CuptiSource:
             self._warnings += devices.clock_coverage_warnings(raw, self._clock_start[1], self._clock_end[1])
         kernels, correlation = clock.convert(raw), records.correlation_table()
         launches = clock.convert(records.launches_table(callback_names(self._cupti)))
-        if self._pass_start_ns is not None:
-            kernels, correlation, launches = self._since_pass_start(kernels, correlation, launches)
         if self._canary is not None:
             kernels, correlation, launches = self._drop_canary(kernels, correlation, launches)
         correlation, scope_correlation = split_scopes(correlation)
@@ -332,19 +338,6 @@ class CuptiSource:
             warnings=tuple(self._warnings),
             clock_ticks_per_ns=clock.ticks_per_ns,
         )
-
-    def _since_pass_start(
-        self, kernels: pa.Table, correlation: pa.Table, launches: pa.Table
-    ) -> tuple[pa.Table, pa.Table, pa.Table]:
-        """What began at or after :meth:`begin_pass`; correlation rows of what is left out go too (CUPTI's
-        correlation ids are unique within a collection, so they could never join, but they would count)."""
-        since = pa.scalar(self._pass_start_ns, pa.int64())
-        kernels = kernels.filter(pc.greater_equal(kernels["start_ns"], since))
-        launches = launches.filter(pc.greater_equal(launches["start_ns"], since))
-        kept = pa.chunked_array(
-            [*kernels["correlation_id"].chunks, *launches["correlation_id"].chunks], pa.int64()
-        ).combine_chunks()
-        return kernels, correlation.filter(pc.is_in(correlation["correlation_id"], value_set=kept)), launches
 
     def _drop_canary(
         self, kernels: pa.Table, correlation: pa.Table, launches: pa.Table

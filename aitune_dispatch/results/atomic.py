@@ -101,9 +101,12 @@ def replacing_directory(target: Path, owned: Collection[str], marker: str) -> It
     Iterator[pathlib.Path]
         The staging directory. On any exception it is removed and ``target`` is untouched.
     """
-    target = target.resolve() if target.is_symlink() else target
+    target = target.resolve() if target.is_symlink() else Path(os.path.abspath(target))  # "." and "a/.." named
     target.parent.mkdir(parents=True, exist_ok=True)
-    in_place = target.is_dir() and os.path.ismount(target)
+    # a mount point cannot be renamed, and the working directory (or one holding it) must not be
+    # swapped from under the process: both are staged inside themselves and their files replaced
+    cwd = Path(os.getcwd())
+    in_place = target.is_dir() and (os.path.ismount(target) or cwd == target or target in cwd.parents)
     staging = _new_directory(target, target if in_place else target.parent)
     try:
         if target.is_dir() and not in_place:

@@ -574,15 +574,23 @@ class InductorProvenance:
         try:
             if self._watch is not None:
                 self._watch.__exit__(exc_type, exc, tb)
-                self.failures += len(self._watch.errors)
-            self._restore()
         finally:
-            self._configs.close()
-            if self in _active:
-                _active.remove(self)
+            try:
+                self._restore()
+            finally:
+                self._configs.close()
+                if self in _active:
+                    _active.remove(self)
 
     def _attach(self, debug: ModuleType) -> None:
         """``torch._inductor.debug`` is loaded: observe its hook there and wherever Inductor imported it by name."""
+        try:
+            self._attach_hook(debug)
+        except Exception as error:  # noqa: BLE001 - compiled kernels then stay on the compiled module, as said
+            self._restore()
+            self.unavailable = f"Inductor's {HOOK} could not be observed ({type(error).__name__}: {error})"
+
+    def _attach_hook(self, debug: ModuleType) -> None:
         original = getattr(debug, HOOK, None)
         if not callable(original):
             self.unavailable = f"this torch's Inductor has no {HOOK} to observe"

@@ -85,8 +85,11 @@ class ImportWatch:
         self.pending: dict[str, AfterImport] = dict(callbacks)
         self.errors: list[str] = []
         self._finder = _Finder(self)
-        self._lock = threading.Lock()
+        # held while a callback runs and while the watch closes: a callback of another thread's
+        # import never runs after exit (re-entrant: a callback may import another watched module)
+        self._lock = threading.RLock()
         self._entered = False
+        self._closed = False
 
     def __enter__(self) -> ImportWatch:
         if self._entered:
@@ -96,27 +99,34 @@ class ImportWatch:
             module = sys.modules.get(name)
             if module is not None:
                 self.imported(module)
-        if self.pending:
-            sys.meta_path.insert(0, self._finder)
+        with self._lock:
+            if self.pending:
+                sys.meta_path.insert(0, self._finder)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        while self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
-        self.pending.clear()
+        with self._lock:
+            self._closed = True
+            self.pending.clear()
+            self._unhook()
 
     def imported(self, module: ModuleType) -> None:
         """``module`` has been loaded: run its callback once (the finder's loader calls this)."""
         with self._lock:
-            callback = self.pending.pop(module.__name__, None)
-        if callback is None:
-            return
+            callback = None if self._closed else self.pending.pop(module.__name__, None)
+            if callback is None:
+                return
+            try:
+                callback(module)
+            except Exception as error:  # noqa: BLE001 - observation must never break the user's import
+                self.errors.append(f"{module.__name__}: {type(error).__name__}: {error}")
+            if not self.pending:
+                self._unhook()
+
+    def _unhook(self) -> None:
         try:
-            callback(module)
-        except Exception as error:  # noqa: BLE001 - observation must never break the user's import
-            self.errors.append(f"{module.__name__}: {type(error).__name__}: {error}")
-        if not self.pending:
-            while self._finder in sys.meta_path:
-                sys.meta_path.remove(self._finder)
+            sys.meta_path.remove(self._finder)
+        except ValueError:  # not (or no longer) there
+            pass
