@@ -5,8 +5,9 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [quick]
-# Parts default to "tests compare bench" (split them over calls where one call is time-limited).
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [all_tests] [quick]
+# Parts default to "tests compare bench" (split them over calls where one call is time-limited;
+# all_tests is tests and compiled in one pytest run).
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
 set -uo pipefail
@@ -52,9 +53,21 @@ except Exception as error:  # noqa: BLE001
 PY
 } 2>&1 | tee "$OUT/env.txt"
 
+# the short summaries, copied to $RUN_OUT itself after every part (a call cut short keeps them)
+summaries() {
+  for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
+  done
+}
+
 status=0
 for part in $PARTS; do
   case "$part" in
+    all_tests)
+      echo "== every GPU test, the compiled ones included, in one pytest run (pytest -m 'gpu or gpu_compile')"
+      timeout "${ALL_TESTS_TIMEOUT_S:-540}" python3 -m pytest -m "gpu or gpu_compile" -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
     tests)
       echo "== GPU tests (pytest -m 'gpu and not gpu_compile'; the compiled ones are the part 'compiled')"
       timeout 420 python3 -m pytest -m "gpu and not gpu_compile" -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
@@ -123,9 +136,7 @@ for part in $PARTS; do
       python3 -m aitune_dispatch demo --out "$OUT/demo" 2>&1 | tee "$OUT/demo.log"
       ;;
   esac
-done
-for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md; do
-  [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
+  summaries
 done
 tar czf "$RUN_OUT/gpu_run_$TAG.tgz" -C "$OUT" . && rm -rf "$OUT"
 echo "gpu_run: parts [$PARTS] finished with status $status"
