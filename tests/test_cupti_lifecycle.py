@@ -286,10 +286,10 @@ def test_scope_ids_sit_above_op_ids(fake):
 
 
 def test_what_ran_before_the_pass_began_is_left_out(fake):
-    """Started a warm-up pass early (``starts_early``): that pass's kernels, launches, correlation rows and
-    dropped records are flushed away when the pass begins."""
+    """Started before a warm-up pass (what ``starts_early`` asks of the capture): that pass's kernels,
+    launches, correlation rows and dropped records are flushed away when the pass begins."""
     source = CuptiSource(FakeSink(fake), fake)
-    assert source.starts_early and not source.collecting
+    assert not source.collecting
     with pytest.raises(RuntimeError, match="start"):
         source.begin_pass()
     source.start()

@@ -124,13 +124,15 @@ def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
 class CuptiSource:
     """Collects kernel, memcpy and memset activity for one recorded pass.
 
-    It starts one warm-up pass early (``starts_early``): CUPTI instruments each kernel on its first
-    launch in a collection (on the H200, a first pass 0.5–2 ms slower than a second one), and that
-    belongs in the warm-up. What was collected before :meth:`begin_pass` is flushed and thrown away.
+    It starts with the recorded pass (``starts_early`` False). On the H200 a first pass inside one
+    collection ran 0.5–1.9 ms slower than a second, but starting a warm-up pass early, with
+    :meth:`begin_pass` flushing that pass's records away, gained nothing measurable (RESULTS.md,
+    "Fixed cost per recorded pass"), so the warm-up is not slowed for it. :meth:`begin_pass` still
+    throws away whatever was collected before the pass.
     """
 
     name = "cupti"
-    starts_early = True
+    starts_early = False
 
     def __init__(self, sink: RecordSink, cupti: Any | None = None) -> None:
         self._cupti = cupti if cupti is not None else load_cupti()
