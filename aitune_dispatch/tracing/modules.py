@@ -154,14 +154,16 @@ class ModuleTracker:
     def remove(self) -> None:
         """Remove both hooks; safe to call twice."""
         global _entered, _exited
-        while self._handles:
-            self._handles.pop().remove()
-        if self._allowance is not None:
-            self._allowance.remove()
-            self._allowance = None
-        if self in _installed:
-            _installed.remove(self)
-            _entered = _exited = _ignore
+        try:
+            while self._handles:
+                self._handles.pop().remove()
+            if self._allowance is not None:
+                allowance, self._allowance = self._allowance, None
+                allowance.remove()  # can raise RecursionError where profile() itself runs that deep
+        finally:
+            if self in _installed:
+                _installed.remove(self)
+                _entered = _exited = _ignore
 
     def table(self) -> pa.Table:
         """The hierarchy as an Arrow table of schema :data:`schema.MODULES`."""
