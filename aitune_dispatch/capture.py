@@ -222,12 +222,8 @@ def record(
             config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
         )
         with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
-            try:
-                _warm_up(function, samples, warmup_iterations, clock, root, provenance, source)
-                return _recorded(config, function, samples, root, source, clock, provenance, running_before)
-            finally:
-                with unseen.calls_unseen():  # idempotent: started early, a failed warm-up leaves nothing collecting
-                    source.stop()
+            _warm_up(function, samples, warmup_iterations, clock, root, provenance)
+            return _recorded(config, function, samples, root, source, clock, provenance, running_before)
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
@@ -243,23 +239,14 @@ def _warm_up(
     clock: PhaseClock,
     root: nn.Module,
     provenance: ProvenanceCapture,
-    source: collection.ActivitySource,
 ) -> None:
-    """``passes`` traced warm-up passes (``provenance.warm_up``), each reported to ``on_progress``.
-
-    A source that ``starts_early`` starts before the last one (what it pays on each kernel's first
-    launch in a collection is paid there, not in the recorded pass); its records of that pass are
-    left out (``begin_pass``).
-    """
+    """``passes`` traced warm-up passes (``provenance.warm_up``), each reported to ``on_progress``."""
     clock.tell("warmup", 0, passes)
     started = time.perf_counter()
     done = 0
 
     def one_pass() -> None:
         nonlocal done
-        if source.starts_early and done == passes - 1:
-            with unseen.calls_unseen():  # its canary's allocation is no call of the profiled function
-                source.start()
         run_pass(function, samples)
         done += 1
         clock.tell("warmup", done, passes)
@@ -379,9 +366,8 @@ def _traced_pass(
 ) -> None:
     """The recorded pass, timed as the user's calls alone (``seconds_pass``).
 
-    Everything per ``profile()`` is outside that lap: the activity source starts (unless it started
-    in the last warm-up pass) and is told the pass begins, and the session installs its hooks,
-    modes, gates and op recorder, in ``start``; the session removes them and hands its columns
+    Everything per ``profile()`` is outside that lap: the activity source starts and the session
+    installs its hooks, modes, gates and op recorder, in ``start``; the session removes them and hands its columns
     over, and the source stops, in ``flush``. Our own torch calls there (the source's canary) are
     hidden from a user's modes.
     """
@@ -389,13 +375,11 @@ def _traced_pass(
         torch.cuda.synchronize()
     clock.tell("start", 0)
     clock.restart()
-    if not source.collecting:  # unless it started in the last warm-up pass
-        with unseen.calls_unseen():
-            source.start()
+    with unseen.calls_unseen():
+        source.start()
     try:
         clock.tell("pass", 0, 1 if samples is None else len(samples))
         with session:
-            source.begin_pass()
             clock.lap("start")
             run_pass(function, samples, clock.reporter("pass"))
             if cuda:

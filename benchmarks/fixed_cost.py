@@ -4,18 +4,17 @@
 
 For each zoo model (bench size; a pipeline such as ``llama_generate`` runs its function R times,
 with 8 new tokens a call) and each R, ``--passes`` rounds run in one process, each round a bare
-pass beside every configuration: ours (``profile()``'s own ``seconds_pass`` with one warm-up pass;
-a source that ``starts_early`` starts before it); ours with no warm-up pass; ours without samples
-(``function_names=set()``); our CUPTI source alone (started before the timed pass, as ``profile()``
-does) and our tracing alone (hooks, modes, gates and op recorder entered before the timed pass and
-left after it, as ``profile()`` does, with the CPU source: no CUPTI). Per configuration, the
-medians give ``excess(R) = median pass − median bare``, and a least-squares line through the R's
-gives ``a`` (ms per pass) and ``b`` (ms per repetition).
-``a`` is whatever a pass pays once however long it is.
+pass beside every configuration: ours (``profile()``'s own ``seconds_pass`` with one warm-up pass);
+ours with no warm-up pass; ours without samples (``function_names=set()``); our CUPTI source alone
+(started before the timed pass, as ``profile()`` does) and our tracing alone (hooks, modes, gates
+and op recorder entered before the timed pass and left after it, as ``profile()`` does, with the
+CPU source: no CUPTI). Per configuration, the medians give ``excess(R) = median pass − median
+bare``, and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms per
+repetition). ``a`` is whatever a pass pays once however long it is.
 
 A diagnostic follows at R=1: two consecutive passes inside one CUPTI collection (a first pass
-slower than the second is what CUPTI pays once per collection). Writes ``fixed_cost.md`` and ``fixed_cost.json``
-under ``--out``.
+slower than the second is what CUPTI pays once per collection). Writes ``fixed_cost.md`` and
+``fixed_cost.json`` under ``--out``.
 """
 
 from __future__ import annotations

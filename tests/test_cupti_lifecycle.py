@@ -94,7 +94,6 @@ class FakeCupti:
 
     def activity_get_num_dropped_records(self, context: int, stream: int, pointer: int) -> None:
         ctypes.c_size_t.from_address(pointer).value = self.dropped
-        self.dropped = 0  # CUPTI resets the count when it is read
 
     def launch(self, ticks: int) -> None:
         """A kernel launch: recorded when collection is on and our callbacks still own the buffers."""
@@ -115,17 +114,15 @@ class FakeSink:
     def __init__(self, cupti: FakeCupti) -> None:
         self.cupti = cupti
         self.registered = 0
-        self.taken = (0, 0)  # records and launch records already taken: a take holds what came since
 
     def register(self) -> None:
         self.registered += 1
 
     def take(self) -> DecodedRecords:
-        rows = self.cupti.records[self.taken[0] :]
-        calls = self.cupti.launch_records[self.taken[1] :]
-        self.taken = (len(self.cupti.records), len(self.cupti.launch_records))
+        rows = self.cupti.records
         cids = np.array([r[0] for r in rows], np.int64)
         tagged = [r for r in rows if r[3] != -1]
+        calls = self.cupti.launch_records
         return DecodedRecords(
             correlation_id=cids,
             start_ns=np.array([r[1] for r in rows], np.int64),
@@ -283,39 +280,3 @@ def test_scope_ids_sit_above_op_ids(fake):
     source.scope_entered(5)
     assert fake.stack == [SCOPE_BASE + 5]
     source.scope_exited()
-
-
-def test_what_ran_before_the_pass_began_is_left_out(fake):
-    """Started before a warm-up pass (what ``starts_early`` asks of the capture): that pass's kernels,
-    launches, correlation rows and dropped records are flushed away when the pass begins."""
-    source = CuptiSource(FakeSink(fake), fake)
-    assert not source.collecting
-    with pytest.raises(RuntimeError, match="start"):
-        source.begin_pass()
-    source.start()
-    try:
-        assert source.collecting
-        source.op_started(7, "aten::mm")  # the last warm-up pass: its op 7 launches one kernel
-        fake.launch(ticks=6_000)
-        source.op_finished(7)
-        fake.dropped = 5  # ... and CUPTI dropped records of it
-        source.begin_pass()
-        source.op_started(0, "aten::addmm")  # the recorded pass: op 0 (the warm-up's op ids start again)
-        fake.launch(ticks=2_000)
-        source.op_finished(0)
-    finally:
-        source.stop()
-    assert not source.collecting
-    activity = source.activity()
-    assert len(fake.records) == 3  # the warm-up's kernel, the pass's, the canary
-    assert activity.kernels.column("correlation_id").to_pylist() == [102]  # the pass's alone
-    assert [k["end_ns"] - k["start_ns"] for k in activity.kernels.to_pylist()] == [pytest.approx(1_000, abs=1)]
-    assert activity.correlation.to_pylist() == [{"correlation_id": 102, "op_id": 0}]
-    assert activity.launches.column("correlation_id").to_pylist() == [102]
-    assert activity.dropped_records == 0 and activity.warnings == ()  # the warm-up's losses are not this run's
-
-
-def test_without_begin_pass_everything_collected_is_kept(fake):
-    source = CuptiSource(FakeSink(fake), fake)
-    run_pass(source, fake)
-    assert source.activity().kernels.column("correlation_id").to_pylist() == [101, 102]

@@ -36,19 +36,9 @@ class ActivitySource(Protocol):
     name: str
     # CUPTI external-correlation kind under which op ids are pushed; -1 where nothing is pushed
     correlation_kind: int
-    # whether collection should begin before the last warm-up pass, so that what the source pays
-    # once per collected kernel (CUPTI instruments each on its first launch) is paid there
-    starts_early: bool
 
     def start(self) -> None:
         """Begin collecting; raise with the reason and the fix if collection is impossible."""
-
-    @property
-    def collecting(self) -> bool:
-        """Whether ``start`` has run and ``stop`` has not."""
-
-    def begin_pass(self) -> None:
-        """The recorded pass begins now, everything launched before it complete: leave that out of ``activity``."""
 
     def op_started(self, op_id: int, op: str) -> None:
         """An op is about to run on this thread (see ``tracing.CorrelationTarget``)."""

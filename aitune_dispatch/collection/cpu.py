@@ -26,7 +26,6 @@ class CpuOpTimer:
 
     name = "cpu"
     correlation_kind = schema.NO_CORRELATION
-    starts_early = False  # its rows are the recorded pass's op rows: nothing comes before
 
     def __init__(self) -> None:
         self._started = False
@@ -40,14 +39,6 @@ class CpuOpTimer:
                 "torch.profiler.profile() block; run them one after the other"
             )
         self._started = True
-
-    @property
-    def collecting(self) -> bool:
-        """Whether ``start`` has run and ``stop`` has not."""
-        return self._started
-
-    def begin_pass(self) -> None:
-        """Nothing to leave out: only the recorded pass's ops become rows."""
 
     def op_started(self, op_id: int, op: str) -> None:
         """Not called: ``correlation_kind`` is negative."""

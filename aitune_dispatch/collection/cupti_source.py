@@ -122,17 +122,9 @@ def split_scopes(correlation: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 
 class CuptiSource:
-    """Collects kernel, memcpy and memset activity for one recorded pass.
-
-    It starts with the recorded pass (``starts_early`` False). On the H200 a first pass inside one
-    collection ran 0.5–1.9 ms slower than a second, but starting a warm-up pass early, with
-    :meth:`begin_pass` flushing that pass's records away, gained nothing measurable (RESULTS.md,
-    "Fixed cost per recorded pass"), so the warm-up is not slowed for it. :meth:`begin_pass` still
-    throws away whatever was collected before the pass.
-    """
+    """Collects kernel, memcpy and memset activity for one recorded pass."""
 
     name = "cupti"
-    starts_early = False
 
     def __init__(self, sink: RecordSink, cupti: Any | None = None) -> None:
         self._cupti = cupti if cupti is not None else load_cupti()
@@ -198,24 +190,6 @@ class CuptiSource:
         except BaseException:
             self.stop()
             raise
-
-    @property
-    def collecting(self) -> bool:
-        """Whether ``start`` has run and ``stop`` has not."""
-        return self._started and not self._stopped
-
-    def begin_pass(self) -> None:
-        """The recorded pass begins now: once every device in use is idle, what was collected so far (a
-        warm-up pass's records) is flushed and thrown away, CUPTI's dropped-record count is read (which
-        resets it), and the first clock pair is taken again, so that the activity is the pass's alone."""
-        if not self.collecting:
-            raise RuntimeError("begin_pass() needs a collecting source: call start() first")
-        torch.cuda.synchronize()
-        devices.synchronize(devices.other_devices_in_use())
-        self._cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: every completed record
-        self._sink.take()
-        self._dropped_count()
-        self._clock_start = self._clock_pair()
 
     def _clock_pair(self) -> tuple[int, int]:
         """(host perf_counter_ns, CUPTI timestamp) at one instant, from the tightest of a few brackets."""
@@ -299,23 +273,20 @@ class CuptiSource:
         torch.cuda.synchronize()
         devices.synchronize(self._device_canaries)  # every kernel of the pass is complete, on every GPU
 
-    def _dropped_count(self) -> int:
-        """CUPTI's count of records dropped since it was last read (reading resets it)."""
-        dropped = ctypes.c_size_t(0)
-        self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
-        return int(dropped.value)
-
     def _read_dropped(self) -> int:
+        dropped = ctypes.c_size_t(0)
         try:
-            dropped = self._dropped_count()
+            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(dropped))
         except Exception as error:  # noqa: BLE001 - reported, never fatal
             self._warnings.append(f"could not read CUPTI's dropped-record count: {error}")
             return 0
-        if dropped:
-            message = f"CUPTI dropped {dropped} activity records (buffers full); kernels are missing from this run"
+        if dropped.value:
+            message = (
+                f"CUPTI dropped {dropped.value} activity records (buffers full); kernels are missing from this run"
+            )
             self._warnings.append(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
-        return dropped
+        return int(dropped.value)
 
     def activity(self, ops: pa.Table | None = None) -> Activity:
         """Decoded kernel, correlation and launch tables of the pass (without the canary); ``ops`` is unused."""

@@ -59,7 +59,7 @@ class PythonRecordSink:
         self._objects.extend(a for a in activities if a.kind in kept)
 
     def take(self) -> DecodedRecords:
-        """Decode the objects kept since the last take (or :meth:`register`) into columns, and forget them."""
+        """Decode the kept objects into columns."""
         rows: list[tuple[int, int, int, int, int, int, str]] = []
         graphs: list[tuple[int, int]] = []
         ext_cid: list[int] = []
@@ -86,7 +86,6 @@ class PythonRecordSink:
                 rows.append((a.correlation_id, a.start, a.end, a.device_id, a.stream_id, KIND_MEMSET, name))
                 graphs.append(_graph_ids(a))
         self._objects = []
-        seen, self._seen = self._seen, 0  # each take() holds what was delivered since the last one
         names: dict[str, int] = {}
         name_index = np.fromiter((names.setdefault(r[6], len(names)) for r in rows), np.int32, len(rows))
         columns = np.array([r[:6] for r in rows], dtype=np.int64).reshape(len(rows), 6)
@@ -103,7 +102,7 @@ class PythonRecordSink:
             names=list(names),
             ext_correlation_id=np.array(ext_cid, dtype=np.int64),
             ext_id=np.array(ext_id, dtype=np.uint64).view(np.int64),  # CUPTI ids are uint64
-            records=seen,
+            records=self._seen,
             api_correlation_id=api_columns[:, 0].copy(),
             api_kind=api_columns[:, 1].astype(np.int8),
             api_cbid=api_columns[:, 2].astype(np.int32),
