@@ -215,35 +215,30 @@ def _torchvision_models() -> Any:
     return models
 
 
-def resnet50(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
-    """torchvision ``resnet50(weights=None)`` (a conv net: cuDNN convolutions, batch norm, pooling)."""
-    p = _params("resnet50", size, overrides)
+def _torchvision_model(name: str, device: str, repeat: int, size: str, overrides: Any, **build: Any) -> Workload:
+    """torchvision ``models.<name>(weights=None, **build)`` on ``BASE_SAMPLES`` random image batches."""
+    p = _params(name, size, overrides)
     models = _torchvision_models()
     with _seeded() as generator:
-        model = models.resnet50(weights=None)
+        model = getattr(models, name)(weights=None, **{k: p[v] for k, v in build.items()})
         inputs = _images(generator, p["batch"], p["image"])
     return _finish(model, inputs, device, repeat)
+
+
+def resnet50(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
+    """torchvision ``resnet50(weights=None)`` (a conv net: cuDNN convolutions, batch norm, pooling)."""
+    return _torchvision_model("resnet50", device, repeat, size, overrides)
 
 
 def vit_b_16(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
     """torchvision ``vit_b_16(weights=None)`` (its encoder uses ``nn.MultiheadAttention``)."""
-    p = _params("vit_b_16", size, overrides)
-    models = _torchvision_models()
-    with _seeded() as generator:
-        model = models.vit_b_16(weights=None, image_size=p["image"])
-        inputs = _images(generator, p["batch"], p["image"])
-    return _finish(model, inputs, device, repeat)
+    return _torchvision_model("vit_b_16", device, repeat, size, overrides, image_size="image")
 
 
 def efficientnet_b0(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
     """torchvision ``efficientnet_b0(weights=None)``: a conv net of many small kernels (depthwise convolutions,
     squeeze-and-excitation, SiLU), where the per-launch cost of a profiler shows."""
-    p = _params("efficientnet_b0", size, overrides)
-    models = _torchvision_models()
-    with _seeded() as generator:
-        model = models.efficientnet_b0(weights=None)
-        inputs = _images(generator, p["batch"], p["image"])
-    return _finish(model, inputs, device, repeat)
+    return _torchvision_model("efficientnet_b0", device, repeat, size, overrides)
 
 
 def gpt2(device: str, repeat: int = 1, *, size: str = "bench", **overrides: Any) -> Workload:
