@@ -1,4 +1,4 @@
-"""Build of the compiled CUPTI decoder ``aitune_dispatch._cupti_native`` (``native_shims/``).
+"""Build of the compiled CUPTI decoder ``aitune_dispatch.collection._cupti_native`` (``native_shims/``).
 
 Every other setting lives in pyproject.toml. The extension compiles against the CUPTI headers of
 the ``nvidia-cuda-cupti`` wheel and ``cuda.h`` of the ``nvidia-cuda-runtime`` wheel (both build
@@ -90,7 +90,7 @@ def _extensions() -> list[Extension]:
     print(f"aitune_dispatch: native CUPTI decoder with headers from {includes}", file=sys.stderr)
     return [
         Extension(
-            "aitune_dispatch._cupti_native",
+            "aitune_dispatch.collection._cupti_native",
             sources=[SOURCE],
             depends=[f"{COMPAT}/builtin_types.h"],  # rebuilds on change, and ships in the sdist
             include_dirs=includes,
@@ -127,7 +127,7 @@ def _tracer() -> list[Extension]:
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
     return [
         Extension(
-            "aitune_dispatch._tracer",
+            "aitune_dispatch.tracing._tracer",
             sources=TRACER_SOURCES,
             depends=TRACER_HEADERS,
             include_dirs=cpp_extension.include_paths(),

@@ -1,4 +1,5 @@
-"""What ``profile()`` is given, checked at the public boundary: the root module, warm-up, samples, names.
+"""What the profiler and ``profile()`` are given, checked at the public boundary: options, root module, warm-up,
+samples, names.
 
 Each check raises with the reference's wording where it has one, then says what to pass. The
 facade (``profiler.py``) calls them before anything runs; :func:`.capture.record` takes their
@@ -9,12 +10,36 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
 
+from .backends import resolve_tracer
+from .config import ProfileConfig
 from .schema import Sample
 from .tracing import functional_names
+
+
+def resolved_config(**options: Any) -> ProfileConfig:
+    """``ProfileConfig(**options)``, validated, with the tracing backend that will run (``backends.resolve_tracer``)."""
+    config = ProfileConfig(**options)
+    return replace(config, op_tracer=resolve_tracer(config.op_tracer))
+
+
+class ConfigOption:
+    """A profiler attribute that is a field of its ``config``: read from it, and assigned through it (validated,
+    resolved), so that ``profiler.config`` stays the one state every run reads."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, profiler: Any, owner: type | None = None) -> Any:
+        return self if profiler is None else getattr(profiler.config, self.name)
+
+    def __set__(self, profiler: Any, value: Any) -> None:
+        options = {**{f: getattr(profiler.config, f) for f in ProfileConfig.__dataclass_fields__}, self.name: value}
+        profiler.config = resolved_config(**options)
 
 
 class SampleError(ValueError):

@@ -22,29 +22,26 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import torch
 from torch import nn
 
-from . import collection, interrupts, schema
+from . import backends, collection, interrupts, schema
 from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join_activity
-from .provenance_capture import ProvenanceCapture, stand_ins, uses_compile
+from .provenance import ProvenanceCapture, stand_ins, uses_compile
 from .results import ProfileResult
 from .schema import Sample
 from .tracing import (
     ModuleTracker,
     TraceSession,
     TraceTables,
-    backend_for_run,
     make_tracer,
     other_threads_running,
-    resolve_backend,
     trace_warnings,
     unseen,
 )
@@ -140,38 +137,6 @@ def _one_capture() -> Iterator[None]:
         _process_lock.release()
 
 
-def make_source(config: ProfileConfig) -> collection.ActivitySource:
-    """The activity source of ``config``: CUPTI on CUDA, the CPU op timer on ``device="cpu"``.
-
-    Parameters
-    ----------
-    config:
-        The validated options (``device``, ``decoder``, ``op_tracer``).
-
-    Returns
-    -------
-    collection.ActivitySource
-        A source for one pass.
-
-    Raises
-    ------
-    RuntimeError
-        CUDA unavailable with the default device (the message names ``device='cpu'``).
-    """
-    if not config.cuda:
-        _log.info("activity source: CPU op timer; tracer: %s", config.op_tracer)
-        return collection.CpuOpTimer()
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "CUDA is required to profile module and function kernel candidates. "
-            "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
-            "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
-        )
-    source = collection.make_cuda_source(config.decoder)
-    _log.info("activity source: %s; tracer: %s", type(source).__name__, config.op_tracer)
-    return source
-
-
 def record(
     config: ProfileConfig,
     function: Callable[..., Any],
@@ -211,11 +176,11 @@ def record(
         client took the activity callbacks; the message says what to do.
     """
     compiled = uses_compile(function, root)
-    config = replace(config, op_tracer=backend_for_run(resolve_backend(config.op_tracer), compiled))
+    config = backends.for_run(config, compiled)
     with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
         # threads running now are not the profiled function's; those it starts, in warm-up passes too, are
         running_before = other_threads_running()
-        source = make_source(config)
+        source = collection.make_source(config)
         clock = PhaseClock(on_progress)
         # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
         provenance = ProvenanceCapture(
@@ -326,7 +291,7 @@ def post_process(
         activity.scope_correlation,
         trace.contexts,
     )
-    # compiled kernels and CUDA graph replays (provenance.py): the activity, the calls it adds, kernel_sources
+    # compiled kernels and CUDA graph replays (provenance/): the activity, the calls it adds, kernel_sources
     attributed, provenance_metadata, provenance_messages = provenance.attribute(
         joined, trace.calls, modules_table, modules
     )

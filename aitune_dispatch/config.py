@@ -138,7 +138,7 @@ class ProfileConfig:
         functional call encloses go to the innermost torch-level API call (``torch.addmm``).
     op_tracer:
         The tracing backend, one of :data:`OP_TRACERS`, or None: native where it was built
-        (``tracing.resolve_backend`` turns None into the backend that runs).
+        (``backends.resolve_tracer`` turns None into the backend that runs).
 
     Raises
     ------

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema, strings
+from . import encoded, schema
 
 _MISSING = -1
 
@@ -112,9 +112,9 @@ def join_activity(
         "function_name": _take(calls["function_name"], _rows_of(call_ids, _ints(calls["call_id"]))),
         "thread": _take(ops["thread"], op_rows),
         **_graph_columns(kernels),
-        "attribution": strings.constant(schema.ATTRIBUTION_TRACE, kernels.num_rows),
+        "attribution": encoded.constant(schema.ATTRIBUTION_TRACE, kernels.num_rows),
     }
-    return strings.encoded(pa.table(columns).cast(schema.ACTIVITY))
+    return encoded.encoded(pa.table(columns).cast(schema.ACTIVITY))
 
 
 def _graph_columns(kernels: pa.Table) -> dict[str, pa.ChunkedArray | pa.Array]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import astuple, replace
 from typing import Any
 
 import pandas as pd
@@ -11,10 +10,9 @@ import torch
 from torch import nn
 
 from . import arguments, capture
-from .config import ProfileConfig
 from .results import ProfileResult, describe_results
 from .schema import FunctionData
-from .tracing import functions_to_intercept, resolve_backend
+from .tracing import functions_to_intercept
 
 
 class ModuleFunctionKernelProfiler:
@@ -37,13 +35,15 @@ class ModuleFunctionKernelProfiler:
         ``op_tracer="native"`` where the native tracer is not built (the message says how to build it).
     """
 
+    function_names, device, decoder, functions, op_tracer = (arguments.ConfigOption() for _ in range(5))
+
     def __init__(
         self, function_names: Iterable[str] | None = None, *, device: str | torch.device | None = None,
         decoder: str | None = None, functions: str = "functional", op_tracer: str | None = None,
     ) -> None:
-        config = ProfileConfig(function_names, device, decoder, functions, op_tracer)  # type: ignore[arg-type]
-        self.config = replace(config, op_tracer=resolve_backend(config.op_tracer))  # validated, then resolved
-        self.function_names, self.device, self.decoder, self.functions, self.op_tracer = astuple(self.config)
+        self.config = arguments.resolved_config(  # the profiler's state: validated, the tracer resolved
+            function_names=function_names, device=device, decoder=decoder, functions=functions, op_tracer=op_tracer
+        )
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 

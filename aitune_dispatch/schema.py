@@ -10,11 +10,12 @@ Every stage imports this module; it imports nothing of the package.
 Repeated strings are dictionary-encoded (:data:`STRING`) in every table a result holds (``KERNELS``,
 ``LAUNCHES``, ``OPS``, ``CALLS``, ``MODULES``, ``ACTIVITY``, ``KERNEL_SOURCES``): between decoding
 and the spec's outputs no per-row string exists (the attribution of compiled kernels and CUDA graph
-replays, ``provenance.py``, still reads those rows' names as Python objects).
+replays, ``provenance/attribution.py``, still reads those rows' names as Python objects).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 # Every repeated string of the in-memory tables (kernel, kind, op, module_name, function_name,
 # attribution, api, api_name, ...) is this type: the distinct values once, an int32 code per row.
-# Arrays of it hold unique dictionaries, one per column (``aitune_dispatch.strings`` builds and
+# Arrays of it hold unique dictionaries, one per column (``aitune_dispatch.encoded`` builds and
 # normalises them, and defines the same type, as it imports nothing of ours); spec outputs
 # (``profiling_df``, ``to_pandas()``) decode them to plain strings.
 STRING = pa.dictionary(pa.int32(), pa.string())
@@ -57,6 +58,15 @@ KIND_MEMSET = "memset"
 KIND_CPU_OP = "cpu_op"  # an aten op timed on the host by the CPU activity source
 ACTIVITY_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_CPU_OP)
 CPU_KERNEL_PREFIX = "cpu::"  # the CPU source's kernel names: "cpu::aten::addmm"
+# the names Inductor gives the kernels it generates: ``triton_<category>_<fused ops>_<n>`` (``poi``
+# pointwise, ``red`` / ``per`` reductions, ``tem`` templates...) and ``cpp_fused_...`` on CPU
+INDUCTOR_KERNEL = r"^(?:triton_[a-z]{3}_|cpp_fused_)"
+
+
+def looks_like_inductor(name: str | None) -> bool:
+    """Whether a kernel name is one Inductor generates (:data:`INDUCTOR_KERNEL`)."""
+    return name is not None and re.match(INDUCTOR_KERNEL, name) is not None
+
 
 # -- correlation ids: one CUPTI external-correlation kind carries op ids and scope contexts ----------------
 # op ids are pushed as themselves, scope contexts (module forwards, functional calls) as SCOPE_BASE + id,
@@ -83,7 +93,7 @@ CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
 # launches made outside any aten op (Triton, CUDA graph replays, raw driver calls) still carry the
 # scope they ran in: the innermost module forward or functional call, as a context id
 SCOPE_CORRELATION = pa.schema([("correlation_id", pa.int64()), ("context_id", pa.int64())])
-# CUDA graph nodes seen while graphs were built (collection/graphs.py): a node created during a
+# CUDA graph nodes seen while graphs were built (provenance/graphs.py): a node created during a
 # stream capture with the external correlation id on top of the capturing thread's stack (the op
 # or scope the launch ran in; -1: none), or a node cloned from an original when a graph was
 # instantiated (the ids kernel records carry on replay are the clone's)
@@ -163,14 +173,14 @@ MODULE_CALLS = pa.schema(
     ]
 )
 
-# Compiled-kernel sites (tracing/compiled.py): one row per kernel launch site of an Inductor-compiled
+# Compiled-kernel sites (provenance/inductor.py): one row per kernel launch site of an Inductor-compiled
 # graph (a Triton kernel call, or an extern kernel call such as ``extern_kernels.mm``), in the order the
 # compiled code runs them, and one row per functional call (or other FX source node) it was generated
 # from. ``key`` is what a launch is matched by: the kernel name (Triton), or the aten op that the
 # extern call dispatches (``aten::mm``). ``priority``: 0 compiled during this profile(), 1 compiled
 # during an earlier one (its modules are this hierarchy's objects), 2 compiled during an earlier one
 # for another instance of the same modules, whose graph Dynamo runs for this one. SITES, SITE_SOURCES and
-# CAPTURED_NODES keep plain strings: they are internal to the attribution (provenance.py), one row
+# CAPTURED_NODES keep plain strings: they are internal to the attribution (provenance/attribution.py), one row
 # per compiled call site or graph node, and read as DataFrames.
 SITES = pa.schema(
     [
@@ -231,7 +241,7 @@ ACTIVITY = pa.schema(
     ]
 )
 # Every FX source (functional call or other node) an attributed compiled kernel was generated from:
-# rank 0 is the call the kernel is attributed to (provenance.py states the rule), the others follow,
+# rank 0 is the call the kernel is attributed to (provenance/attribution.py states the rule), the others follow,
 # latest in graph order first. One row per (synthesized call, kernel, source).
 KERNEL_SOURCES = pa.schema(
     [
@@ -542,96 +552,3 @@ def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Tabl
         table = table.append_column(field, _filled(fills[field.name], table.num_rows, field.type))
     extra = [c for c in table.column_names if c not in target.names]
     return table.select([*target.names, *extra])
-
-
-RAGGED = -1  # a nested tensor's ragged dimension in a recorded shape (its parts differ in that size)
-
-
-def is_tensor_like(value: Any) -> bool:
-    """Whether ``value`` is a tensor or tensor metadata (duck typing: a ``dtype`` and an ``element_size``
-    or a ``shape``).
-
-    ``element_size`` is asked first: a strided nested tensor's ``shape`` raises RuntimeError, which
-    ``hasattr`` lets through.
-    """
-    if isinstance(value, type) or not hasattr(value, "dtype"):
-        return False
-    return hasattr(value, "element_size") or hasattr(value, "shape")
-
-
-def size_text(size: int) -> str:
-    """One size of a recorded shape as text: ``"*"`` for a nested tensor's :data:`RAGGED` dimension."""
-    return "*" if size == RAGGED else str(size)
-
-
-def nested_parts(value: Any) -> tuple[tuple[int, ...], ...] | None:
-    """The shapes of a nested tensor's parts (``unbind()``), or None for any other value.
-
-    Parameters
-    ----------
-    value:
-        A ``torch.Tensor`` (nested in either layout, ``strided`` or ``jagged``), a ``TensorMeta``
-        (its ``parts``) or anything else.
-
-    Returns
-    -------
-    tuple of shapes, or None
-        One shape per part; None where ``value`` is not nested. A nested tensor has no shape of its
-        own (``.shape`` raises for the strided layout; the jagged one holds symbolic sizes), so its
-        parts are what tells two samples apart.
-    """
-    if getattr(value, "is_nested", False) is True:
-        return tuple(tuple(int(size) for size in part.shape) for part in value.unbind())
-    parts = getattr(value, "parts", None)
-    return parts if isinstance(parts, tuple) else None
-
-
-def tensor_shape(value: Any) -> tuple[int, ...]:
-    """The shape of a tensor (or of saved tensor metadata) as ints; nested tensors too.
-
-    Parameters
-    ----------
-    value:
-        A ``torch.Tensor`` or a ``TensorMeta``.
-
-    Returns
-    -------
-    tuple[int, ...]
-        The sizes. A nested tensor's is ``(number of parts, *sizes of its parts)``, with
-        :data:`RAGGED` where its parts differ, as torch prints a jagged tensor (``(2, j1, 3)``).
-        The one place that decides what shape a sample's tensor has.
-    """
-    parts = nested_parts(value)
-    return tuple(int(size) for size in value.shape) if parts is None else nested_shape(parts)
-
-
-def nested_shape(parts: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-    """A nested tensor's shape from its parts' shapes (:func:`nested_parts`): ``(len(parts), *sizes)``,
-    :data:`RAGGED` where the parts differ."""
-    dims = tuple(sizes[0] if len(set(sizes)) == 1 else RAGGED for sizes in zip(*parts))
-    return (len(parts), *dims)
-
-
-def tensor_strides(value: Any) -> tuple[int, ...] | None:
-    """The strides of a tensor (or of saved tensor metadata), or None where it has none.
-
-    Parameters
-    ----------
-    value:
-        A ``torch.Tensor``, a ``TensorMeta`` or anything with a ``stride`` method or attribute.
-
-    Returns
-    -------
-    tuple[int, ...] or None
-        The strides; None for nested and sparse tensors (they have no strides of ints) and for values
-        that record none. The one place that decides what strides a sample's tensor has.
-    """
-    if getattr(value, "is_nested", False) is True:
-        return None  # the strided layout's stride() raises; the jagged one's holds symbolic sizes
-    stride = getattr(value, "stride", None)
-    if stride is None:
-        return None
-    try:
-        return tuple(stride() if callable(stride) else stride)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError):
-        return None

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
 from aitune_dispatch.collection import make_cuda_source
 
 from .reference_baseline import ReferenceBaseline
@@ -35,7 +35,7 @@ def bare_us(model, samples) -> float:
             model(*args, **kwargs)
     torch.cuda.synchronize()
     source.stop()
-    kernels = strings.decoded(source.activity().kernels).to_pandas()
+    kernels = encoded.decoded(source.activity().kernels).to_pandas()
     return float(((kernels["end_ns"] - kernels["start_ns"]) / 1000).sum())
 
 

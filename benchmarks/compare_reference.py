@@ -343,7 +343,7 @@ def bare_cupti_names(function: Callable[..., Any], data: Sequence[Any]) -> Count
     import torch
     from cupti import cupti
 
-    from aitune_dispatch.collection.records import memcpy_name, memset_name
+    from aitune_dispatch.collection.decoded import memcpy_name, memset_name
 
     kinds = cupti.ActivityKind
     objects: list[Any] = []

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_dispatch import strings
+from aitune_dispatch import encoded
 from aitune_dispatch.config import DEVICES
 
 from . import zoo
@@ -100,7 +100,7 @@ def compiled_case(name: str, build: Callable[[], tuple[nn.Module, list]], functi
     """One model, compiled afresh in each mode: two profile() calls, fidelity and recompiles."""
     from torch._dynamo.utils import counters
 
-    from aitune_dispatch.tracing.compiled import forget_programs
+    from aitune_dispatch.provenance.inductor import forget_programs
 
     for mode in MODES:
         torch._dynamo.reset()
@@ -125,7 +125,7 @@ def compiled_case(name: str, build: Callable[[], tuple[nn.Module, list]], functi
             print(f"- kernel multiset equals an uninstrumented capture: {ours == bare} "
                   f"({sum(ours.values())} vs {sum(bare.values())} kernels)")
         if name == "mlp" and mode == "default":
-            sources = strings.decoded(second[1].kernel_sources).to_pandas()
+            sources = encoded.decoded(second[1].kernel_sources).to_pandas()
             print("- kernel_sources (every call each fused kernel came from; rank 0 is the one attributed):")
             print("```")
             print(sources.drop(columns=["module_id"]).to_string(index=False))

@@ -40,7 +40,7 @@ from importlib.metadata import version
 print("python", platform.python_version(), "| torch", torch.__version__, "| cupti-python", version("cupti-python"),
       "| nvidia-cuda-cupti", version("nvidia-cuda-cupti"))
 try:
-    import aitune_dispatch._cupti_native  # noqa: F401
+    import aitune_dispatch.collection._cupti_native  # noqa: F401
     print("native decoder: importable")
 except Exception as error:  # noqa: BLE001
     print("native decoder: unavailable:", error)

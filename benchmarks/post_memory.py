@@ -182,18 +182,18 @@ def trace_columns(kernels: int, modules: int, rng: np.random.Generator) -> dict[
     }
 
 
-def _fill_recorder(recorder: Any, columns: dict[str, Any]) -> None:
-    """The same pass in the pure-Python recorder's columns (``tracing/recorder.py``)."""
+def _fill_buffers(buffers: Any, columns: dict[str, Any]) -> None:
+    """The same pass in the pure-Python buffers's columns (``tracing/buffers.py``)."""
     for name in columns["op_names"]:
-        recorder.op_names.id(name)
+        buffers.op_names.id(name)
     for name in columns["function_names"]:
-        recorder.function_names.id(name)
+        buffers.function_names.id(name)
     for key in ("op_name", "call_name"):
-        getattr(recorder, key).frombytes(np.frombuffer(columns[key], np.int32).astype(np.int64).tobytes())
+        getattr(buffers, key).frombytes(np.frombuffer(columns[key], np.int32).astype(np.int64).tobytes())
     for key, value in columns.items():
-        if key not in ("op_name", "call_name") and isinstance(value, bytes) and hasattr(recorder, key):
-            getattr(recorder, key).frombytes(value)
-    recorder.stacks()  # thread 0
+        if key not in ("op_name", "call_name") and isinstance(value, bytes) and hasattr(buffers, key):
+            getattr(buffers, key).frombytes(value)
+    buffers.stacks()  # thread 0
 
 
 # -- the CUPTI decoder's columns ------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class FakeCupti:
 
 def decoded_records(kernels: int, names: int, trace: dict[str, Any], rng: np.random.Generator) -> Any:
     """What the compiled decoder's sink returns from ``take()`` after the same pass."""
-    from aitune_dispatch.collection.records import DecodedRecords
+    from aitune_dispatch.collection.decoded import DecodedRecords
 
     n_ops = len(trace["op_start"]) // 8
     n_ctx = trace["scopes_pushed"]
@@ -293,10 +293,10 @@ def _session(tracer_name: str, root: Any, trace: dict[str, Any], source: Any) ->
 
         tracer: Any = NativeTracer.ended(modules.module_ids(), trace)  # as if _tracer.take() returned it
     else:
-        from aitune_dispatch.tracing.pure import PythonTracer
+        from aitune_dispatch.tracing.python import PythonTracer
 
         tracer = PythonTracer(modules.module_ids(), None, source)
-        _fill_recorder(tracer.recorder, trace)
+        _fill_buffers(tracer.buffers, trace)
     return TraceSession(modules, tracer)
 
 
@@ -310,7 +310,7 @@ def run_once(kernels: int, names: int, tracer_name: str, seed: int = 0) -> dict[
     from aitune_dispatch.capture import PhaseClock, post_process
     from aitune_dispatch.collection.cupti_source import CuptiSource
     from aitune_dispatch.config import ProfileConfig
-    from aitune_dispatch.provenance_capture import ProvenanceCapture
+    from aitune_dispatch.provenance.capture import ProvenanceCapture
     from aitune_dispatch.results import describe_results
 
     rng = np.random.default_rng(seed)

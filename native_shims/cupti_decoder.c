@@ -1,5 +1,5 @@
 /*
- * aitune_dispatch._cupti_native: CUPTI activity buffers decoded straight into column arrays.
+ * aitune_dispatch.collection._cupti_native: CUPTI activity buffers decoded straight into column arrays.
  *
  * The extension registers its own CUPTI buffer callbacks. bufferCompleted runs on a CUPTI thread:
  * it walks the records, appends kernel / memcpy / memset rows, external-correlation links and

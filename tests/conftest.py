@@ -104,14 +104,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def tracing_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The profiler's default tracing backend for this test."""
 
-    from aitune_dispatch.tracing import backends, native
+    from aitune_dispatch import backends
+    from aitune_dispatch.tracing import native
 
     backend = request.param
     if backend == "native" and not native.available():
         if os.environ.get("CI"):
             native.load()  # fails with the build fix: CI tests both backends
         pytest.skip("native tracer not built (python setup.py build_ext --inplace)")
-    monkeypatch.setattr(backends, "default_backend", lambda: backend)
+    monkeypatch.setattr(backends, "default_tracer", lambda: backend)
     return backend
 
 

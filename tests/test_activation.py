@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark, encoded
 
 original_relu = F.relu
 
@@ -247,7 +247,7 @@ def test_profiling_inside_an_activation_shows_the_candidates_kernels_in_the_same
     assert activation.routed == {"gelu": 3}
 
     def gelu_rows(result):
-        rows = strings.decoded(result.activity.filter(pc.equal(result.activity["function_name"], "gelu"))).to_pandas()
+        rows = encoded.decoded(result.activity.filter(pc.equal(result.activity["function_name"], "gelu"))).to_pandas()
         return set(rows["module_name"]), collections.Counter(rows["kernel"])
 
     plain_modules, plain_kernels = gelu_rows(plain)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
 
 
 class RootAndChildren(nn.Module):
@@ -58,7 +58,7 @@ def test_nested_functionals_go_to_the_innermost_call(cpu_profiler):
     assert matmul_functions == ["linear", "linear"]
     attention = rows[rows["op"].str.contains("scaled_dot_product|flash_attention|_efficient_attention")]
     assert len(attention) >= 1 and set(attention["function_name"]) == {"scaled_dot_product_attention"}
-    calls = strings.decoded(cpu_profiler.last_result.calls).to_pandas()
+    calls = encoded.decoded(cpu_profiler.last_result.calls).to_pandas()
     outer = calls.loc[calls["function_name"] == "multi_head_attention_forward", "call_id"].item()
     nested = calls[calls["parent_call_id"] == outer]["function_name"].tolist()
     assert nested == ["linear", "scaled_dot_product_attention", "linear"]
@@ -67,7 +67,7 @@ def test_nested_functionals_go_to_the_innermost_call(cpu_profiler):
 def test_boolean_dispatch_functional_is_one_call(cpu_profiler):
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2)).eval()
     profiling_df, _ = cpu_profiler.profile(net, [((torch.randn(1, 3, 8, 8),), {})], warmup_iterations=0)
-    calls = strings.decoded(cpu_profiler.last_result.calls).to_pandas()
+    calls = encoded.decoded(cpu_profiler.last_result.calls).to_pandas()
     assert calls["function_name"].tolist() == ["conv2d", "max_pool2d"]
     assert profiling_df.loc[profiling_df["module_name"] == "1", "function_name"].unique().tolist() == ["max_pool2d"]
 
@@ -126,7 +126,7 @@ def test_other_threads_are_never_attributed(cpu_profiler, bare_ops):
 def test_kernel_durations_are_the_op_durations(cpu_profiler):
     cpu_profiler.profile(nn.Linear(64, 64), [((torch.randn(32, 64),), {})], warmup_iterations=0)
     activity = cpu_profiler.last_result.to_pandas()
-    ops = strings.decoded(cpu_profiler.last_result.ops).to_pandas().set_index("op_id")
+    ops = encoded.decoded(cpu_profiler.last_result.ops).to_pandas().set_index("op_id")
     # the CPU kernel interval lies inside the op's dispatch interval
     joined = activity.merge(ops[["start_ns", "end_ns"]], left_on="op_id", right_index=True, suffixes=("", "_op"))
     assert (joined["start_ns"] >= joined["start_ns_op"]).all() and (joined["end_ns"] <= joined["end_ns_op"]).all()

@@ -26,7 +26,7 @@ from aitune_dispatch.benchmarking import (
     recorded_samples,
     weighted_totals,
 )
-from aitune_dispatch.benchmarking.recorded import same_kernels_per_call
+from aitune_dispatch.benchmarking.yardstick import same_kernels_per_call
 from aitune_dispatch.results import ProfileResult, TensorMeta
 
 REPEATS, WARMUP = 3, 1

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from fixture_results import H200_RESULT
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, load, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, load
 from aitune_dispatch.reports import HtmlRenderer, write_report
 from aitune_dispatch.results import ProfileResult, TensorMeta
 from aitune_dispatch.results.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
@@ -107,7 +107,7 @@ def test_samples_rows_and_counts_equal_function_data(demo_result):
     }
     assert dict(zip(zip(table["function_name"], table["sample"]), table["calls"])) == expected
     # and each count is the number of call rows linked to that sample
-    calls = strings.decoded(demo_result.calls).to_pandas()
+    calls = encoded.decoded(demo_result.calls).to_pandas()
     linked = calls[calls["sample"] >= 0].groupby(["function_name", "sample"]).size().to_dict()
     assert linked == expected
 
@@ -125,7 +125,7 @@ def test_sample_time_adds_up_to_describe(demo_result):
 
 def test_sample_time_is_the_time_of_its_calls(mixed_result):
     table = mixed_result.samples().set_index(["function_name", "sample"])
-    activity = strings.decoded(mixed_result.activity).to_pandas()
+    activity = encoded.decoded(mixed_result.activity).to_pandas()
     for (name, sample), row in table.iterrows():
         call_ids = _linked_call_ids(mixed_result, name, sample)
         assert row["kernel_us"] == pytest.approx(activity[activity["call_id"].isin(call_ids)]["kernel_us"].sum())
@@ -134,7 +134,7 @@ def test_sample_time_is_the_time_of_its_calls(mixed_result):
 
 
 def _linked_call_ids(result: ProfileResult, name: str, sample: int) -> list[int]:
-    calls = strings.decoded(result.calls).to_pandas()
+    calls = encoded.decoded(result.calls).to_pandas()
     return calls[(calls["function_name"] == name) & (calls["sample"] == sample)]["call_id"].tolist()
 
 

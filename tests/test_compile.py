@@ -143,7 +143,7 @@ def test_inductor_hooks_and_caches_are_restored_also_on_exceptions(tracing_backe
     import torch._inductor.config as inductor_config
     import torch._inductor.debug as debug
 
-    from aitune_dispatch.tracing import compiled as provenance
+    from aitune_dispatch.provenance import inductor as provenance
 
     original = debug.set_kernel_post_grad_provenance_tracing
     caches = (inductor_config.fx_graph_cache, functorch_config.enable_autograd_cache)
@@ -191,7 +191,7 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
     """``model.compile()`` compiles the module's hooks too: its launches run outside any traced module."""
     import torch.nn.functional as F
 
-    from aitune_dispatch.tracing.compiled import forget_programs
+    from aitune_dispatch.provenance.inductor import forget_programs
 
     class MLP(nn.Module):
         def __init__(self) -> None:
@@ -218,7 +218,7 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
 def test_the_native_mode_probe_leaves_dynamos_counters_as_they_were():
     from torch._dynamo.utils import counters
 
-    from aitune_dispatch.tracing import backends
+    from aitune_dispatch import backends
 
     counters["stats"]["unique_graphs"] += 5  # whatever the user's process had counted
     before = {key: dict(value) for key, value in counters.items()}
@@ -231,7 +231,7 @@ def test_compiled_code_is_traced_by_the_python_backend_where_dynamo_cannot_trace
     # torch 2.11's Dynamo runs frames eagerly under the native mode: profiling must not change what runs
     import pytest
 
-    from aitune_dispatch.tracing import backends
+    from aitune_dispatch import backends
 
     monkeypatch.setattr(backends, "native_mode_compiles", lambda: False)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
@@ -259,7 +259,8 @@ def test_compiled_code_stays_compiled_under_the_native_function_mode():
 
     from torch._dynamo.utils import counters
 
-    from aitune_dispatch.tracing import backends, native
+    from aitune_dispatch import backends
+    from aitune_dispatch.tracing import native
 
     if not native.available():
         pytest.skip("the native tracer is not built")
@@ -308,7 +309,7 @@ def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend
     from torch._dynamo.utils import counters
 
     from aitune_dispatch import schema
-    from aitune_dispatch.tracing.compiled import forget_programs
+    from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
     forget_programs()
@@ -345,7 +346,7 @@ def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_t
     second too, so the second's kernels cannot be told from the first's by the graph's sources. They
     stayed on the second child, with no warning; the warning names it, and profiling it on its own
     (module=) attributes it by path and type."""
-    from aitune_dispatch.tracing.compiled import forget_programs
+    from aitune_dispatch.provenance.inductor import forget_programs
 
     class Two(nn.Module):
         def __init__(self) -> None:
@@ -384,7 +385,7 @@ def test_compiled_children_sharing_one_graph_are_named_and_attributed_one_at_a_t
 def test_a_compiled_model_called_from_a_pipeline_is_attributed_to_the_eager_model(tracing_backend):
     """``profile(pipeline, module=model)`` where the pipeline calls ``torch.compile(model)``: the
     compiled wrapper stands for the model. It used to warn that the model "never ran"."""
-    from aitune_dispatch.tracing.compiled import forget_programs
+    from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
     forget_programs()

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, schema, strings
-from aitune_dispatch.tracing.compiled import forget_programs
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, schema
+from aitune_dispatch.provenance.inductor import forget_programs
 from benchmarks.zoo import Graphed
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpu_compile, pytest.mark.single_backend]
@@ -72,9 +72,9 @@ def check_compiled(result, profiling_df, model: nn.Module, must_have: set[str]) 
     assert result.coverage == pytest.approx(result.attributed_us / result.total_us)
     assert 0 < result.coverage <= 1
     # every fused kernel keeps all its sources; rank 0 is the call the kernel went to
-    sources = strings.decoded(result.kernel_sources).to_pandas()
+    sources = encoded.decoded(result.kernel_sources).to_pandas()
     first = sources[sources["rank"] == 0]
-    calls = strings.decoded(result.calls).to_pandas().set_index("call_id")
+    calls = encoded.decoded(result.calls).to_pandas().set_index("call_id")
     assert (calls.loc[first["call_id"], "function_name"].to_numpy() == first["function_name"].to_numpy()).all()
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import bare_kernels  # CUPTI alone: no hooks, no modes, no correlation ids
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
 from aitune_dispatch.demo import DemoModel
 
 pytestmark = pytest.mark.gpu
@@ -62,7 +62,7 @@ def test_every_kernel_carries_its_op(name):
     profiler = ModuleFunctionKernelProfiler()
     profiler.profile(model, samples, warmup_iterations=1)
     result = profiler.last_result
-    activity = strings.decoded(result.activity).to_pandas()
+    activity = encoded.decoded(result.activity).to_pandas()
     assert len(activity) > 0
     assert activity["op_id"].notna().all(), activity[activity["op_id"].isna()]["kernel"].tolist()
     assert (activity["module_id"] >= 0).all()
@@ -208,8 +208,8 @@ def test_clock_offset_is_recorded():
     profiler.profile(model, samples, warmup_iterations=0)
     result = profiler.last_result
     offset = int(result.metadata["activity_minus_host_ns"])
-    ops = strings.decoded(result.ops).to_pandas()
-    activity = strings.decoded(result.activity).to_pandas()
+    ops = encoded.decoded(result.ops).to_pandas()
+    activity = encoded.decoded(result.activity).to_pandas()
     # each kernel starts after its op was dispatched, on the host clock
     launched = activity.merge(ops[["op_id", "start_ns"]], on="op_id", suffixes=("", "_op"))
     assert ((launched["start_ns"] - offset) >= launched["start_ns_op"]).all()
@@ -238,7 +238,7 @@ def test_torch_profiler_started_inside_profile_is_detected():
 def test_failed_run_leaves_no_activity_kind_enabled():
     from cupti import cupti
 
-    from aitune_dispatch.collection.python_sink import PythonRecordSink
+    from aitune_dispatch.collection.python import PythonRecordSink
 
     model, samples = quickstart()
 

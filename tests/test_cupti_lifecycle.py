@@ -19,7 +19,7 @@ import torch
 
 from aitune_dispatch.collection import cupti_source
 from aitune_dispatch.collection.cupti_source import CANARY_ID, SCOPE_BASE, CuptiSource
-from aitune_dispatch.collection.records import API_RUNTIME, KIND_KERNEL, DecodedRecords
+from aitune_dispatch.collection.decoded import API_RUNTIME, KIND_KERNEL, DecodedRecords
 
 TICKS_PER_NS = 2  # the fake CUPTI clock counts two ticks per host nanosecond
 LAUNCH_LEAD_TICKS, LAUNCH_TICKS, LAUNCH_THREAD = 600, 200, 4242  # each cudaLaunchKernel: 300 ns before, 100 ns long

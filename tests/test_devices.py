@@ -23,8 +23,8 @@ from torch import nn
 from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
 from aitune_dispatch.collection import devices
 from aitune_dispatch.collection.cupti_source import CuptiSource
+from aitune_dispatch.collection.decoded import DecodedRecords
 from aitune_dispatch.collection.distributed import rank_metadata
-from aitune_dispatch.collection.records import DecodedRecords
 from aitune_dispatch.reports.perfetto import GPU_PID_BASE, device_properties, perfetto_events
 from aitune_dispatch.results import TensorMeta
 

@@ -17,7 +17,7 @@ import pytest
 from distributed_job import launch
 
 import aitune_dispatch
-from aitune_dispatch import cli, schema, strings
+from aitune_dispatch import cli, encoded, schema
 from aitune_dispatch.reports import perfetto_events, write_report
 from aitune_dispatch.reports.perfetto import RANK_PID_STRIDE
 from aitune_dispatch.results import collectives, compare_ranks, function_ranks, load, rank_summary, select_rank
@@ -67,7 +67,7 @@ def test_each_rank_ran_as_without_the_profiler(job, tracer):
 def test_the_collective_is_attributed_to_its_module_and_op(job, tracer):
     for rank in (0, 1):
         result = load(job / tracer / f"rank{rank}")
-        rows = strings.decoded(result.activity).to_pandas()
+        rows = encoded.decoded(result.activity).to_pandas()
         reduce = rows[rows["op"] == "c10d::allreduce_"]
         assert len(reduce) == SAMPLES  # one all-reduce per sample
         assert set(reduce["module_name"]) == {"sync"} and set(reduce["kernel"]) == {"cpu::c10d::allreduce_"}
@@ -107,7 +107,7 @@ def test_the_rank_view(job, tracer):
     assert list(summary["activity_rows"]) == [r.activity.num_rows for r in ranks]
     assert list(summary["host"]) == [socket.gethostname()] * 2
     for rank, original in enumerate(ranks):
-        rows = strings.decoded(original.activity).to_pandas()
+        rows = encoded.decoded(original.activity).to_pandas()
         reduce_us = rows.loc[rows["op"] == "c10d::allreduce_", "kernel_us"].sum()
         assert summary.loc[rank, "collective_us"] == pytest.approx(reduce_us)
     reduce = collectives(merged)

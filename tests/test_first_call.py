@@ -100,7 +100,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # torch: global hooks also see the OptimizedModule
     frame, _ = profiler.profile(model, [((torch.randn(4, 16),), {{}})], warmup_iterations=1)
 import torch._inductor.debug as debug, torch._inductor.config as config, torch._functorch.config as fconfig
-from aitune_dispatch.tracing import compiled as provenance
+from aitune_dispatch.provenance import inductor as provenance
 hook = debug.set_kernel_post_grad_provenance_tracing
 holders = [m for n, m in list(sys.modules.items()) if n.startswith("torch._inductor") and m is not None]
 result = profiler.last_result

@@ -7,15 +7,15 @@ import types
 import pytest
 
 from aitune_dispatch import schema
-from aitune_dispatch.collection.graphs import GraphNodeObserver
+from aitune_dispatch.provenance.graphs import GraphNodeObserver
 
 pytestmark = pytest.mark.single_backend  # no tracing backend involved
 
 try:
-    from aitune_dispatch import _cupti_native
+    from aitune_dispatch.collection import _cupti_native
 except ImportError as error:  # pragma: no cover - depends on the build
     _cupti_native = None
-    MISSING = f"aitune_dispatch._cupti_native did not build ({error})"
+    MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error})"
 else:
     MISSING = ""
 
@@ -112,7 +112,7 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
     import torch.nn.functional as F
     from torch import nn
 
-    from aitune_dispatch import provenance_capture
+    from aitune_dispatch.provenance import capture as provenance_capture
     from aitune_dispatch.tracing import ModuleTracker
 
     source = _StackSource()
@@ -165,8 +165,8 @@ def test_an_exception_in_a_warm_up_pass_unsubscribes_and_restores_inductor(monke
     import torch._inductor.debug as debug
     from torch import nn
 
-    from aitune_dispatch import provenance_capture
-    from aitune_dispatch.tracing import compiled
+    from aitune_dispatch.provenance import capture as provenance_capture
+    from aitune_dispatch.provenance import inductor as compiled
 
     calls: list[str] = []
     fake = types.SimpleNamespace(

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
 
 
 def _profiler(op_tracer: str, **kwargs) -> ModuleFunctionKernelProfiler:
@@ -54,7 +54,7 @@ def test_only_calls_inside_the_hierarchy_are_counted_and_sampled(op_tracer, func
     assert summary.loc["linear", "tensor_size_MB"] * 1024 * 1024 == pytest.approx((8 + 16 + 4) * 4)
     assert summary.loc["relu", "tensor_size_MB"] * 1024 * 1024 == pytest.approx(8 * 4)
     # the outside calls are still in the full result, outside any module
-    calls = strings.decoded(profiler.last_result.calls).to_pandas()
+    calls = encoded.decoded(profiler.last_result.calls).to_pandas()
     assert sorted(calls.loc[calls["module_id"] == -1, "function_name"]) == ["linear", "normalize", "relu"]
     assert sorted(calls.loc[calls["module_id"] >= 0, "function_name"]) == ["linear", "relu"]
 
@@ -68,7 +68,7 @@ def test_torch_level_calls_outside_the_hierarchy_are_not_sampled(op_tracer):
     profiler = _profiler(op_tracer, function_names={"torch.add", "linear"}, functions="all")
     _, function_data = profiler.profile(pipeline, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=0)
     assert set(function_data) == {"linear"}
-    calls = strings.decoded(profiler.last_result.calls).to_pandas()
+    calls = encoded.decoded(profiler.last_result.calls).to_pandas()
     assert calls.loc[calls["function_name"] == "torch.add", "module_id"].tolist() == [-1]
 
 

@@ -111,7 +111,7 @@ def test_kernels_without_op_take_module_and_call_from_their_launch_scope():
 def test_kernel_names_are_demangled_like_torch_profiler():
     import numpy as np
 
-    from aitune_dispatch.collection.records import DecodedRecords
+    from aitune_dispatch.collection.decoded import DecodedRecords
 
     mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
     ids = np.array([1, 2], np.int64)

@@ -13,7 +13,7 @@ an attribute reached through a name a module imported (``capture._record``,
 attribute (``tracer._taken``) may be read only in the module that defines that name. The
 benchmarks and the CLI neither import such names nor assign into the package's modules
 (monkeypatching). Only the package root imports modules of ours by a string (its lazy attributes).
-README's "How it works" table must list every module in the stage given here.
+docs/design.md's "Layout" table must list every module in the stage given here, and the stages it stands on.
 """
 
 from __future__ import annotations
@@ -33,16 +33,21 @@ PACKAGE = "aitune_dispatch"
 REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / PACKAGE
 BENCHMARKS = REPO / "benchmarks"
+LAYOUT_DOC = REPO / "docs/design.md"  # its "Layout" section lists every module in its stage
 
-# stage -> the stages directly below it; a stage may import itself and everything below it
+# stage -> the stages directly below it; a stage may import itself and everything below it. This is the
+# star the code has: tracing, collection and joining each stand on base alone; provenance (compiled and
+# graph attribution) reads all three; the capture puts them together into a result, which the views and
+# reports read without knowing how it was recorded
 BELOW = {
     "base": (),
     "tracing": ("base",),
-    "collection": ("tracing",),
-    "joining": ("collection",),
-    "results": ("joining",),
+    "collection": ("base",),
+    "joining": ("base",),
+    "provenance": ("tracing", "collection"),
+    "results": ("base",),
     "reports": ("results",),
-    "capture": ("results",),
+    "capture": ("tracing", "collection", "joining", "provenance", "results"),
     "profiler": ("capture",),
     "benchmarking": ("profiler",),
     "cli": ("reports", "benchmarking"),
@@ -58,14 +63,12 @@ MODULE_STAGES = {
     "interrupts": "base",  # Ctrl-C held while record() installs and removes, and in the gates' critical sections
     "display": "base",  # the notebook-display hook the root points at reports
     "demo": "base",  # a model and its samples; imports nothing of ours
-    "strings": "base",  # dictionary-encoded string columns (schema.STRING): built, tested, decoded
-    "_tracer": "tracing",  # compiled half of tracing/native.py
-    "_cupti_native": "collection",  # compiled half of collection/native_sink.py
+    "encoded": "base",  # dictionary-encoded string columns (schema.STRING): built, tested, decoded
+    "tensors": "base",  # what is recorded of a tensor argument: shape, strides, nested parts
     "joining": "joining",
-    "provenance": "joining",  # compiled kernels and graph replays attributed on the joined tables
-    "provenance_capture": "capture",  # brackets record(): traced warm-up, graph observer, attribution
     "capture": "capture",
-    "arguments": "capture",  # profile()'s arguments, checked before the capture
+    "arguments": "capture",  # the profiler's and profile()'s arguments, checked before the capture
+    "backends": "capture",  # the one place that picks the tracer and the decoder, native or pure Python
     "profiler": "profiler",
     "cli": "cli",
 }
@@ -77,7 +80,7 @@ def stage_of(module: str) -> str:
     head = inner.split(".")[0]
     if head in MODULE_STAGES and "." not in inner:
         return MODULE_STAGES[head]
-    if head in BELOW:  # a folder: tracing/, collection/, results/, reports/, benchmarking/
+    if head in BELOW:  # a folder: tracing/, collection/, provenance/, results/, reports/, benchmarking/
         return head
     raise AssertionError(f"{module} has no stage; add it to MODULE_STAGES in {__file__}")
 
@@ -421,7 +424,7 @@ def test_the_parser_sees_the_imports_it_must_judge():
     pairs = {(i.importer, i.target) for i in IMPORTS}
     assert ("aitune_dispatch.profiler", "aitune_dispatch.capture") in pairs
     assert ("aitune_dispatch.results.views.kernels", "aitune_dispatch.schema") in pairs  # from ...schema import
-    assert ("aitune_dispatch.tracing.native", "aitune_dispatch._tracer") in pairs  # from .. import _tracer
+    assert ("aitune_dispatch.tracing.native", "aitune_dispatch.tracing._tracer") in pairs  # from .. import _tracer
     assert any(i.typing_only and i.importer.startswith("aitune_dispatch.reports") for i in IMPORTS)
     assert {stage_of(i.importer) for i in IMPORTS} == set(BELOW) - {"base"}  # base imports nothing of ours
 
@@ -437,7 +440,8 @@ def test_the_rules_catch_the_old_layout():
         Import("aitune_dispatch.cli", "aitune_dispatch.profiler", ("_record",), 4, False),
         Import("aitune_dispatch.reports.base", "aitune_dispatch.joining", ("_Index",), 5, False),
     ]
-    assert len(upward(old)) == 1 and "reports.html (reports)" in upward(old)[0]
+    found = upward(old)  # reports may not read the joining stage either: the star has no sideways arrow
+    assert len(found) == 2 and "reports.html (reports)" in found[0] and "joining (joining)" in found[1]
     assert len(private_crossings(old)) == 2
     assert cycle(old) == [
         "aitune_dispatch.results.persist",
@@ -449,6 +453,14 @@ def test_the_rules_catch_the_old_layout():
 def test_no_module_imports_a_higher_stage():
     found = upward(IMPORTS)
     assert not found, "\n".join(found)
+
+
+def test_the_stages_are_as_tight_as_the_code():
+    # the star is what the code does, not a looser allowance: every stage imports each stage it is
+    # declared to stand on, and nothing beyond what that allows (test_no_module_imports_a_higher_stage)
+    used = {(stage_of(i.importer), stage_of(i.target)) for i in IMPORTS}
+    unused = [(stage, lower) for stage, lowers in BELOW.items() for lower in lowers if (stage, lower) not in used]
+    assert not unused, f"declared but never imported (tighten BELOW): {unused}"
 
 
 def test_no_private_name_crosses_stages():
@@ -536,15 +548,15 @@ def test_only_the_root_imports_modules_of_ours_by_a_string():
     assert all(exists(PACKAGE + relative) for relative in lazy.values()), lazy
 
 
-# -- README's "How it works" -----------------------------------------------------------------------
-README_STAGES = {"below all": "base", "package root": "root"}  # the other rows are named as BELOW
+# -- docs/design.md's "Layout" --------------------------------------------------------------------------
+LAYOUT_STAGES = {"below all": "base", "package root": "root"}  # the other rows are named as BELOW
 
 
-def readme_modules() -> dict[str, str]:
-    """``module name -> stage`` from README's table; a row's first name gives the folder of the rest."""
-    text = (REPO / "README.md").read_text().split("## How it works", 1)[1].split("\n## ", 1)[0]
+def layout_modules() -> dict[str, str]:
+    """``module name -> stage`` from the Layout table; a row's first name gives the folder of the rest."""
+    text = LAYOUT_DOC.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed: dict[str, str] = {}
-    for row in re.findall(r"^\| ([^|]+) \| ([^|]+) \|", text, flags=re.MULTILINE):
+    for row in re.findall(r"^\| ([^|]+) \| [^|]+ \| ([^|]+) \|", text, flags=re.MULTILINE):
         label, cell = row[0].strip(), row[1]
         if label in ("stage", "---"):
             continue
@@ -553,21 +565,33 @@ def readme_modules() -> dict[str, str]:
         for position, name in enumerate(names):
             path = Path(name) if position == 0 else Path(folder) / name
             assert path.as_posix() not in listed, f"{path} is listed twice"
-            listed[path.as_posix()] = README_STAGES.get(label, label)
+            listed[path.as_posix()] = LAYOUT_STAGES.get(label, label)
     return listed
 
 
-def test_the_readme_lists_every_module_in_its_stage():
-    listed = readme_modules()
+def test_the_layout_lists_every_module_in_its_stage():
+    listed = layout_modules()
     files = {path.relative_to(ROOT).as_posix(): path for path in PACKAGE_FILES}
     # a folder's __init__.py goes with the folder's row
     folders = {Path(name).parent.as_posix() for name in listed}
     unlisted = [n for n in files if n not in listed and not (n.endswith("/__init__.py") and n[:-12] in folders)]
-    assert not unlisted, f"README's How it works lacks {unlisted}"
+    assert not unlisted, f"docs/design.md's Layout lacks {unlisted}"
     missing = [name for name in listed if name not in files]
-    assert not missing, f"README's How it works lists modules that do not exist: {missing}"
+    assert not missing, f"docs/design.md's Layout lists modules that do not exist: {missing}"
     wrong = {n: (s, stage_of(module_name(files[n]))) for n, s in listed.items() if stage_of(module_name(files[n])) != s}
-    assert not wrong, f"README stage != this test's stage: {wrong}"
+    assert not wrong, f"Layout stage != this test's stage: {wrong}"
+
+
+def test_the_layout_says_what_each_stage_stands_on():
+    text = LAYOUT_DOC.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|]+) \| ([^|]+) \| [^|]+ \|", text, flags=re.MULTILINE)
+    def stage(label: str) -> str:
+        return LAYOUT_STAGES.get(label.strip(), label.strip())
+
+    stands_on = {stage(label): {stage(s) for s in on.split(",")} for label, on in rows if stage(label) != "stage"}
+    stands_on.pop("---", None)
+    expected = {name: set(lower) or {"—"} for name, lower in BELOW.items()}
+    assert stands_on == expected, "the Layout's 'stands on' column differs from BELOW"
 
 
 @pytest.mark.parametrize("stage", sorted(BELOW))

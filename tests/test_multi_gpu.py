@@ -22,7 +22,7 @@ from distributed_job import launch
 from torch import nn
 
 import aitune_dispatch
-from aitune_dispatch import ModuleFunctionKernelProfiler, schema, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, schema
 from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.reports import perfetto_events, write_report
 from aitune_dispatch.reports.perfetto import GPU_PID_BASE, RANK_PID_STRIDE, device_properties
@@ -42,7 +42,7 @@ def kernel_names(result) -> collections.Counter[str]:
 
 
 def assert_every_kernel_attributed(result) -> None:
-    activity = strings.decoded(result.activity).to_pandas()
+    activity = encoded.decoded(result.activity).to_pandas()
     assert len(activity) > 0
     assert activity["op_id"].notna().all(), activity[activity["op_id"].isna()]["kernel"].tolist()
     assert (activity["module_id"] >= 0).all(), activity[activity["module_id"] < 0]["kernel"].tolist()
@@ -88,7 +88,7 @@ def test_kernels_of_several_streams_are_attributed_and_traced_per_stream():
     result = profiler.last_result
     assert kernel_names(result) == expected
     assert_every_kernel_attributed(result)
-    activity = strings.decoded(result.activity).to_pandas()
+    activity = encoded.decoded(result.activity).to_pandas()
     streams = activity.groupby("module_name")["stream"].agg(set)
     assert len(streams["a"] | streams["b"] | streams["c"]) == 3  # each linear on its own stream
     # one device: describe(by="device") is describe() under device 0, and no multi-device keys
@@ -162,7 +162,7 @@ def test_a_model_split_over_two_gpus():
     result = profiler.last_result
     assert kernel_names(result) == expected
     assert_every_kernel_attributed(result)  # also: the calibration covered both devices (no warning)
-    activity = strings.decoded(result.activity).to_pandas()
+    activity = encoded.decoded(result.activity).to_pandas()
     stage = activity["module_name"].str.split(".").str[0]
     assert set(activity.loc[stage == "first", "device"]) == {0}
     assert set(activity.loc[stage == "second", "device"]) == {1}
@@ -196,7 +196,7 @@ def test_a_two_rank_nccl_job(tmp_path):
             assert result.metadata["distributed_backend"] == "nccl" and result.metadata["rank"] == str(rank)
             assert kernel_names(result) == facts["bare"]  # the job ran as without the profiler
             assert_every_kernel_attributed(result)
-            activity = strings.decoded(result.activity).to_pandas()
+            activity = encoded.decoded(result.activity).to_pandas()
             assert set(activity.loc[activity["kind"] == "kernel", "device"]) == {rank}  # rank r on cuda:r
             nccl = activity[activity["kernel"].str.contains(NCCL_KERNEL)]
             assert len(nccl) == SAMPLES  # one all-reduce kernel per sample

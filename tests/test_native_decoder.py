@@ -1,7 +1,7 @@
 """The native CUPTI decoder and its pure-Python twin, on buffers built from cupti-python's record dtypes.
 
 Every decoding test runs on both backends (``decode`` fixture): ``_cupti_native.decode_buffer``
-and ``native_sink.decode_buffer_py`` take the same arguments and must return the same raw columns.
+and ``native.decode_buffer_py`` take the same arguments and must return the same raw columns.
 The native cases skip, with the reason in the summary, only where the extension did not build.
 """
 
@@ -17,19 +17,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from aitune_dispatch.collection import native_sink
+from aitune_dispatch.collection import native
 from aitune_dispatch.collection.cupti_source import callback_names
-from aitune_dispatch.collection.native_sink import NativeRecordSink, decode_buffer_py, to_decoded
-from aitune_dispatch.collection.python_sink import PythonRecordSink
-from aitune_dispatch.collection.records import API_DRIVER, API_RUNTIME, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
+from aitune_dispatch.collection.decoded import API_DRIVER, API_RUNTIME, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
+from aitune_dispatch.collection.native import NativeRecordSink, decode_buffer_py, to_decoded
+from aitune_dispatch.collection.python import PythonRecordSink
 
 cupti = pytest.importorskip("cupti.cupti", reason="cupti-python provides the record dtypes these buffers use")
 
 try:
-    from aitune_dispatch import _cupti_native
+    from aitune_dispatch.collection import _cupti_native
 except ImportError as error:  # pragma: no cover - depends on the build
     _cupti_native = None
-    NATIVE_MISSING = f"aitune_dispatch._cupti_native did not build ({error}); see native_shims/README.md"
+    NATIVE_MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error}); see native_shims/README.md"
 else:
     NATIVE_MISSING = ""
 
@@ -190,7 +190,7 @@ def test_native_extension_is_built():
 @needs_native
 def test_compiled_record_sizes_match_cupti_python_dtypes():
     sizes = _cupti_native.record_sizes()
-    assert sizes == {kind: layout.size for kind, layout in native_sink.record_layouts().items()}
+    assert sizes == {kind: layout.size for kind, layout in native.record_layouts().items()}
     assert sizes[int(KINDS.CONCURRENT_KERNEL)] == sizes[int(KINDS.KERNEL)] == KERNEL_DTYPE.itemsize == 216
     assert sizes[int(KINDS.MEMCPY)] == MEMCPY_DTYPE.itemsize == 96
     assert sizes[int(KINDS.MEMSET)] == MEMSET_DTYPE.itemsize == 88
@@ -400,7 +400,7 @@ def test_twins_agree_on_random_buffers(seed: int):
 
 def as_cupti_python_objects(buffer: bytes) -> list[types.SimpleNamespace]:
     """The attributes PythonRecordSink reads, as cupti-python's activity objects carry them."""
-    layouts = native_sink.record_layouts()
+    layouts = native.record_layouts()
     dtypes = {"kernel": KERNEL_DTYPE, "memcpy": MEMCPY_DTYPE, "memset": MEMSET_DTYPE, "correlation": LINK_DTYPE}
     objects, offset = [], 0
     while offset < len(buffer):

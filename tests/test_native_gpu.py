@@ -15,7 +15,7 @@ from aitune_dispatch.collection.cupti_source import CuptiSource, load_cupti
 from aitune_dispatch.demo import DemoModel
 
 pytestmark = pytest.mark.gpu
-native = pytest.importorskip("aitune_dispatch._cupti_native", reason="the native decoder did not build")
+native = pytest.importorskip("aitune_dispatch.collection._cupti_native", reason="the native decoder did not build")
 
 
 class WithCopy(nn.Module):
@@ -79,7 +79,7 @@ def test_default_decoder_is_native_where_built():
 
 def test_cupti_record_spacing_matches_the_compiled_sizes():
     """Live buffers are walked by CUPTI; every gap between records must equal our sized walk's size."""
-    from aitune_dispatch.collection.native_sink import NativeRecordSink
+    from aitune_dispatch.collection.native import NativeRecordSink
 
     cupti = load_cupti()
     sink = NativeRecordSink(int(cupti.ExternalCorrelationKind.CUSTOM2))

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, backends, encoded
 from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.tracing import backends, native
+from aitune_dispatch.tracing import native
 from benchmarks import zoo
 
 if not native.available():
@@ -51,8 +51,8 @@ def _rows(result) -> collections.Counter:
 
 
 def _op_sequence(result) -> list[tuple]:
-    ops = strings.decoded(result.ops).to_pandas()
-    calls = strings.decoded(result.calls).to_pandas().set_index("call_id")["function_name"].to_dict()
+    ops = encoded.decoded(result.ops).to_pandas()
+    calls = encoded.decoded(result.calls).to_pandas().set_index("call_id")["function_name"].to_dict()
     return [
         (UNDER_DISPATCH_MODE.get(op, op), module, calls.get(call))
         for op, module, call in zip(ops.op, ops.module_id, ops.call_id)
@@ -90,13 +90,13 @@ def test_native_and_python_tracers_record_the_same_ops(name, model, samples):
     assert len(native.ops) > 0
     assert _op_sequence(native) == _op_sequence(python)
     assert _rows(native) == _rows(python)
-    ops = strings.decoded(native.ops).to_pandas()
+    ops = encoded.decoded(native.ops).to_pandas()
     assert (ops.end_ns >= ops.start_ns).all() and (ops.start_ns > 0).all()
     assert ops.thread.nunique() == 1 and ops.thread.iloc[0] >= 0
 
 
 def test_native_is_the_default_where_built():
-    assert backends.default_backend() == "native"
+    assert backends.default_tracer() == "native"
     assert ModuleFunctionKernelProfiler(device="cpu").op_tracer == "native"
 
 
@@ -109,10 +109,10 @@ def test_decompositions_go_to_the_ops_they_dispatch():
             return run(x, w)
 
     result = _profile(Wrap(), [((torch.randn(2, 4), torch.randn(3, 4)), {})], "native")
-    ops = strings.decoded(result.ops).to_pandas()
+    ops = encoded.decoded(result.ops).to_pandas()
     # CompositeImplicitAutograd ops are never recorded, the ops they decompose into are
     assert not {"aten::linear", "aten::matmul", "aten::reshape"} & set(ops.op)
-    calls = strings.decoded(result.calls).to_pandas().set_index("call_id").function_name
+    calls = encoded.decoded(result.calls).to_pandas().set_index("call_id").function_name
     under_linear = set(ops[ops.call_id.map(calls) == "linear"].op)
     assert under_linear in ({"aten::t", "aten::mm"}, {"aten::t", "aten::addmm"}), under_linear
 
@@ -241,10 +241,10 @@ def test_unknown_tracer_is_refused():
 
 
 def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
-    from aitune_dispatch import _tracer
+    from aitune_dispatch.tracing import _tracer
 
     monkeypatch.setattr(_tracer, "torch_version", "0.0.0-other")
-    backends.default_backend.cache_clear()
+    backends.default_tracer.cache_clear()
     try:
         with pytest.raises(ImportError, match="built for torch 0.0.0-other"):
             native.load()
@@ -258,5 +258,5 @@ def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
             ModuleFunctionKernelProfiler(device="cpu", op_tracer="native")
     finally:
         monkeypatch.undo()
-        backends.default_backend.cache_clear()
-    assert backends.default_backend() == "native"
+        backends.default_tracer.cache_clear()
+    assert backends.default_tracer() == "native"

@@ -11,7 +11,7 @@ import collections
 
 import pytest
 
-from aitune_dispatch import strings
+from aitune_dispatch import encoded
 
 pytestmark = pytest.mark.gpu
 
@@ -47,9 +47,9 @@ def test_native_tracer_matches_the_dispatch_mode_on_cuda(name):
 
     assert len(native_frame) > 0
     assert rows(native_frame) == rows(python_frame)
-    kernels = strings.decoded(native.activity).to_pandas()
+    kernels = encoded.decoded(native.activity).to_pandas()
     assert kernels.kernel.notna().all()
-    python_kernels = strings.decoded(python.activity).to_pandas()
+    python_kernels = encoded.decoded(python.activity).to_pandas()
     assert collections.Counter(kernels.kernel) == collections.Counter(python_kernels.kernel)
     # every kernel launched inside an op carries that op: none fell back to a scope or nothing
     assert kernels.op_id.notna().sum() == python_kernels.op_id.notna().sum()

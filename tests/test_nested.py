@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aitune_dispatch import TensorMeta, benchmark, load, schema
+from aitune_dispatch import TensorMeta, benchmark, load, tensors
 from aitune_dispatch.reports import write_report
 
 LAYOUTS = {"strided": torch.strided, "jagged": torch.jagged}
@@ -94,7 +94,7 @@ def test_a_nested_sample_is_saved_by_its_parts_and_replayed_live(layout, cpu_pro
         cpu_profiler.profile(model, [((x,), {})], warmup_iterations=1)
     result = cpu_profiler.last_result
     meta = TensorMeta.from_tensor(x)
-    assert meta.parts == ((2, 3), (5, 3)) and meta.shape == (2, schema.RAGGED, 3)
+    assert meta.parts == ((2, 3), (5, 3)) and meta.shape == (2, tensors.RAGGED, 3)
     assert meta.numel() == x.numel() == 21 and meta.stride is None
     assert meta.layout == ("nested" if layout == "strided" else "jagged")
     assert "float32[2, *, 3]" in write_report(result, tmp_path / "report.html").read_text(encoding="utf-8")

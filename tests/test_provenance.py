@@ -1,7 +1,7 @@
 """Compiled-kernel provenance and graph replays, without a GPU: FX graphs built here, synthetic tables.
 
-``tracing/compiled.py`` turns the FX nodes Inductor generated a kernel from into sources (module,
-functional call, op); ``provenance.py`` matches launches to kernel call sites, applies the rule for
+``provenance/inductor.py`` turns the FX nodes Inductor generated a kernel from into sources (module,
+functional call, op); ``provenance/attribution.py`` matches launches to kernel call sites, applies the rule for
 kernels fused from several calls, and attributes replayed CUDA graph nodes to their capture.
 """
 
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from aitune_dispatch import schema
-from aitune_dispatch.provenance import attribute, captured_nodes, ranked_sources
-from aitune_dispatch.tracing.compiled import (
+from aitune_dispatch.provenance.attribution import attribute, captured_nodes, ranked_sources
+from aitune_dispatch.provenance.inductor import (
     Hierarchy,
     Program,
     extern_op,
@@ -223,7 +223,7 @@ def test_a_remembered_program_runs_for_another_instance_of_the_same_tree_while_d
     import types
     import weakref
 
-    from aitune_dispatch.tracing import compiled
+    from aitune_dispatch.provenance import inductor as compiled
 
     def frame() -> None:  # the code object Dynamo compiled
         pass
@@ -461,7 +461,7 @@ def test_an_extern_call_captured_into_a_graph_gets_its_site():
 def test_module_stack_entries_written_as_strings_resolve_like_classes():
     # some torch versions store nn_module_stack values as (path, "qualified.class.Name") strings,
     # and write paths from the frame's `self`: both must name the same module as the class form
-    from aitune_dispatch.tracing.compiled import module_path, module_type_name
+    from aitune_dispatch.provenance.inductor import module_path, module_type_name
 
     assert module_type_name("torch.nn.modules.linear.Linear") == module_type_name(torch.nn.Linear) == "Linear"
     assert module_path("self._modules['0']") == module_path("L['self']._modules['0']") == "0"

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import aitune_dispatch
-from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema, strings
+from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, encoded, schema
 from aitune_dispatch.reports import perfetto_events, write_report
 from aitune_dispatch.reports.perfetto import RANK_PID_STRIDE
 from aitune_dispatch.reports.ranks import rank_text
@@ -112,7 +112,7 @@ def test_merge_keeps_each_distinct_sample_once(ranks):
     assert summary.loc["linear", "calls"] == 6 and summary.loc["linear", "num_distinct_samples"] == 2
     assert summary.loc["relu", "calls"] == 3  # 1 + 2
     # every call points at its merged sample: rank 1's f32[3,4] calls now point at index 1
-    calls = strings.decoded(merged.calls).to_pandas()
+    calls = encoded.decoded(merged.calls).to_pandas()
     linear1 = calls[(calls["rank"] == 1) & (calls["function_name"] == "linear")]
     assert list(linear1["sample"]) == [0, 0, 1, 1]
     # the per-sample table adds up to describe()'s time per function

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import strings
+from aitune_dispatch import encoded
 from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer, native
 
 
@@ -109,7 +109,7 @@ def test_view_ops_are_recorded_but_push_no_correlation_id(tracing_backend):
     if tracing_backend == "native":
         log.replay(session.tracer.push_log())
     tables = session.tables()
-    ops = strings.decoded(tables.ops).to_pandas()
+    ops = encoded.decoded(tables.ops).to_pandas()
     views = {"aten::view", "aten::unsqueeze"}
     assert views <= set(ops.op)  # recorded
     assert sorted(log.ops) == sorted(ops.op_id[~ops.op.isin(views)])  # relu and add pushed, views not

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
-from aitune_dispatch.tracing.recorder import still_running
+from aitune_dispatch.tracing.buffers import still_running
 
 
 def _model() -> nn.Module:

@@ -9,8 +9,8 @@ model ran; candidates are validated against the original and timed on the same s
 from .activation import Activation, activate
 from .candidates import ORIGINAL, candidate_name, normalize_candidates, original_function
 from .inputs import ReplayRefused, clone_exact, compare_outputs, random_tensor
-from .recorded import RecordedSample, recorded_samples
 from .replay import BENCHMARK_COLUMNS, benchmark, replay_device, weighted_totals
+from .yardstick import RecordedSample, recorded_samples
 
 __all__ = [
     "BENCHMARK_COLUMNS",

@@ -38,7 +38,7 @@ from ..tracing import native
 from ..tracing.samples import sample_key
 from .candidates import ORIGINAL, CandidatesArg, normalize_candidates, original_function
 from .inputs import MakeTensor, ReplayRefused, clone_exact, compare_outputs, runnable
-from .recorded import RecordedSample, recorded_samples, same_kernels_per_call
+from .yardstick import RecordedSample, recorded_samples, same_kernels_per_call
 
 Progress = Callable[[int, int, str], None]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema, strings
+from .. import encoded, schema
 from ..schema import CPU_KERNEL_PREFIX
 from .base import Activity, torch_profiler_active
 
@@ -23,6 +23,8 @@ class CpuOpTimer:
     It correlates nothing (``correlation_kind = -1``): the op rows themselves are the activity. Not
     while torch.profiler collects (:func:`~.base.torch_profiler_active`): its callbacks would be timed too.
     """
+
+    label = "CPU op timer"  # as the log names it
 
     name = "cpu"
     correlation_kind = schema.NO_CORRELATION
@@ -77,12 +79,12 @@ def _op_activity(ids: pa.Array, names: pa.Array, starts: pa.Array, ends: pa.Arra
     kernels = pa.Table.from_arrays(
         [
             ids,
-            strings.map_values(names, lambda ops: pc.binary_join_element_wise(CPU_KERNEL_PREFIX, ops, "")),
+            encoded.map_values(names, lambda ops: pc.binary_join_element_wise(CPU_KERNEL_PREFIX, ops, "")),
             starts,
             ends,
             pa.array(np.full(n, schema.CPU_STREAM, np.int32)),
             pa.array(np.full(n, schema.CPU_STREAM, np.int64)),
-            strings.constant(schema.KIND_CPU_OP, n),
+            encoded.constant(schema.KIND_CPU_OP, n),
         ],
         schema=schema.KERNELS,
     )

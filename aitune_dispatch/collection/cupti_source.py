@@ -34,7 +34,7 @@ from ..schema import SCOPE_BASE
 from . import devices
 from .base import Activity, torch_profiler_active
 from .clock import HostClock, host_clock
-from .records import API_DRIVER, API_RUNTIME, DecodedRecords
+from .decoded import API_DRIVER, API_RUNTIME, DecodedRecords
 
 __all__ = ["CANARY_ID", "SCOPE_BASE", "CuptiSource", "HostClock", "RecordSink", "host_clock", "load_cupti"]
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart

@@ -34,7 +34,8 @@ import pandas as pd
 from .. import schema
 from ..results import views
 from ..results.views import UNATTRIBUTED, module_tree
-from ..schema import seconds_key, tensor_strides
+from ..schema import seconds_key
+from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
 from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
 from .ranks import ranks_section
@@ -70,7 +71,7 @@ def _number(value: Any, digits: int = 1) -> str:
 def tensor_text(value: Any) -> str:
     """``float32[4, 64] stride (64, 1)``: dtype, shape and strides of a tensor-like value."""
     dtype = str(value.dtype).removeprefix("torch.")
-    shape = ", ".join(map(schema.size_text, schema.tensor_shape(value)))
+    shape = ", ".join(map(size_text, tensor_shape(value)))
     stride = tensor_strides(value)
     text = f"{dtype}[{shape}]"
     return text if stride is None else f"{text} stride ({', '.join(map(str, stride))}{',' if len(stride) == 1 else ''})"
@@ -82,7 +83,7 @@ def _clip(text: str) -> str:
 
 def value_text(value: Any) -> str:
     """A sample argument as short text: tensors as dtype/shape/stride, containers element-wise."""
-    if schema.is_tensor_like(value):
+    if is_tensor_like(value):
         return tensor_text(value)
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
         inner = ", ".join(value_text(item) for item in value)

@@ -37,7 +37,7 @@ gzip-compressed.
 
 Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
 collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
-corrects nothing: it asks the clock's owner, ``collection.clock.activity_minus_host_ns``, how far
+corrects nothing: it asks the clock's owner, ``results.views.clock.activity_minus_host_ns``, how far
 device (and launch) timestamps sit from host ones (0 for every run recorded since; the argument, the result's
 ``metadata[GPU_CLOCK_OFFSET_KEY]``, or what a result that never said implies) and subtracts that.
 ``otherData`` says where the offset came from.
@@ -56,8 +56,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
-from ..collection.clock import activity_minus_host_ns
 from ..results.views import module_labels, op_times
+from ..results.views.clock import activity_minus_host_ns
 from ..schema import GPU_PROPERTIES_KEY, HOST_KEY, RANK_COLUMN, RANK_METADATA_KEY
 from .base import Renderer
 
@@ -312,7 +312,7 @@ def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = No
     result:
         The result to lay out.
     gpu_clock_offset_ns:
-        An offset the caller knows; None asks the result (``collection.clock.activity_minus_host_ns``).
+        An offset the caller knows; None asks the result (``results.views.clock.activity_minus_host_ns``).
 
     Returns
     -------

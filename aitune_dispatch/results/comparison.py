@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import strings
+from .. import encoded
 from ..schema import COMPARE_COLUMNS
 from .profile_result import ProfileResult
 
@@ -21,7 +21,7 @@ _NO_FUNCTION = "\x00no functional call"  # stands in for None while grouping and
 def _activity(result: ProfileResult, name: str) -> pd.DataFrame:
     if not isinstance(result, ProfileResult):
         raise TypeError(f"compare() needs two ProfileResults; {name} is a {type(result).__name__}")
-    frame = strings.decoded(result.activity.select(["function_name", "kernel", "kernel_us"])).to_pandas()
+    frame = encoded.decoded(result.activity.select(["function_name", "kernel", "kernel_us"])).to_pandas()
     frame["function_name"] = frame["function_name"].astype(object).fillna(_NO_FUNCTION)
     return frame
 

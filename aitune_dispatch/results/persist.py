@@ -66,7 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema, strings
+from .. import encoded, schema
 from . import atomic
 from .values import OpaqueValue, TensorMeta, decode_value, encode_value
 
@@ -238,7 +238,7 @@ def _schema_text(table_schema: pa.Schema) -> str:
     results saved before strings were dictionary-encoded in memory did, so that those versions
     read what this one writes as they read their own results.
     """
-    logical = strings.decoded(table_schema.empty_table()).schema
+    logical = encoded.decoded(table_schema.empty_table()).schema
     return base64.b64encode(logical.serialize().to_pybytes()).decode("ascii")
 
 
@@ -277,7 +277,7 @@ def _restore(table: pa.Table, table_schema: pa.Schema, name: str, rows: int, pat
     """
     target = _in_memory(table_schema)
     try:
-        restored = strings.encoded(table.cast(target).replace_schema_metadata(target.metadata))
+        restored = encoded.encoded(table.cast(target).replace_schema_metadata(target.metadata))
     except (ValueError, TypeError, NotImplementedError, pa.ArrowException) as error:
         raise format_error(
             path, f"does not have the columns its manifest records for table {name!r} ({error})"

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import display, schema, strings
+from .. import display, encoded, schema
 from ..schema import FunctionData
 from . import persist, ranks, views
 from .samples import no_sample_column, sample_table
@@ -46,8 +46,8 @@ def _string_column(column: pa.ChunkedArray) -> Any:
     per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
     them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
     if isinstance(_INFERRED_STRING, pd.StringDtype):
-        return pd.array(strings.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
-    return strings.objects(column)
+        return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
+    return encoded.objects(column)
 
 
 @dataclass(frozen=True, repr=False)
@@ -99,7 +99,7 @@ class ProfileResult:
     (``dictionary<int32, string>``: each distinct value once, one dictionary per column), so a
     million kernels hold a few hundred kernel names, not a million; tables given with plain string
     columns (or several dictionaries per column, as concatenation leaves them) are encoded when the
-    result is built (:func:`aitune_dispatch.strings.encoded`). The DataFrames the result returns
+    result is built (:func:`aitune_dispatch.encoded.encoded`). The DataFrames the result returns
     (``profiling_df()``, ``to_pandas()``, ``unattributed()``, ``describe()``, the views) have plain
     string columns, as before.
     """
@@ -123,7 +123,7 @@ class ProfileResult:
         for name in schema.RESULT_TABLES:
             table = getattr(self, name)
             if isinstance(table, pa.Table):
-                object.__setattr__(self, name, strings.encoded(table))
+                object.__setattr__(self, name, encoded.encoded(table))
 
     # -- the spec's views ---------------------------------------------------------------------------
     def attributed(self) -> pa.Table:
@@ -227,7 +227,7 @@ class ProfileResult:
         """
         rows = views.unattributed(self.activity)
         columns = ["kernel", "kind", "kernel_us", "op", "module_name", "function_name", "op_id", "start_ns", "stream"]
-        return strings.decoded(rows.select(columns)).to_pandas()
+        return encoded.decoded(rows.select(columns)).to_pandas()
 
     def to_pandas(self) -> pd.DataFrame:
         """Every activity row as a DataFrame (the full, unfiltered view).
@@ -240,7 +240,7 @@ class ProfileResult:
         pandas.DataFrame
             Every column of ``activity`` (``schema.ACTIVITY``), one row per kernel, copy, set or CPU op.
         """
-        return strings.decoded(self.activity).to_pandas()
+        return encoded.decoded(self.activity).to_pandas()
 
     # -- display --------------------------------------------------------------------------------------
     def __repr__(self) -> str:

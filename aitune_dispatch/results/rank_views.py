@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema, strings
+from .. import encoded, schema
 from .comparison import compare
 from .profile_result import ProfileResult
 from .ranks import is_merged, own_rank, rank_records, result_ranks, select_rank
@@ -54,8 +54,8 @@ def _is_collective_op(ops: pa.Array) -> pa.Array:
 def collective_mask(activity: pa.Table) -> pa.BooleanArray:
     """Activity rows of collectives: an op of ``COLLECTIVE_OP_PREFIXES`` or an ``nccl*`` kernel (tested once per
     distinct name)."""
-    nccl = strings.matches(activity["kernel"], lambda kernels: pc.match_substring_regex(kernels, NCCL_KERNEL))
-    return pc.or_(nccl, strings.matches(activity["op"], _is_collective_op))
+    nccl = encoded.matches(activity["kernel"], lambda kernels: pc.match_substring_regex(kernels, NCCL_KERNEL))
+    return pc.or_(nccl, encoded.matches(activity["op"], _is_collective_op))
 
 
 def _activity_ranks(result: ProfileResult) -> np.ndarray:
@@ -75,7 +75,7 @@ def _activity_frame(result: ProfileResult) -> pd.DataFrame:
             "rank": _activity_ranks(result),
             "kernel_us": activity["kernel_us"].to_numpy(),
             "device": activity["device"].to_numpy(),
-            "kind": strings.objects(activity["kind"]),
+            "kind": encoded.objects(activity["kind"]),
             "attributed": _mask(attributed_mask(activity)),
             "collective": _mask(collective_mask(activity)),
         }
@@ -151,7 +151,7 @@ def function_ranks(result: ProfileResult) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[_mask(attributed_mask(result.activity))],
-            "function_name": strings.objects(attributed["function_name"]),
+            "function_name": encoded.objects(attributed["function_name"]),
             "kernel_us": attributed["kernel_us"].to_numpy(),
         }
     )
@@ -196,7 +196,7 @@ def collectives(result: ProfileResult) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[mask],
-            **{name: pd.Series(strings.objects(rows[name]), dtype=object) for name in ("module_name", "op", "kernel")},
+            **{name: pd.Series(encoded.objects(rows[name]), dtype=object) for name in ("module_name", "op", "kernel")},
             "kernel_us": rows["kernel_us"].to_numpy(),
         }
     )

@@ -43,8 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema, strings
-from ..schema import FunctionData, is_tensor_like, tensor_shape, tensor_strides
+from .. import encoded, schema
+from ..schema import FunctionData
+from ..tensors import is_tensor_like, tensor_shape, tensor_strides
 from .atomic import is_staging
 from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
@@ -214,7 +215,7 @@ def _merge_samples(ordered: Sequence[RankedResult]) -> tuple[FunctionData, list[
 def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table:
     if "sample" not in calls.column_names or calls.num_rows == 0:
         return calls
-    names = strings.objects(calls["function_name"])
+    names = encoded.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
     out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
     for name, table in remap.items():
@@ -342,7 +343,7 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
     # each rank's string columns have their own dictionaries: concatenated, a column has one per rank;
     # encoded() unites them into one (group_by and take need one dictionary per column)
     tables = {
-        name: strings.encoded(pa.concat_tables(pieces, promote_options="default")) for name, pieces in parts.items()
+        name: encoded.encoded(pa.concat_tables(pieces, promote_options="default")) for name, pieces in parts.items()
     }
     metadata = _common_metadata(ordered)
     if any(UNLINKED_KEY in result.metadata for result in ordered):
@@ -377,7 +378,7 @@ def _rank_function_data(calls: pa.Table, function_data: FunctionData) -> tuple[F
     """The samples ``calls`` refer to, counted over those calls, and the calls re-indexed onto them."""
     if "sample" not in calls.column_names or calls.num_rows == 0:
         return {}, calls
-    names = strings.objects(calls["function_name"])
+    names = encoded.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
     out = np.full(len(samples), schema.NO_SAMPLE, np.int64)
     data: FunctionData = {}

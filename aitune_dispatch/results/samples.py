@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import schema, strings
-from ..schema import SAMPLE_COLUMNS, is_tensor_like, size_text, tensor_shape, tensor_strides
+from .. import encoded, schema
+from ..schema import SAMPLE_COLUMNS
+from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
 from .views import attributed, attributed_us
 
 __all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "no_sample_column", "sample_table", "signature"]
@@ -106,7 +107,7 @@ def has_sample_links(calls: pa.Table, metadata: Mapping[str, str]) -> bool:
 
 
 def _call_frame(calls: pa.Table) -> pd.DataFrame:
-    frame = strings.decoded(calls.select(["call_id", "function_name", "module_id", "sample"])).to_pandas()
+    frame = encoded.decoded(calls.select(["call_id", "function_name", "module_id", "sample"])).to_pandas()
     return frame[frame["sample"] >= 0]
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import schema, strings
+from .. import encoded, schema
 from ..config import SPLITS, one_of
 from ..schema import FunctionData
 from .ranks import RankedResult, result_ranks, select_rank
@@ -63,8 +63,8 @@ def _attributed_frame(result: SplitResult) -> pd.DataFrame:
     rows = result.attributed()
     return pd.DataFrame(
         {
-            "module_name": pd.Series(strings.objects(rows["module_name"]), dtype=object),
-            "function_name": pd.Series(strings.objects(rows["function_name"]), dtype=object),
+            "module_name": pd.Series(encoded.objects(rows["module_name"]), dtype=object),
+            "function_name": pd.Series(encoded.objects(rows["function_name"]), dtype=object),
             "kernel_us": rows["kernel_us"].to_numpy(),
             "device": np.asarray(rows["device"].to_numpy(), dtype=np.int64),
         }

@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from .. import schema
-from ..schema import FunctionData, nested_parts, nested_shape, tensor_shape, tensor_strides
+from ..schema import FunctionData
+from ..tensors import nested_parts, nested_shape, tensor_shape, tensor_strides
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class TensorMeta:
         Bytes per element.
     parts:
         A nested tensor's part shapes (its ``shape`` is then ``(parts, *sizes)`` with
-        ``schema.RAGGED`` where they differ, and ``layout`` is ``"nested"`` or ``"jagged"``); None
+        ``tensors.RAGGED`` where they differ, and ``layout`` is ``"nested"`` or ``"jagged"``); None
         for any other tensor.
     """
 

@@ -1,6 +1,6 @@
 """The ``TorchDispatchMode`` that gives every dispatched aten op an op id.
 
-The op id is the key that joins activity to tracing: the recorder stores which module and
+The op id is the key that joins activity to tracing: the buffers store which module and
 functional call enclosed each op and times it, and the activity source is told when each op starts
 and ends (the CUDA source pushes the id as a CUPTI external correlation id), except for view ops,
 which only compute metadata and launch nothing.
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .recorder import TraceRecorder
+from .buffers import TraceBuffers
 
 
 class OpObserver(Protocol):
@@ -67,13 +67,13 @@ class OpMode(TorchDispatchMode):
 
     supports_higher_order_operators = True
 
-    def __init__(self, recorder: TraceRecorder, observer: OpObserver) -> None:
+    def __init__(self, buffers: TraceBuffers, observer: OpObserver) -> None:
         super().__init__()
-        self._recorder = recorder
+        self._buffers = buffers
         self._started = observer.op_started
         self._finished = observer.op_finished
-        self._add_op = recorder.add_op
-        self._end_op = recorder.end_op
+        self._add_op = buffers.add_op
+        self._end_op = buffers.end_op
         # func -> (name id, name, whether its id is pushed: view ops launch nothing, so never)
         self._names: dict[Callable[..., Any], tuple[int, str, bool]] = {}
         self.pushed = 0  # op ids handed to the observer
@@ -98,7 +98,7 @@ class OpMode(TorchDispatchMode):
         named = self._names.get(func)
         if named is None:
             name = op_name(func)
-            named = self._names[func] = (self._recorder.op_names.id(name), name, not getattr(func, "is_view", False))
+            named = self._names[func] = (self._buffers.op_names.id(name), name, not getattr(func, "is_view", False))
         op_id = self._add_op(named[0])
         if not named[2]:
             try:

@@ -24,8 +24,8 @@ from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils._device import DeviceContext
 
 from .. import schema
+from .buffers import TraceBuffers
 from .gates import GateFreeCopies
-from .recorder import TraceRecorder
 from .samples import SampleCollector
 
 _is_compiling = torch.compiler.is_compiling
@@ -252,9 +252,9 @@ class FunctionalMode(TorchFunctionMode):
     Not reentrant: one instance serves one profiled pass.
     """
 
-    def __init__(self, recorder: TraceRecorder, samples: SampleCollector, all_functions: bool = False) -> None:
+    def __init__(self, buffers: TraceBuffers, samples: SampleCollector, all_functions: bool = False) -> None:
         super().__init__()
-        self._recorder = recorder
+        self._buffers = buffers
         self._samples = samples
         self._all = all_functions
         self._functional_ids: set[int] = set()
@@ -264,7 +264,7 @@ class FunctionalMode(TorchFunctionMode):
     def _name_id(self, func: Callable[..., Any], name: str) -> int:
         found = self._name_ids.get(func)
         if found is None:
-            found = self._name_ids[func] = self._recorder.function_names.id(name)
+            found = self._name_ids[func] = self._buffers.function_names.id(name)
         return found
 
     def __torch_function__(
@@ -283,7 +283,7 @@ class FunctionalMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if name is None:
             return self._torch_level_call(func, args, kwargs)
-        stacks = self._recorder.stacks()
+        stacks = self._buffers.stacks()
         if stacks.reentered and stacks.reentered[-1] is func:
             # the gate-free copy of ``func`` called back through its public name: same call
             return func(*args, **kwargs)
@@ -294,21 +294,21 @@ class FunctionalMode(TorchFunctionMode):
 
     def _torch_level_call(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``functions="all"``: a torch-level API call counts where no functional call encloses it."""
-        stacks = self._recorder.stacks()
+        stacks = self._buffers.stacks()
         name = api_name(func)
         if name is None or (stacks.calls[-1] != -1 and self._encloses_functional(stacks)):
             return func(*args, **kwargs)
         explicit = stacks.modules[-1] != _NO_MODULE and self._samples.wants_explicitly(name)
         sample = self._samples.observe(name, args, kwargs) if explicit else -1
         # run as-is: what a torch-level API does inside is its own (no re-armed nested calls)
-        call_id = self._recorder.begin_call(self._name_id(func, name), stacks, sample)
+        call_id = self._buffers.begin_call(self._name_id(func, name), stacks, sample)
         try:
             return func(*args, **kwargs)
         finally:
-            self._recorder.end_call(call_id, stacks)
+            self._buffers.end_call(call_id, stacks)
 
     def _encloses_functional(self, stacks: Any) -> bool:
-        names = self._recorder.call_name
+        names = self._buffers.call_name
         return any(names[call] in self._functional_ids for call in stacks.calls[1:])
 
     def _run_call(
@@ -320,7 +320,7 @@ class FunctionalMode(TorchFunctionMode):
         kwargs: dict[str, Any],
         sample: int,
     ) -> Any:
-        call_id = self._recorder.begin_call(name_id, stacks, sample)
+        call_id = self._buffers.begin_call(name_id, stacks, sample)
         copy = rearmed_copy(func)
         try:
             # another TorchFunctionMode below ours (aitune_dispatch.activate, a user's mode) must see
@@ -334,5 +334,5 @@ class FunctionalMode(TorchFunctionMode):
                     stacks.reentered.pop()
             return func(*args, **kwargs)
         finally:
-            self._recorder.end_call(call_id, stacks)
+            self._buffers.end_call(call_id, stacks)
 

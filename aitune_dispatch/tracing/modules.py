@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from .. import schema, strings
+from .. import encoded, schema
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -170,8 +170,8 @@ class ModuleTracker:
         return pa.table(
             {
                 "module_id": pa.array(range(len(self.modules)), pa.int64()),
-                "module_name": strings.of_values(self.names),
-                "module_type": strings.of_values([type(m).__qualname__ for m in self.modules]),
+                "module_name": encoded.of_values(self.names),
+                "module_type": encoded.of_values([type(m).__qualname__ for m in self.modules]),
                 "parent_module_id": pa.array(self.parents, pa.int64()),
             },
             schema=schema.MODULES,

@@ -1,12 +1,12 @@
 """The native tracing backend: function mode, module stacks, op tracer and sample keys in C++.
 
-``aitune_dispatch._tracer`` (``native_shims/tracer/``) keeps the per-thread module and
+``aitune_dispatch.tracing._tracer`` (``native_shims/tracer/``) keeps the per-thread module and
 functional-call stacks, appends every row to C++ columns, pushes op and scope ids as CUPTI external
 correlation ids, records aten ops with a thread-local ``at::RecordFunction`` callback (the ops a
 ``TorchDispatchMode`` would see), keys samples, and answers torch's ``__torch_function__`` lookup
 on :class:`NativeFunctionMode` with a C function: a torch call that is not an intercepted
 functional costs one dictionary lookup and no Python frame of ours. Same rows, same semantics and
-the same schemas as the pure-Python backend (``tracing/pure.py``); ``docs/design.md``, "The
+the same schemas as the pure-Python backend (``tracing/python.py``); ``docs/design.md``, "The
 native tracing backend". Its configuration crosses into C++ by name: :class:`NativePass` holds
 every keyword ``start()`` takes.
 """
@@ -25,12 +25,12 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .. import schema, strings
+from .. import encoded, schema
 from ..schema import FunctionData
+from .buffers import other_threads_running, still_running
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
 from .mode_stack import exit_function_mode
-from .recorder import other_threads_running, still_running
 from .samples import sample_pair_key
 
 BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is installed (scripts/setup.sh does)"
@@ -39,7 +39,7 @@ BUILD_FIX = "build it with `python setup.py build_ext --inplace` where torch is 
 def load() -> ModuleType:
     """The compiled backend; ImportError (with the fix) where it was not built for this torch."""
     try:
-        from .. import _tracer
+        from . import _tracer
     except ImportError as error:
         raise ImportError(f"the native tracer is not built for this Python/torch ({error}); {BUILD_FIX}") from error
     built_for = getattr(_tracer, "torch_version", None)
@@ -178,7 +178,7 @@ def _int64(data: bytes) -> pa.Array:
 
 def _names(ids: bytes, names: list[str]) -> pa.Array:
     """The C++ tracer's name codes into its interned names, as a dictionary column (no per-row string)."""
-    return strings.from_codes(np.frombuffer(ids, dtype=np.int32), names)
+    return encoded.from_codes(np.frombuffer(ids, dtype=np.int32), names)
 
 
 class NativeTracer:

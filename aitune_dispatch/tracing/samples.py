@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..schema import FunctionData, Sample, nested_parts, tensor_strides
+from ..schema import FunctionData, Sample
+from ..tensors import nested_parts, tensor_strides
 from .unseen import calls_unseen
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]

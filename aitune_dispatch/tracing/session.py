@@ -16,7 +16,7 @@ from .modules import ModuleTracker
 class TraceSession:
     """Context manager around the recorded pass; not reentrant, one instance per pass.
 
-    ``tracer`` is the backend's tracer for this pass (``backends.make_tracer``); the session
+    ``tracer`` is the backend's tracer for this pass (``tracers.make_tracer``); the session
     installs what it is handed and removes everything on exit, also on exceptions.
     """
 

@@ -272,7 +272,7 @@ bool function_mode_ready(PyObject* module) {
   torch_function_name = PyUnicode_InternFromString("__torch_function__");
   unbound_handler = PyCFunction_NewEx(&handler_def, nullptr, nullptr);
   if (empty_tuple == nullptr || torch_function_name == nullptr || unbound_handler == nullptr) return false;
-  mode_type.tp_name = "aitune_dispatch._tracer.FunctionModeBase";
+  mode_type.tp_name = "aitune_dispatch.tracing._tracer.FunctionModeBase";
   mode_type.tp_basicsize = sizeof(ModeObject);
   mode_type.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC;
   mode_type.tp_doc = "Base of a TorchFunctionMode whose __torch_function__, as torch looks it up, is native.";

@@ -1,4 +1,4 @@
-// aitune_dispatch._tracer: the compiled tracing backend (tracing/native.py drives it).
+// aitune_dispatch.tracing._tracer: the compiled tracing backend (tracing/native.py drives it).
 //
 // One recorded pass: start() takes the hierarchy's modules, the function-mode configuration and
 // the CUPTI correlation kind, all by keyword (tracing/native.py NativePass), resets every column

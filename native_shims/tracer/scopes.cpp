@@ -1,6 +1,6 @@
 // Module forwards and functional calls: rows, per-thread stacks, and the scope ids pushed as CUPTI
 // external correlation ids so that a launch made outside any aten op still names its context.
-// The semantics are those of tracing/recorder.py (TraceRecorder), row for row.
+// The semantics are those of tracing/buffers.py (TraceBuffers), row for row.
 
 #include "trace.h"
 

@@ -1,4 +1,4 @@
-// Shared state of aitune_dispatch._tracer: the columns one recorded pass appends to, and the
+// Shared state of aitune_dispatch.tracing._tracer: the columns one recorded pass appends to, and the
 // per-thread module / functional-call stacks that every row is stamped with.
 //
 // Writers: the module hooks and the function mode run with the GIL held; the RecordFunction op
@@ -67,7 +67,7 @@ struct ThreadState {
   int64_t thread = -1;
   bool traced = true;
   bool named = false;
-  // bottom entries are sentinels, as in tracing/recorder.py
+  // bottom entries are sentinels, as in tracing/buffers.py
   std::vector<int64_t> modules{kNoModule};
   std::vector<int64_t> module_rows{-1};
   std::vector<int64_t> calls{kNoCall};

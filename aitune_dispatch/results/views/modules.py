@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ... import schema, strings
+from ... import encoded, schema
 from ...schema import MODULE_COLUMNS
 from .accounting import ResultTables, total_us
 
@@ -100,7 +100,7 @@ def module_labels(result: ResultTables) -> dict[int, tuple[str, str]]:
 
 def modules_frame(result: ResultTables) -> pd.DataFrame:
     """The modules table as a DataFrame indexed by ``module_id``, names and types never null."""
-    modules = strings.decoded(result.modules).to_pandas()
+    modules = encoded.decoded(result.modules).to_pandas()
     modules["module_name"] = modules["module_name"].astype(object).fillna("")
     modules["module_type"] = modules["module_type"].astype(object).fillna("")
     return modules.set_index("module_id", drop=False)
@@ -139,7 +139,7 @@ def module_groups(result: ResultTables) -> dict[int, str]:
 def activity_frame(result: ResultTables) -> pd.DataFrame:
     """The activity columns the views group by, as a DataFrame with None (not NaN) for missing names."""
     columns = ["kernel", "kind", "kernel_us", "op", "module_id", "call_id", "function_name", "op_id"]
-    frame = strings.decoded(result.activity.select(columns)).to_pandas()
+    frame = encoded.decoded(result.activity.select(columns)).to_pandas()
     for column in ("kernel", "kind", "op", "function_name"):
         frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ... import schema, strings
-from ...provenance import looks_like_inductor
-from ...schema import UNATTRIBUTED_COLUMNS
+from ... import encoded, schema
+from ...schema import UNATTRIBUTED_COLUMNS, looks_like_inductor
 from .accounting import ResultTables, total_us, unattributed
 from .modules import modules_frame, pattern_labels
 
@@ -81,7 +80,7 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     rows = unattributed(result.activity)
     if rows.num_rows == 0:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in UNATTRIBUTED_COLUMNS})
-    frame = strings.decoded(rows.select(["op", "module_id", "call_id", "kernel_us", "kernel"])).to_pandas()
+    frame = encoded.decoded(rows.select(["op", "module_id", "call_id", "kernel_us", "kernel"])).to_pandas()
     frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
     frame["reason"] = [
         _reason(o, m, c, k) for o, m, c, k in zip(frame["op"], frame["module_id"], frame["call_id"], frame["kernel"])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from .. import schema, strings
+from .. import encoded, schema
 
 # activity kinds of the decoded rows (``kind_code``), and the ``kind`` each becomes
 KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET = 0, 1, 2
@@ -123,8 +123,8 @@ class DecodedRecords:
         """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS` (``name`` and ``kind`` dictionary-encoded)."""
         # names stay codes into the decoder's name table (demangled once per name, two mangled names
         # that demangle alike become one value): no per-row string
-        names = strings.from_codes(self.name_index, [demangle(n) for n in self.names])
-        kinds = strings.from_codes(self.kind_code, KIND_NAMES)
+        names = encoded.from_codes(self.name_index, [demangle(n) for n in self.names])
+        kinds = encoded.from_codes(self.kind_code, KIND_NAMES)
         return pa.Table.from_arrays(
             [
                 pa.array(self.correlation_id, pa.int64()),
@@ -169,8 +169,8 @@ class DecodedRecords:
         for key in distinct.tolist():
             api, cbid = key >> 32, key & 0xFFFFFFFF
             labels.append(names.get((api, cbid)) or f"{API_NAMES[api] if api < len(API_NAMES) else api} cbid {cbid}")
-        api_names = strings.from_codes(index, labels)
-        apis = strings.from_codes(self.api_kind, API_NAMES)
+        api_names = encoded.from_codes(index, labels)
+        apis = encoded.from_codes(self.api_kind, API_NAMES)
         return pa.Table.from_arrays(
             [
                 pa.array(self.api_correlation_id, pa.int64()),

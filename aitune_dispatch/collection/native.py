@@ -1,6 +1,6 @@
 """The compiled decoder backend: CUPTI buffers decoded into columns in C (``native_shims/``).
 
-The extension ``aitune_dispatch._cupti_native`` owns the CUPTI buffer callbacks; its callback
+The extension ``aitune_dispatch.collection._cupti_native`` owns the CUPTI buffer callbacks; its callback
 copies kernel / memcpy / memset / external-correlation / runtime and driver API fields into C arrays
 and returns, without
 Python or the GIL. :meth:`NativeRecordSink.take` wraps those arrays with ``np.frombuffer``; the only
@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .records import API_DRIVER, API_RUNTIME, KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
+from .decoded import API_DRIVER, API_RUNTIME, KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
 
 try:
-    from .. import _cupti_native as _native_module
+    from . import _cupti_native as _native_module
 except ImportError as error:  # not built: no compiler or no CUPTI headers at install time
     _native_module = None
     _NATIVE_IMPORT_ERROR: ImportError | None = error
@@ -56,9 +56,9 @@ def native_module() -> ModuleType:
     """The compiled extension, or an ImportError that says how to build it."""
     if _native_module is None:
         raise ImportError(
-            f"aitune_dispatch._cupti_native is not built ({_NATIVE_IMPORT_ERROR}); reinstall with a C compiler "
-            "and the CUPTI headers present (pip install -e . with nvidia-cuda-cupti and nvidia-cuda-runtime 13.x, "
-            "see native_shims/README.md)"
+            f"aitune_dispatch.collection._cupti_native is not built ({_NATIVE_IMPORT_ERROR}); reinstall with a C "
+            "compiler and the CUPTI headers present (pip install -e . with nvidia-cuda-cupti and "
+            "nvidia-cuda-runtime 13.x, see native_shims/README.md)"
         )
     return _native_module
 
@@ -72,6 +72,16 @@ def _wheel_libcupti() -> str | None:
             if path.is_file():
                 return str(path)
     return None
+
+
+def loaded_module() -> ModuleType:
+    """The compiled extension with libcupti resolved (its graph observer and decoder run in it).
+
+    Raises ImportError, OSError or RuntimeError where it is not built or libcupti cannot be loaded.
+    """
+    module = native_module()
+    module.load(_wheel_libcupti())
+    return module
 
 
 class NativeRecordSink:

@@ -1,4 +1,4 @@
-"""Compiled CUPTI activity decoder (``native_shims/cupti_decoder.c``); see ``collection/native_sink.py``."""
+"""Compiled CUPTI activity decoder (``native_shims/cupti_decoder.c``); see ``collection/native.py``."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """Append-only columnar buffers for what tracing sees: ops, functional calls, module calls.
 
-The recorder is the only state shared by the module hooks and the two modes. Each thread has its
+The buffers are the only state shared by the module hooks and the two modes. Each thread has its
 own module stack and functional-call stack, so a module run by another thread never encloses the
 ops of the profiling thread. Threads that were already running when ``profile()`` began (other
 than the profiling thread) were not started by the profiled function: their module forwards are
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from .. import schema, strings
+from .. import encoded, schema
 
 _clock_ns = time.perf_counter_ns
 
@@ -77,14 +77,14 @@ class _Interner:
 
     def column(self, ids: array) -> pa.Array:
         """The ids as a dictionary column of the interned names (schema.STRING: no per-row string)."""
-        return strings.from_codes(np.frombuffer(ids, dtype=np.int64).astype(np.int32) if len(ids) else [], self.names)
+        return encoded.from_codes(np.frombuffer(ids, dtype=np.int64).astype(np.int32) if len(ids) else [], self.names)
 
 
 def _int64(values: array) -> pa.Array:
     return pa.array(np.frombuffer(values, dtype=np.int64) if len(values) else [], pa.int64())
 
 
-class TraceRecorder:
+class TraceBuffers:
     """Columnar record of one profiled pass; single writer per thread, read after the pass."""
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """The pure-Python tracing backend: the fallback where the native one (``tracing/native.py``) is not built.
 
-A :class:`~.recorder.TraceRecorder` keeps the per-thread stacks and columns, a
+A :class:`~.buffers.TraceBuffers` keeps the per-thread stacks and columns, a
 :class:`~.functional.FunctionalMode` opens functional calls, an :class:`~.dispatch.OpMode`
 (a TorchDispatchMode) records aten ops, and a :class:`~.samples.SampleCollector` keys samples.
 Same rows, semantics and schemas as the native backend; every test runs on both.
@@ -18,11 +18,11 @@ from torch import nn
 
 from .. import schema
 from ..schema import FunctionData
+from .buffers import TraceBuffers
 from .contract import CorrelationTarget, ThreadInfo, TraceTables
 from .dispatch import OpMode
 from .functional import FunctionalMode
 from .mode_stack import exit_dispatch_mode, exit_function_mode
-from .recorder import TraceRecorder
 from .samples import SampleCollector
 
 
@@ -50,18 +50,18 @@ class PythonTracer:
         running_before: Mapping[int, threading.Thread | None] | None = None,
     ) -> None:
         """One pass over ``modules`` (``(module, module_id)`` pairs); ``running_before`` as for
-        ``TraceRecorder.begin_pass`` (None: the threads running when the pass begins)."""
+        ``TraceBuffers.begin_pass`` (None: the threads running when the pass begins)."""
         self._running_before = running_before
-        self.recorder = TraceRecorder()
+        self.buffers = TraceBuffers()
         self.samples = SampleCollector(function_names)
         self._ids = {id(module): module_id for module, module_id in modules}
         correlates = target.correlation_kind != schema.NO_CORRELATION  # the CPU source correlates nothing
         if correlates:  # launches outside any op are tagged with the scope they ran in
-            self.recorder.scope_entered = target.scope_entered
-            self.recorder.scope_exited = target.scope_exited
+            self.buffers.scope_entered = target.scope_entered
+            self.buffers.scope_exited = target.scope_exited
         self._modes = (
-            FunctionalMode(self.recorder, self.samples, all_functions),
-            OpMode(self.recorder, target if correlates else _Silent()),
+            FunctionalMode(self.buffers, self.samples, all_functions),
+            OpMode(self.buffers, target if correlates else _Silent()),
         )
         self.function_mode = self._modes[0]
         self._stack: contextlib.ExitStack | None = None
@@ -70,7 +70,7 @@ class PythonTracer:
         if self._stack is not None:
             raise RuntimeError("a PythonTracer records one pass; create a new one")
         # the profiling thread is thread 0; threads running before profile() began are not traced
-        self.recorder.begin_pass(self._running_before)
+        self.buffers.begin_pass(self._running_before)
         with contextlib.ExitStack() as stack:
             # each mode leaves its stack even where the profiled function left a mode of its own above it
             for mode, exit_mode in zip(self._modes, (exit_function_mode, exit_dispatch_mode)):
@@ -89,24 +89,24 @@ class PythonTracer:
         """A forward of ``module`` begins on this thread."""
         module_id = self._ids.get(id(module))
         if module_id is not None:
-            self.recorder.enter_module(module_id)
+            self.buffers.enter_module(module_id)
 
     def module_exited(self, module: nn.Module) -> None:
         """A forward of ``module`` ended on this thread."""
         module_id = self._ids.get(id(module))
         if module_id is not None:
-            self.recorder.exit_module(module_id)
+            self.buffers.exit_module(module_id)
 
     def tables(self) -> TraceTables:
         """The pass as Arrow tables."""
-        recorder = self.recorder
+        buffers = self.buffers
         return TraceTables(
-            ops=recorder.ops_table(),
-            calls=recorder.calls_table(),
-            module_calls=recorder.module_calls_table(),
-            contexts=recorder.contexts_table(),
-            threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in recorder.threads),
-            scopes_pushed=len(recorder.ctx_module),
+            ops=buffers.ops_table(),
+            calls=buffers.calls_table(),
+            module_calls=buffers.module_calls_table(),
+            contexts=buffers.contexts_table(),
+            threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in buffers.threads),
+            scopes_pushed=len(buffers.ctx_module),
             ops_pushed=self._modes[1].pushed,
         )
 

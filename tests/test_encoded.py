@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import aitune_dispatch
-from aitune_dispatch import schema, strings
-from aitune_dispatch.collection.records import DecodedRecords
+from aitune_dispatch import encoded, schema
+from aitune_dispatch.collection.decoded import DecodedRecords
 from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.joining import join_activity
 from aitune_dispatch.results import merge, select_rank, views
@@ -36,7 +36,7 @@ def assert_encoded(result: aitune_dispatch.ProfileResult) -> None:
         table = getattr(result, name)
         for column in string_columns(table):
             assert table.schema.field(column).type == schema.STRING, (name, column)
-            assert strings.is_encoded(table[column]), (name, column)
+            assert encoded.is_encoded(table[column]), (name, column)
 
 
 def assert_plain(frame: pd.DataFrame, columns: list[str]) -> None:
@@ -52,7 +52,7 @@ def test_the_schemas_of_the_result_tables_declare_every_string_column_dictionary
     for table_schema in (schema.KERNELS, schema.LAUNCHES, schema.OPS, schema.CALLS, schema.MODULES, schema.ACTIVITY,
                          schema.KERNEL_SOURCES):  # fmt: skip
         assert not [f.name for f in table_schema if pa.types.is_string(f.type)], table_schema
-    assert schema.ACTIVITY.field("kernel").type == pa.dictionary(pa.int32(), pa.string()) == strings.STRING
+    assert schema.ACTIVITY.field("kernel").type == pa.dictionary(pa.int32(), pa.string()) == encoded.STRING
 
 
 def test_a_profiled_run_keeps_every_string_column_dictionary_encoded(cpu_profiler):
@@ -61,7 +61,7 @@ def test_a_profiled_run_keeps_every_string_column_dictionary_encoded(cpu_profile
     assert_encoded(result)
     kernels = result.activity["kernel"].chunk(0)
     # each name once (the native tracer interns names per process: the dictionary may hold earlier runs' names)
-    used = set(strings.plain(kernels).to_pylist())
+    used = set(encoded.plain(kernels).to_pylist())
     assert used <= set(kernels.dictionary.to_pylist()) and len(used) < result.activity.num_rows
     assert result.activity.schema == schema.ACTIVITY
 
@@ -104,7 +104,7 @@ def test_decoded_records_keep_names_as_codes_and_names_that_demangle_alike_as_on
     assert launches["api_name"].to_pylist() == ["cudaLaunchKernel", "cudaLaunchKernel", "driver cbid 307",
                                                 "cudaMemcpyAsync"]  # fmt: skip
     for table in (kernels, launches):
-        assert all(strings.is_encoded(table[c]) for c in string_columns(table))
+        assert all(encoded.is_encoded(table[c]) for c in string_columns(table))
 
 
 @pytest.mark.single_backend
@@ -114,12 +114,12 @@ def test_the_join_holds_no_per_row_string():
     kernels = pa.table(
         {
             "correlation_id": np.arange(rows, dtype=np.int64),
-            "name": strings.from_codes(np.arange(rows) % 3, [name + "0", name + "1", name + "2"]),
+            "name": encoded.from_codes(np.arange(rows) % 3, [name + "0", name + "1", name + "2"]),
             "start_ns": np.arange(rows, dtype=np.int64),
             "end_ns": np.arange(rows, dtype=np.int64) + 5,
             "device": np.zeros(rows, np.int32),
             "stream": np.zeros(rows, np.int64),
-            "kind": strings.constant(schema.KIND_KERNEL, rows),
+            "kind": encoded.constant(schema.KIND_KERNEL, rows),
         },
         schema=schema.KERNELS,
     )
@@ -132,7 +132,7 @@ def test_the_join_holds_no_per_row_string():
     for column in ("kernel", "kind", "op", "module_name", "function_name", "attribution"):
         # 4 bytes a row plus the few distinct values (as plain strings: 300 bytes a row for kernel)
         assert activity[column].nbytes < 4 * rows + 2_000, (column, activity[column].nbytes)
-    assert strings.objects(activity["kernel"])[:4].tolist() == [name + "0", name + "1", name + "2", name + "0"]
+    assert encoded.objects(activity["kernel"])[:4].tolist() == [name + "0", name + "1", name + "2", name + "0"]
     assert activity["op"].chunk(0).dictionary.to_pylist() == ["aten::mm"]
 
 
@@ -178,7 +178,7 @@ def test_row_groups_with_their_own_dictionaries_load_as_one_dictionary_per_colum
     folder = result.save(tmp_path / "saved")
     activity = pq.read_table(folder / "activity.parquet")
     parts = [activity.slice(i, 1) for i in range(activity.num_rows)]
-    kernels = [strings.from_codes([0], [value]) for value in activity["kernel"].to_pylist()]
+    kernels = [encoded.from_codes([0], [value]) for value in activity["kernel"].to_pylist()]
     pieces = [part.set_column(part.schema.get_field_index("kernel"), "kernel", k) for part, k in zip(parts, kernels)]
     pq.write_table(pa.concat_tables(pieces), folder / "activity.parquet", row_group_size=1)
     assert pq.ParquetFile(folder / "activity.parquet").metadata.num_row_groups == activity.num_rows
@@ -220,45 +220,45 @@ def test_merging_a_fresh_and_a_loaded_result(demo_result):
 # -- the helpers ---------------------------------------------------------------------------------------------
 @pytest.mark.single_backend
 def test_objects_keeps_nulls_where_chunked_to_numpy_does_not():
-    column = pa.chunked_array([strings.from_codes(pa.array([0, 1, None, 0], pa.int32()), ["a", "b"])])
-    values = strings.objects(column)
+    column = pa.chunked_array([encoded.from_codes(pa.array([0, 1, None, 0], pa.int32()), ["a", "b"])])
+    values = encoded.objects(column)
     assert values.tolist() == ["a", "b", None, "a"] and values.dtype == object
     assert values[0] is values[3]  # one Python string per distinct value
 
 
 @pytest.mark.single_backend
 def test_encoded_normalises_plain_large_multi_chunk_and_narrow_index_columns():
-    chunked = pa.chunked_array([strings.from_codes([0, 1], ["a", "b"]), strings.from_codes([0, 1], ["b", "c"])])
+    chunked = pa.chunked_array([encoded.from_codes([0, 1], ["a", "b"]), encoded.from_codes([0, 1], ["b", "c"])])
     narrow = pa.DictionaryArray.from_arrays(pa.array([1, 0, 1], pa.int8()), pa.array(["x", "x"], pa.large_string()))
     table = pa.table({"plain": ["p", None, "p", "q"], "large": pa.array(["l"] * 4, pa.large_string()),
                       "chunked": chunked, "narrow": pa.concat_arrays([narrow, narrow.slice(0, 1)]),
                       "n": [1, 2, 3, 4]})  # fmt: skip
-    out = strings.encoded(table)
+    out = encoded.encoded(table)
     for column in ("plain", "large", "chunked", "narrow"):
-        assert out.schema.field(column).type == strings.STRING and strings.is_encoded(out[column]), column
+        assert out.schema.field(column).type == encoded.STRING and encoded.is_encoded(out[column]), column
         assert out[column].to_pylist() == table[column].to_pylist(), column
     assert out["narrow"].chunk(0).dictionary.to_pylist() == ["x"]  # a repeated value is kept once
     assert out["n"].equals(table["n"])
-    again = strings.encoded(out)  # encoded columns are kept as they are: the same buffers, no copy
+    again = encoded.encoded(out)  # encoded columns are kept as they are: the same buffers, no copy
     address = [t["chunked"].chunk(0).indices.buffers()[1].address for t in (out, again)]
     assert again.equals(out) and address[0] == address[1]
-    assert strings.decoded(out).to_pandas().equals(strings.decoded(table).to_pandas())
+    assert encoded.decoded(out).to_pandas().equals(encoded.decoded(table).to_pandas())
 
 
 @pytest.mark.single_backend
 def test_matches_and_map_values_work_once_per_distinct_value():
-    column = strings.from_codes(pa.array([0, 1, None, 2, 0], pa.int32()), ["ncclKernel", "gemm", "nccl_x"])
-    assert strings.matches(column, lambda s: pc.starts_with(s, "nccl")).to_pylist() == [True, False, False, True, True]
-    prefixed = strings.map_values(column, lambda s: pc.binary_join_element_wise("cpu::", s, ""))
+    column = encoded.from_codes(pa.array([0, 1, None, 2, 0], pa.int32()), ["ncclKernel", "gemm", "nccl_x"])
+    assert encoded.matches(column, lambda s: pc.starts_with(s, "nccl")).to_pylist() == [True, False, False, True, True]
+    prefixed = encoded.map_values(column, lambda s: pc.binary_join_element_wise("cpu::", s, ""))
     assert prefixed.to_pylist() == ["cpu::ncclKernel", "cpu::gemm", None, "cpu::nccl_x", "cpu::ncclKernel"]
     assert len(prefixed.dictionary) == 3
 
 
 @pytest.mark.single_backend
 def test_plain_decodes_in_chunks_without_changing_values():
-    rows = 3 * strings.DECODE_ROWS + 5
-    column = strings.from_codes(np.arange(rows) % 2, ["even", "odd"])
-    decoded = strings.plain(column, pa.large_string())
+    rows = 3 * encoded.DECODE_ROWS + 5
+    column = encoded.from_codes(np.arange(rows) % 2, ["even", "odd"])
+    decoded = encoded.plain(column, pa.large_string())
     assert decoded.type == pa.large_string() and decoded.num_chunks == 4 and len(decoded) == rows
     assert decoded.to_pylist()[-2:] == [("even", "odd")[(rows - 2) % 2], ("even", "odd")[(rows - 1) % 2]]
 
@@ -267,7 +267,7 @@ def test_plain_decodes_in_chunks_without_changing_values():
 def test_a_result_built_from_plain_string_tables_is_encoded():
     # hand-made tables (tests, users) may hold plain strings: the result encodes them
     result = fixture_results.synthetic_result()
-    plain_ops = strings.decoded(result.ops)
+    plain_ops = encoded.decoded(result.ops)
     assert plain_ops.schema.field("op").type == pa.string()
     tables = {**{name: getattr(result, name) for name in schema.RESULT_TABLES}, "ops": plain_ops}
     rebuilt = aitune_dispatch.ProfileResult(**tables, function_data={}, source="test")

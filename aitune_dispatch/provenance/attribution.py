@@ -10,7 +10,7 @@ functional call its launch ran in at capture; a replayed kernel takes them (``at
 "graph_capture"``). A replay of a graph captured where the profiler could not see it keeps the
 replaying module and gets the op ``cudaGraphLaunch`` (``"graph_launch"``).
 
-**Inductor kernels.** Each kernel call site of a compiled graph (``tracing/compiled.py``: ``SITES``,
+**Inductor kernels.** Each kernel call site of a compiled graph (``provenance/inductor.py``: ``SITES``,
 ``SITE_SOURCES``) is matched to the launches it made: a Triton kernel by its name, an extern call by
 the aten op it dispatched at run time (``aten::mm``). Only launches outside any ``torch.nn.functional``
 call are matched (eager attribution always wins; with ``functions="all"``, the torch-level calls the
@@ -39,7 +39,6 @@ compiled kernels, one per (replay, capture-time call) for graph replays.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,26 +46,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema, strings
+from .. import encoded, schema
 
 _NONE = -1
-# the names Inductor gives the kernels it generates: ``triton_<category>_<fused ops>_<n>`` (``poi``
-# pointwise, ``red`` / ``per`` reductions, ``tem`` templates...) and ``cpp_fused_...`` on CPU
-INDUCTOR_KERNEL = r"^(?:triton_[a-z]{3}_|cpp_fused_)"
-
-
-def looks_like_inductor(name: str | None) -> bool:
-    """Whether a kernel name is one Inductor generates (:data:`INDUCTOR_KERNEL`)."""
-    return name is not None and re.match(INDUCTOR_KERNEL, name) is not None
-
-
 def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(column, _NONE).to_numpy(), dtype=np.int64)
 
 
 def _objects(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A string column as an object array sharing one Python string per distinct value."""
-    return strings.objects(column)
+    return encoded.objects(column)
 
 
 # -- the fusion rule -------------------------------------------------------------------------------------
@@ -385,7 +374,7 @@ def attribute(
     calls, modules:
         The recorded pass's functional calls and the profiled hierarchy.
     sites, site_sources:
-        Compiled-kernel sites and their sources (``tracing/compiled.py``); None: none.
+        Compiled-kernel sites and their sources (``provenance/inductor.py``); None: none.
     captured:
         Graph nodes resolved to their capture (:func:`captured_nodes`); None: none observed.
     outside_ok:
@@ -505,7 +494,7 @@ def attribute(
 
 def _torch_level(names: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Calls named like torch-level APIs (``torch.addmm``, ``aten.mm.default``), not ``torch.nn.functional`` ones."""
-    dotted = strings.matches(names, lambda values: pc.match_substring(values, "."))
+    dotted = encoded.matches(names, lambda values: pc.match_substring(values, "."))
     return np.asarray(dotted.to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -573,7 +562,7 @@ def _synthesized_calls(
     added = pa.table(
         {
             "call_id": pa.array(np.arange(base, base + count, dtype=np.int64)),
-            "function_name": strings.of_values(function[first]),
+            "function_name": encoded.of_values(function[first]),
             "parent_call_id": pa.array(np.full(count, schema.NO_CALL, np.int64)),
             "module_id": pa.array(module_id[first]),
             "start_ns": pa.array(np.zeros(count, np.int64)),
@@ -583,7 +572,7 @@ def _synthesized_calls(
         },
         schema=schema.CALLS,
     )
-    return strings.encoded(pa.concat_tables([calls.cast(schema.CALLS), added])), call_id
+    return encoded.encoded(pa.concat_tables([calls.cast(schema.CALLS), added])), call_id
 
 
 def _kernel_sources(
@@ -621,7 +610,7 @@ def _kernel_sources(
             "source": frame["source"].astype(object).to_numpy(),
         }
     )
-    return strings.encoded(pa.Table.from_pandas(table, schema=schema.KERNEL_SOURCES, preserve_index=False))
+    return encoded.encoded(pa.Table.from_pandas(table, schema=schema.KERNEL_SOURCES, preserve_index=False))
 
 
 def _module_names(modules: pa.Table, module_ids: np.ndarray) -> list[str | None]:
@@ -651,22 +640,22 @@ def _with_columns(
     attribution: np.ndarray,
 ) -> pa.Table:
     columns = {
-        "op": strings.of_values(_clean(op)),
+        "op": encoded.of_values(_clean(op)),
         "module_id": pa.array(module_id, pa.int64()),
         "module_name": _module_name_column(modules, module_id),
         "call_id": pa.array(call_id, pa.int64()),
-        "function_name": strings.of_values(_clean(function)),
-        "attribution": strings.of_values(attribution),
+        "function_name": encoded.of_values(_clean(function)),
+        "attribution": encoded.of_values(attribution),
     }
     for name, values in columns.items():
         activity = activity.set_column(activity.schema.get_field_index(name), name, values)
-    return strings.encoded(activity.cast(schema.ACTIVITY))
+    return encoded.encoded(activity.cast(schema.ACTIVITY))
 
 
 def _inductor_like(activity: pa.Table, compiled: np.ndarray) -> int:
     if activity.num_rows == 0:
         return 0
-    looks = strings.matches(activity["kernel"], lambda names: pc.match_substring_regex(names, INDUCTOR_KERNEL))
+    looks = encoded.matches(activity["kernel"], lambda names: pc.match_substring_regex(names, schema.INDUCTOR_KERNEL))
     return int((np.asarray(looks.to_numpy(zero_copy_only=False), dtype=bool) & ~compiled).sum())
 
 

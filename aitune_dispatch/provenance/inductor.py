@@ -48,8 +48,8 @@ import pyarrow as pa
 from torch import nn
 
 from .. import schema
-from .functional import api_name, functional_registry
-from .import_watch import AfterImport, ImportWatch
+from ..tracing.functional import api_name, functional_registry
+from ..tracing.import_watch import AfterImport, ImportWatch
 
 HOOK = "set_kernel_post_grad_provenance_tracing"
 _INDUCTOR = "torch._inductor"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import (
+from .decoded import (
     API_DRIVER,
     API_RUNTIME,
     KIND_KERNEL,

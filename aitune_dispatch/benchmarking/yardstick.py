@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import strings
+from .. import encoded
 from ..results import ProfileResult
 from ..results.samples import has_sample_links
 
@@ -86,9 +86,9 @@ def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSam
     """
     if not has_sample_links(result.calls, result.metadata):
         return None
-    calls = strings.decoded(result.calls.select(["call_id", "function_name", "parent_call_id", "sample"])).to_pandas()
+    calls = encoded.decoded(result.calls.select(["call_id", "function_name", "parent_call_id", "sample"])).to_pandas()
     call_ids = calls["call_id"].to_numpy(np.int64)
-    activity = strings.decoded(result.activity.select(["call_id", "kernel", "kernel_us"])).to_pandas()
+    activity = encoded.decoded(result.activity.select(["call_id", "kernel", "kernel_us"])).to_pandas()
     rows, call_rows = _enclosing_pairs(
         activity["call_id"].to_numpy(np.int64), call_ids, calls["parent_call_id"].to_numpy(np.int64)
     )

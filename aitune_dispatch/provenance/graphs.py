@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import schema
+from ..collection.native import loaded_module
 
 # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: another tool (torch.profiler's Kineto, Nsight) subscribed
 _MULTIPLE_SUBSCRIBERS = "error 39"
@@ -38,14 +39,11 @@ def loaded_decoder() -> Any | None:
     Returns
     -------
     module or None
-        ``aitune_dispatch._cupti_native`` after ``load()``; None where it is not built or libcupti
+        ``aitune_dispatch.collection._cupti_native`` after ``load()``; None where it is not built or libcupti
         cannot be loaded (the observer then reports itself unavailable).
     """
     try:
-        from .native_sink import _wheel_libcupti, native_module
-
-        native = native_module()
-        native.load(_wheel_libcupti())
+        native = loaded_module()
     except (ImportError, OSError, RuntimeError):
         return None
     return native
@@ -83,7 +81,7 @@ class GraphNodeObserver:
     external_kind:
         The CUPTI external-correlation kind our op and scope ids are pushed with.
     native:
-        The compiled decoder module (``aitune_dispatch._cupti_native``, already ``load()``-ed), or
+        The compiled decoder module (``aitune_dispatch.collection._cupti_native``, already ``load()``-ed), or
         None where it is not built.
     """
 

@@ -2,14 +2,14 @@
 
 One :class:`ProvenanceCapture` brackets a whole ``profile()``:
 
-* **Inductor provenance** (``tracing/compiled.py``) is observed throughout, so a graph compiled on
+* **Inductor provenance** (``provenance/inductor.py``) is observed throughout, so a graph compiled on
   the first call (a warm-up pass, usually) has its kernel call sites recorded.
 * **Warm-up passes run traced**: under the same modes, gates and hooks as the recorded pass, with
   their rows discarded (no samples collected). Whatever happens once therefore happens where the
   profiler sees it, and the recorded pass is steady state: Dynamo compiles (or recompiles, since it
   guards on the function-mode stack) under our modes, CUDA graphs are captured
   (``torch.compile(mode="reduce-overhead")`` captures on its second call), Triton autotunes.
-* **CUDA graph captures** are observed on CUDA (``collection/graphs.py``): each graph node created
+* **CUDA graph captures** are observed on CUDA (``provenance/graphs.py``): each graph node created
   while a traced pass runs is resolved, with that pass's trace, to the op, module and functional
   call its launch ran in; the op and scope ids are pushed as CUPTI external correlation ids during
   warm-up too (the activity records themselves are only collected in the recorded pass).
@@ -31,12 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from torch import nn
 
-from . import schema
-from .collection.cupti_source import torch_profiler_active
-from .collection.graphs import GraphNodeObserver, loaded_decoder
-from .provenance import Attribution, attribute, captured_nodes
-from .tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
-from .tracing.compiled import (
+from .. import schema
+from ..collection.cupti_source import torch_profiler_active
+from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
+from ..tracing.unseen import calls_unseen
+from ..tracing.wrappers import reachable_wrappers
+from .attribution import Attribution, attribute, captured_nodes
+from .graphs import GraphNodeObserver, loaded_decoder
+from .inductor import (
     ANOTHER_INSTANCE,
     CURRENT,
     Hierarchy,
@@ -46,8 +48,6 @@ from .tracing.compiled import (
     remembered_programs,
     site_tables,
 )
-from .tracing.unseen import calls_unseen
-from .tracing.wrappers import reachable_wrappers
 
 
 class _Uncorrelated:

@@ -1,0 +1,129 @@
+"""The one place that picks every backend: the tracer and the CUPTI decoder, each native or pure Python.
+
+Each compiled half (``tracing/_tracer``, ``collection/_cupti_native``) is preferred where it is built;
+falling back warns once per process, naming the build fix. A requested backend that is not built
+raises now, rather than mid-profile. The capture records the choices in ``result.metadata``
+(``tracer``, ``decoder``); ``docs/design.md``, "The native tracing backend".
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import replace
+
+from .collection import native as native_decoder
+from .config import ProfileConfig
+from .tracing import native as native_tracer
+
+
+@functools.lru_cache(maxsize=1)
+def default_tracer() -> str:
+    """``"native"`` where the tracer is built for this torch, else ``"python"``, warning once per process."""
+    try:
+        native_tracer.load()
+    except ImportError as error:
+        warnings.warn(f"{error}; tracing with the slower pure-Python backend", RuntimeWarning, 3)
+        return "python"
+    return "native"
+
+
+def resolve_tracer(requested: str | None) -> str:
+    """The tracing backend: ``requested`` (checked to be loadable), or the process default.
+
+    Raises ImportError for ``"native"`` where it is not built for this torch; the message says how to build it.
+    """
+    if requested is None:
+        return default_tracer()
+    if requested == "native":
+        native_tracer.load()
+    return requested
+
+
+@functools.lru_cache(maxsize=1)
+def native_mode_compiles() -> bool:
+    """Whether this torch's Dynamo compiles code that runs under the native function mode.
+
+    Measured once per process on a tiny function (``backend="eager"``): compiled once bare, then
+    called under an (unconfigured, transparent) ``NativeFunctionMode``. Dynamo guards on the mode
+    stack, so it must compile a second graph; a torch whose Dynamo cannot trace the native mode
+    (torch 2.11 on the H200) runs the frame eagerly instead, which would change what runs. Dynamo's
+    counters are left as they were.
+    """
+    import torch
+    from torch._dynamo.utils import counters
+
+    saved = {key: dict(value) for key, value in counters.items()}
+
+    def probe(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(x) + 1
+
+    compiled = torch.compile(probe, backend="eager", dynamic=False)
+    x = torch.ones(2)
+    try:
+        compiled(x)
+        before = counters["stats"]["unique_graphs"]
+        with native_tracer.NativeFunctionMode():
+            compiled(x)
+        return counters["stats"]["unique_graphs"] > before
+    except Exception:  # noqa: BLE001 - a torch that cannot compile here: do not trust the native mode with it
+        return False
+    finally:
+        counters.clear()
+        for key, value in saved.items():
+            counters[key].update(value)
+
+
+def tracer_for_run(backend: str, compiled: bool) -> str:
+    """``backend``, unless compiled code would not stay compiled under it: then ``"python"``, with a warning."""
+    if backend != "native" or not compiled or native_mode_compiles():
+        return backend
+    import torch
+
+    warnings.warn(
+        f"torch {torch.__version__}'s torch.compile cannot trace the native function mode, so compiled "
+        "regions would run eagerly under it: tracing this compiled model with the pure-Python backend "
+        "(op_tracer='python'), which keeps them compiled",
+        RuntimeWarning,
+        4,
+    )
+    return "python"
+
+
+@functools.lru_cache(maxsize=1)
+def default_decoder() -> str:
+    """``"native"`` where the compiled CUPTI decoder is built and finds libcupti, else ``"python"``, warning once
+    per process."""
+    try:
+        native_decoder.loaded_module()
+    except (ImportError, OSError, RuntimeError) as error:
+        warnings.warn(f"{error}; decoding with the slower cupti-python decoder", RuntimeWarning, 3)
+        return "python"
+    return "native"
+
+
+def resolve_decoder(requested: str | None) -> str:
+    """The CUPTI decoder: ``requested`` (checked to be built), or the process default.
+
+    Raises RuntimeError for ``"native"`` where it is not built; the message says how to build it or
+    what to pass instead.
+    """
+    if requested is None:
+        return default_decoder()
+    if requested == "native":
+        try:
+            native_decoder.loaded_module()
+        except (ImportError, OSError, RuntimeError) as error:
+            raise RuntimeError(
+                f"the native CUPTI decoder is unavailable ({error}); rebuild the package "
+                "(pip install -e . builds native_shims/) or pass decoder='python'"
+            ) from error
+    return requested
+
+
+def for_run(config: ProfileConfig, compiled: bool) -> ProfileConfig:
+    """``config`` with every backend of one run chosen: the tracer (kept compiled code compiled) and,
+    on CUDA, the decoder."""
+    tracer = tracer_for_run(resolve_tracer(config.op_tracer), compiled)
+    decoder = resolve_decoder(config.decoder) if config.cuda else config.decoder
+    return replace(config, op_tracer=tracer, decoder=decoder)
