@@ -19,9 +19,14 @@ SourceFactory = Callable[[ProfileConfig], ActivitySource]
 _SOURCES: dict[str, SourceFactory] = {}
 
 
-def register_source(device: str, factory: SourceFactory) -> None:
-    """Make ``factory(config)`` the activity source of runs on ``device`` (one of ``config.DEVICES``)."""
+def register_source(device: str, factory: SourceFactory) -> SourceFactory | None:
+    """Make ``factory(config)`` the activity source of runs on ``device`` (one of ``config.DEVICES``).
+
+    Returns the factory it replaces (None: the first for ``device``), so that a caller can put it back.
+    """
+    previous = _SOURCES.get(device)
     _SOURCES[device] = factory
+    return previous
 
 
 def make_source(config: ProfileConfig) -> ActivitySource:
