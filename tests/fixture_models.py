@@ -1,0 +1,51 @@
+"""The small models several test files run, defined once (beside :mod:`fixture_results`).
+
+:class:`Mixed` is fc (linear) -> norm (layer_norm) -> gelu -> relu, one call of each per forward;
+:func:`mixed_inputs` / :func:`mixed_samples` are its three inputs of batch 2, 2 and 3 (two distinct
+samples per function, the first one used twice); :func:`mixed_model` builds it under a fixed torch
+seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` conftest fixture).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.results import ProfileResult
+
+
+class Mixed(nn.Module):
+    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.gelu(self.norm(self.fc(x))))
+
+
+def mixed_inputs() -> list[torch.Tensor]:
+    """Three inputs of batch 2, 2 and 3 (8 features) from a generator seeded 0: samples batch 2, batch 3."""
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(batch, 8, generator=generator) for batch in (2, 2, 3)]
+
+
+def mixed_samples() -> list:
+    """:func:`mixed_inputs` as ``(args, kwargs)`` samples for ``profile_result``."""
+    return [((x,), {}) for x in mixed_inputs()]
+
+
+def mixed_model(seed: int = 0) -> Mixed:
+    """:class:`Mixed` in eval mode, its weights drawn after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    return Mixed().eval()
+
+
+def mixed_result() -> ProfileResult:
+    """:func:`mixed_model` profiled on CPU over :func:`mixed_samples`, no warm-up pass."""
+    model = mixed_model()
+    return ModuleFunctionKernelProfiler(device="cpu").profile_result(model, mixed_samples(), warmup_iterations=0)
