@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import torch
 import torch.distributed as dist
+from fixture_results import activity_table
 from test_cupti_lifecycle import KIND_KERNEL, FakeCupti, run_pass
 from torch import nn
 
@@ -236,30 +237,14 @@ FUNCTION_DATA = {
 
 
 def two_device_result(rows=ROWS, function_data=FUNCTION_DATA, metadata=None) -> ProfileResult:
-    n = len(rows)
     modules = {"a": 1, "b": 2}
-    activity = pa.table(
-        {
-            "correlation_id": list(range(n)),
-            "kernel": [f"kernel_{fn}" for _, _, fn, _ in rows],
-            "kind": ["kernel"] * n,
-            "start_ns": [1000 * i for i in range(n)],
-            "end_ns": [1000 * i + int(us * 1000) for i, (_, _, _, us) in enumerate(rows)],
-            "kernel_us": [us for _, _, _, us in rows],
-            "device": pa.array([d for d, _, _, _ in rows], pa.int32()),
-            "stream": [7] * n,
-            "op_id": list(range(n)),
-            "op": ["aten::op"] * n,
-            "module_id": [modules[m] for _, m, _, _ in rows],
-            "module_name": [m for _, m, _, _ in rows],
-            "call_id": [i if fn else schema.NO_CALL for i, (_, _, fn, _) in enumerate(rows)],
-            "function_name": [fn for _, _, fn, _ in rows],
-            "thread": [0] * n,
-            "graph_id": [schema.NOT_IN_GRAPH] * n,
-            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
-            "attribution": [schema.ATTRIBUTION_TRACE] * n,
-        },
-        schema=schema.ACTIVITY,
+    activity = activity_table(
+        kernel=[f"kernel_{fn}" for _, _, fn, _ in rows],
+        kernel_us=[us for _, _, _, us in rows],
+        function_name=[fn for _, _, fn, _ in rows],
+        device=[d for d, _, _, _ in rows],
+        module_id=[modules[m] for _, m, _, _ in rows],
+        module_name=[m for _, m, _, _ in rows],
     )
     table = pa.table(
         {"module_id": [0, 1, 2], "module_name": ["", "a", "b"], "module_type": ["M", "L", "L"]},
