@@ -18,13 +18,12 @@ import pytest
 import torch
 import torch.distributed as dist
 from fixture_results import activity_table
-from test_cupti_lifecycle import KIND_KERNEL, FakeCupti, run_pass
+from test_cupti_lifecycle import FakeCupti, FakeSink, run_pass
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
 from aitune_dispatch.collection import devices
 from aitune_dispatch.collection.cupti_source import CuptiSource
-from aitune_dispatch.collection.decoded import DecodedRecords
 from aitune_dispatch.collection.distributed import rank_metadata
 from aitune_dispatch.reports.perfetto import GPU_PID_BASE, device_properties, perfetto_events
 from aitune_dispatch.results import TensorMeta
@@ -49,31 +48,14 @@ class DeviceCupti(FakeCupti):
                 self.devices.append(device)
 
 
-class DeviceSink:
-    name = "fake"
+class DeviceSink(FakeSink):
+    """FakeSink whose kernel records carry their launch's device, without API records."""
 
     def __init__(self, cupti: DeviceCupti) -> None:
-        self.cupti = cupti
+        super().__init__(cupti, launches=False)
 
-    def register(self) -> None:
-        pass
-
-    def take(self) -> DecodedRecords:
-        rows = self.cupti.records
-        tagged = [r for r in rows if r[3] != -1]
-        return DecodedRecords(
-            correlation_id=np.array([r[0] for r in rows], np.int64),
-            start_ns=np.array([r[1] for r in rows], np.int64),
-            end_ns=np.array([r[2] for r in rows], np.int64),
-            device=np.array(self.cupti.devices, np.int64),
-            stream=np.full(len(rows), 7, np.int64),
-            kind_code=np.full(len(rows), KIND_KERNEL, np.int8),
-            name_index=np.zeros(len(rows), np.int32),
-            names=["gemm"],
-            ext_correlation_id=np.array([r[0] for r in tagged], np.int64),
-            ext_id=np.array([r[3] for r in tagged], np.uint64).view(np.int64),
-            records=2 * len(rows),
-        )
+    def kernel_devices(self) -> np.ndarray:
+        return np.array(self.cupti.devices, np.int64)
 
 
 class Canary:
