@@ -3,10 +3,13 @@
 :class:`Mixed` is fc (linear) -> norm (layer_norm) -> gelu -> relu, one call of each per forward;
 :func:`mixed_inputs` / :func:`mixed_samples` are its three inputs of batch 2, 2 and 3 (two distinct
 samples per function, the first one used twice); :func:`mixed_model` builds it under a fixed torch
-seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` conftest fixture).
+seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` conftest fixture);
+:func:`exact_relu` and :func:`erf_gelu` are candidates for its relu and gelu.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -49,3 +52,14 @@ def mixed_result() -> ProfileResult:
     """:func:`mixed_model` profiled on CPU over :func:`mixed_samples`, no warm-up pass."""
     model = mixed_model()
     return ModuleFunctionKernelProfiler(device="cpu").profile_result(model, mixed_samples(), warmup_iterations=0)
+
+
+# -- candidates for Mixed's functions (named in benchmark tables by their __qualname__) -----------------
+def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """relu as ``clamp_min``: the same values as relu, bit for bit, from another kernel."""
+    return torch.clamp_min(x, 0.0)
+
+
+def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """gelu written out with ``erf``: other kernels than ``aten::gelu``."""
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))

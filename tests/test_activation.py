@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 import torch
 import torch.nn.functional as F
-from fixture_models import mixed_inputs, mixed_model, mixed_samples
+from fixture_models import erf_gelu, exact_relu, mixed_inputs, mixed_model, mixed_samples
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark, encoded
@@ -21,10 +21,6 @@ original_relu = F.relu
 
 def modes() -> int:
     return int(torch._C._len_torch_function_stack())
-
-
-def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 @pytest.fixture
@@ -164,10 +160,6 @@ def test_everything_routed_says_nothing(model):
 def test_min_speedup_must_be_a_positive_number_or_none(bad, error):
     with pytest.raises(error, match=r"^min_speedup must be a positive number \(1\.0: at least as fast"):
         activate({"relu": exact_relu}, min_speedup=bad)
-
-
-def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    return torch.clamp_min(x, 0.0)
 
 
 def test_only_needs_the_benchmark_table_and_the_candidate_in_it(model):
