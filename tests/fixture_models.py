@@ -5,6 +5,8 @@
 samples per function, the first one used twice); :func:`mixed_model` builds it under a fixed torch
 seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` conftest fixture);
 :func:`exact_relu` and :func:`erf_gelu` are candidates for its relu and gelu.
+:func:`quickstart_model` is the spec's quickstart model; :func:`cuda_quickstart` and
+:func:`cuda_sdpa_demo` are the GPU tests' workloads of it and of the demo model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch.demo import DemoModel
 from aitune_dispatch.results import ProfileResult
 
 
@@ -52,6 +55,22 @@ def mixed_result() -> ProfileResult:
     """:func:`mixed_model` profiled on CPU over :func:`mixed_samples`, no warm-up pass."""
     model = mixed_model()
     return ModuleFunctionKernelProfiler(device="cpu").profile_result(model, mixed_samples(), warmup_iterations=0)
+
+
+# -- the spec's quickstart and the demo, as the CPU and GPU tests run them ------------------------------
+def quickstart_model() -> nn.Module:
+    """The quickstart of the spec: Linear(128, 256) -> ReLU -> Linear(256, 64), in eval mode, on CPU."""
+    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 64)).eval()
+
+
+def cuda_quickstart() -> tuple[nn.Module, list]:
+    """:func:`quickstart_model` on the current CUDA device, with one sample of batch 32."""
+    return quickstart_model().cuda(), [((torch.randn(32, 128, device="cuda"),), {})]
+
+
+def cuda_sdpa_demo() -> tuple[nn.Module, list]:
+    """The demo model (conv stem, attention blocks) on the current CUDA device, one sample of batch 4."""
+    return DemoModel().eval().cuda(), [((torch.randn(4, 3, 32, 32, device="cuda"),), {})]
 
 
 # -- candidates for Mixed's functions (named in benchmark tables by their __qualname__) -----------------
