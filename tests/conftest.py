@@ -73,6 +73,15 @@ def h200_launches_result():
     return load(fixture_results.H200_LAUNCHES_RESULT)
 
 
+# -- the shared models (tests/fixture_models.py) ---------------------------------------------------
+@pytest.fixture(scope="module")
+def mixed_result():
+    """The Mixed model profiled on CPU (no warm-up), once per test module that takes it."""
+    import fixture_models
+
+    return fixture_models.mixed_result()
+
+
 @pytest.fixture
 def cpu_profiler(request: pytest.FixtureRequest):
     """A CPU profiler of this test's tracing backend (the profiler resolves its backend when built, so

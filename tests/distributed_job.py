@@ -15,7 +15,6 @@ kernel names a bare CUPTI capture records on CUDA) and the outputs' sums with an
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime
 import json
 import os
@@ -29,7 +28,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for aitune_dispatch
 
@@ -110,16 +108,6 @@ class RankModel(nn.Module):
         return F.relu(self.sync(x))
 
 
-class _OpLog(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.ops.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
-
-
 def _samples(device: str) -> list[tuple[tuple[torch.Tensor, ...], dict]]:
     generator = torch.Generator().manual_seed(0)
     return [((torch.randn(rows, WIDTH, generator=generator).to(device),), {}) for rows in (4, 2)]
@@ -131,10 +119,14 @@ def _pass(model: nn.Module, samples: list) -> float:
 
 
 def _bare_ops(model: nn.Module, samples: list) -> dict[str, int]:
-    with torch.no_grad(), _OpLog() as log:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from conftest import bare_ops  # the aten ops a dispatch mode alone sees, under no_grad
+
+    def one_pass() -> None:
         for args, kwargs in samples:
             model(*args, **kwargs)
-    return dict(collections.Counter(log.ops))
+
+    return dict(bare_ops(one_pass))
 
 
 def _bare_kernels(model: nn.Module, samples: list) -> dict[str, int]:

@@ -5,7 +5,8 @@
 committed under tests/data. :func:`synthetic_result` and :func:`layered_result` are hand-made
 results whose every number is known (their docstrings show the arithmetic); :func:`empty_result` has
 every table and no row; :func:`merged_result` is the two hand-made ones merged as ranks 0 and 1.
-Renderer tests take these; no test file builds its own.
+Renderer tests take these; no test file builds its own. :func:`activity_table` is the activity of
+the tests that build small results row by row (one kernel a row, 1 µs apart).
 """
 
 from __future__ import annotations
@@ -20,7 +21,19 @@ from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.joining import join_activity
 from aitune_dispatch.results import ProfileResult, merge
-from aitune_dispatch.schema import CALLS, CORRELATION, KERNELS, LAUNCHES, MODULE_CALLS, MODULES, OPS
+from aitune_dispatch.schema import (
+    ACTIVITY,
+    ATTRIBUTION_TRACE,
+    CALLS,
+    CORRELATION,
+    KERNELS,
+    LAUNCHES,
+    MODULE_CALLS,
+    MODULES,
+    NO_CALL,
+    NOT_IN_GRAPH,
+    OPS,
+)
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
 # the same demo recorded again on the H200 after results kept launch records and the GPU's properties
@@ -34,6 +47,56 @@ def demo_result() -> ProfileResult:
     profiler.profile(model, samples, warmup_iterations=1)
     assert profiler.last_result is not None
     return profiler.last_result
+
+
+def activity_table(
+    kernel: list[str],
+    kernel_us: list[float],
+    function_name: list[str | None],
+    *,
+    first_start_ns: int = 0,
+    device: int | list[int] = 0,
+    op: str | list[str] = "aten::op",
+    module_id: int | list[int] = 0,
+    module_name: str | list[str] = "",
+    thread: int = 0,
+) -> pa.Table:
+    """Activity rows in :data:`ACTIVITY`, row ``i`` one kernel of ``kernel_us[i]`` µs.
+
+    Row ``i`` has correlation id and op id ``i``, starts at ``first_start_ns + 1,000 i`` on stream 7
+    and is traced outside any CUDA graph; its call id is ``i`` where it has a function name, else
+    :data:`NO_CALL`. ``device``, ``op``, ``module_id`` and ``module_name``: one value per row, or
+    one for every row.
+    """
+    n = len(kernel)
+
+    def per_row(value):  # noqa: ANN001, ANN202
+        return list(value) if isinstance(value, list) else [value] * n
+
+    starts = [first_start_ns + 1000 * i for i in range(n)]
+    return pa.table(
+        {
+            "correlation_id": list(range(n)),
+            "kernel": kernel,
+            "kind": ["kernel"] * n,
+            "start_ns": starts,
+            "end_ns": [start + int(us * 1000) for start, us in zip(starts, kernel_us)],
+            "kernel_us": kernel_us,
+            "device": pa.array(per_row(device), pa.int32()),
+            "stream": [7] * n,
+            "op_id": list(range(n)),
+            "op": per_row(op),
+            "module_id": per_row(module_id),
+            "module_name": per_row(module_name),
+            "call_id": [i if fn else NO_CALL for i, fn in enumerate(function_name)],
+            "function_name": function_name,
+            "thread": [thread] * n,
+            "graph_id": [NOT_IN_GRAPH] * n,
+            "graph_node_id": [NOT_IN_GRAPH] * n,
+            "attribution": [ATTRIBUTION_TRACE] * n,
+        },
+        schema=ACTIVITY,
+    )
 
 
 OPS_TIMED = pa.schema(

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import erf_gelu, exact_relu, mixed_inputs, mixed_model, mixed_samples
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark, encoded
@@ -18,35 +19,13 @@ from aitune_dispatch import ModuleFunctionKernelProfiler, activate, benchmark, e
 original_relu = F.relu
 
 
-class Mixed(nn.Module):
-    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(F.gelu(self.norm(self.fc(x))))
-
-
-def inputs() -> list[torch.Tensor]:
-    generator = torch.Generator().manual_seed(0)
-    return [torch.randn(batch, 8, generator=generator) for batch in (2, 2, 3)]  # samples: batch 2, batch 3
-
-
 def modes() -> int:
     return int(torch._C._len_torch_function_stack())
 
 
-def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
 @pytest.fixture
 def model() -> nn.Module:
-    torch.manual_seed(0)
-    return Mixed().eval()
+    return mixed_model(seed=0)
 
 
 def test_every_call_is_routed_and_a_candidate_calling_the_original_reaches_it(model):
@@ -57,9 +36,9 @@ def test_every_call_is_routed_and_a_candidate_calling_the_original_reaches_it(mo
         return F.relu(x, inplace=inplace)  # the original: the mode is popped while a candidate runs
 
     with torch.no_grad():
-        expected = [model(x) for x in inputs()]
+        expected = [model(x) for x in mixed_inputs()]
         with activate({"relu": via_original}) as activation:
-            outputs = [model(x) for x in inputs()]
+            outputs = [model(x) for x in mixed_inputs()]
     assert seen == [(2, 8), (2, 8), (3, 8)] and activation.routed == {"relu": 3}  # once per call, no recursion
     assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
     assert activation.implementations == {"relu": "via_original"}
@@ -70,14 +49,14 @@ def test_only_routes_the_samples_the_candidate_validated_on(model):
         return torch.clamp_min(x, 0.0) if x.shape[0] == 2 else x * 2.0  # wrong for batch 3
 
     profiler = ModuleFunctionKernelProfiler(device="cpu")
-    result = profiler.profile_result(model, [((x,), {}) for x in inputs()], warmup_iterations=0)
+    result = profiler.profile_result(model, mixed_samples(), warmup_iterations=0)
     table = benchmark(result, ["relu"], candidates={"relu": batch2_relu}, repeats=2, warmup=0)
     assert table.loc[table["implementation"] == "batch2_relu", "ok"].tolist() == [True, False]
     with torch.no_grad():
-        expected = [model(x) for x in inputs()]
+        expected = [model(x) for x in mixed_inputs()]
         # min_speedup=None: the samples it validated on, whatever its measured speed
         with activate({"relu": batch2_relu}, only=table, min_speedup=None) as activation:
-            outputs = [model(x) for x in inputs()]
+            outputs = [model(x) for x in mixed_inputs()]
     # the two batch-2 calls were routed; the batch-3 call (where it was wrong) ran the original
     assert activation.routed == {"relu": 2}
     assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
@@ -93,14 +72,14 @@ def repeated_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
 def relu_table(model: nn.Module, candidate) -> tuple[pd.DataFrame, dict[int, int]]:
     """The benchmark of ``candidate`` on the relu samples (batch 2: 2 calls, batch 3: 1 call), and calls per sample."""
     profiler = ModuleFunctionKernelProfiler(device="cpu")
-    result = profiler.profile_result(model, [((x,), {}) for x in inputs()], warmup_iterations=0)
+    result = profiler.profile_result(model, mixed_samples(), warmup_iterations=0)
     table = benchmark(result, ["relu"], candidates={"relu": candidate}, repeats=3, warmup=0)
     return table, {0: 2, 1: 1}
 
 
 def routed_calls(model: nn.Module, candidate, table: pd.DataFrame, **options) -> tuple[int, pd.DataFrame]:
     with torch.no_grad(), activate({"relu": candidate}, only=table, **options) as activation:
-        for x in inputs():
+        for x in mixed_inputs():
             model(x)
     return activation.routed["relu"], activation.skipped
 
@@ -171,7 +150,7 @@ def test_everything_routed_says_nothing(model):
     columns = ["function_name", "implementation", "sample", "calls", "speedup", "reason"]
     assert routed == 3 and skipped.empty and list(skipped.columns) == columns
     with activate({"relu": exact_relu}) as activation:  # without only= there is nothing measured to skip on
-        model(inputs()[0])
+        model(mixed_inputs()[0])
     assert activation.routed == {"relu": 1} and activation.skipped.empty
 
 
@@ -183,13 +162,9 @@ def test_min_speedup_must_be_a_positive_number_or_none(bad, error):
         activate({"relu": exact_relu}, min_speedup=bad)
 
 
-def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    return torch.clamp_min(x, 0.0)
-
-
 def test_only_needs_the_benchmark_table_and_the_candidate_in_it(model):
     profiler = ModuleFunctionKernelProfiler(device="cpu")
-    result = profiler.profile_result(model, [((inputs()[0],), {})], warmup_iterations=0)
+    result = profiler.profile_result(model, [((mixed_inputs()[0],), {})], warmup_iterations=0)
     table = benchmark(result, ["relu"], candidates={"relu": {"clamp": torch.clamp_min}}, repeats=1, warmup=0)
     with pytest.raises(
         ValueError, match=r"no rows for implementation 'other' of 'relu' \(it has \['clamp', 'torch'\]\)"
@@ -213,7 +188,7 @@ def test_everything_is_restored_after_an_exception(model):
     assert modes() == 0
     with pytest.raises(KeyError, match="in the block"):
         with activate({"relu": counting}):
-            model(inputs()[0])
+            model(mixed_inputs()[0])
             raise KeyError("in the block")
     assert modes() == 0 and F.relu is original_relu
 
@@ -222,9 +197,9 @@ def test_everything_is_restored_after_an_exception(model):
 
     with pytest.raises(ArithmeticError, match="in the candidate"):
         with activate({"relu": raising}):
-            model(inputs()[0])
+            model(mixed_inputs()[0])
     assert modes() == 0
-    model(inputs()[0])  # after both blocks: the original runs, the candidate is not called again
+    model(mixed_inputs()[0])  # after both blocks: the original runs, the candidate is not called again
     assert calls == {"candidate": 1}
 
 
@@ -239,7 +214,7 @@ def test_an_activation_is_not_reentrant():
 
 
 def test_profiling_inside_an_activation_shows_the_candidates_kernels_in_the_same_call(model):
-    samples = [((x,), {}) for x in inputs()]
+    samples = mixed_samples()
     profiler = ModuleFunctionKernelProfiler(device="cpu")
     plain = profiler.profile_result(model, samples, warmup_iterations=0)
     with activate({"gelu": erf_gelu}) as activation:

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import quickstart_model
 from torch import nn
 
 import aitune_dispatch
@@ -13,10 +14,6 @@ import aitune_dispatch.torch as ait
 import aitune_dispatch.tracing
 from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
-
-
-def quickstart_model() -> nn.Module:
-    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 64)).eval()
 
 
 def test_both_import_paths_give_the_same_class():

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import Mixed, erf_gelu, exact_relu, mixed_samples
 from torch import nn
 
 import aitune_dispatch
@@ -32,36 +33,9 @@ from aitune_dispatch.results import ProfileResult, TensorMeta
 REPEATS, WARMUP = 3, 1
 
 
-class Mixed(nn.Module):
-    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(F.gelu(self.norm(self.fc(x))))
-
-
-def mixed_samples() -> list:
-    generator = torch.Generator().manual_seed(0)
-    return [((torch.randn(batch, 8, generator=generator),), {}) for batch in (2, 2, 3)]  # samples: batch 2, 3
-
-
 def profile_cpu(model: nn.Module, samples: list, **options) -> ProfileResult:
     profiler = ModuleFunctionKernelProfiler(device="cpu", **options)
     return profiler.profile_result(model.eval(), samples, warmup_iterations=0)
-
-
-@pytest.fixture(scope="module")
-def mixed_result() -> ProfileResult:
-    torch.manual_seed(0)
-    return profile_cpu(Mixed(), mixed_samples())
-
-
-def exact_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
-    return torch.clamp_min(x, 0.0)  # the same values as relu, bit for bit
 
 
 def absolute(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -162,10 +136,6 @@ def test_a_replay_that_runs_other_kernels_says_so(mixed_result):
     assert "cpu::aten::gelu" not in recorded.kernels and recorded.kernels["cpu::aten::erf"] == 2  # 2 calls
     table = benchmark(routed, ["gelu"], repeats=REPEATS, warmup=WARMUP)
     assert table["kernels_match"].tolist() == [False, False] and table["ok"].all()
-
-
-def erf_gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 def test_replay_leaves_the_samples_untouched(mixed_result):

@@ -11,7 +11,7 @@ import re
 import pyarrow.compute as pc
 import pytest
 import torch
-import torch.nn.functional as F
+from fixture_models import Mixed, mixed_samples
 from fixture_results import H200_RESULT
 from torch import nn
 
@@ -22,31 +22,6 @@ from aitune_dispatch.results.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signat
 from aitune_dispatch.tracing.samples import SampleCollector
 
 SAVED_BEFORE_SAMPLE_LINKS = H200_RESULT
-
-
-class Mixed(nn.Module):
-    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(F.gelu(self.norm(self.fc(x))))
-
-
-def mixed_samples() -> list:
-    generator = torch.Generator().manual_seed(0)
-    # batch 2, 2, 3: two distinct samples per function, the first one used twice
-    return [((torch.randn(batch, 8, generator=generator),), {}) for batch in (2, 2, 3)]
-
-
-@pytest.fixture(scope="module")
-def mixed_result() -> ProfileResult:
-    torch.manual_seed(0)
-    profiler = ModuleFunctionKernelProfiler(device="cpu")
-    return profiler.profile_result(Mixed().eval(), mixed_samples(), warmup_iterations=0)
 
 
 def _call_samples(result: ProfileResult, name: str) -> list[int]:

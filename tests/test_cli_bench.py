@@ -6,33 +6,8 @@ import re
 
 import pandas as pd
 import pytest
-import torch
-import torch.nn.functional as F
-from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.cli import main
-from aitune_dispatch.results import ProfileResult
-
-
-class Mixed(nn.Module):
-    """fc (linear) -> norm (layer_norm) -> gelu -> relu: one call of each per forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(F.gelu(self.norm(self.fc(x))))
-
-
-@pytest.fixture(scope="module")
-def mixed_result() -> ProfileResult:
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(0)
-    samples = [((torch.randn(batch, 8, generator=generator),), {}) for batch in (2, 2, 3)]  # samples: batch 2, 3
-    return ModuleFunctionKernelProfiler(device="cpu").profile_result(Mixed().eval(), samples, warmup_iterations=0)
 
 
 def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsys):

@@ -10,10 +10,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
+from fixture_results import activity_table
 from torch import nn
 
 import aitune_dispatch
-from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
+from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult
 from aitune_dispatch.results import compare, load
 from aitune_dispatch.schema import COMPARE_COLUMNS
 
@@ -21,31 +22,12 @@ NAN = math.nan
 
 
 def _result(rows: list[tuple[str | None, str, float]]) -> ProfileResult:
-    """A result whose activity rows are ``(function_name, kernel, kernel_us)``."""
-    n = len(rows)
-    ids = list(range(n))
-    activity = pa.table(
-        {
-            "correlation_id": ids,
-            "kernel": [kernel for _, kernel, _ in rows],
-            "kind": ["kernel"] * n,
-            "start_ns": [i * 1000 for i in ids],
-            "end_ns": [i * 1000 + int(us * 1000) for i, (_, _, us) in enumerate(rows)],
-            "kernel_us": [us for _, _, us in rows],
-            "device": [0] * n,
-            "stream": [7] * n,
-            "op_id": ids,
-            "op": ["aten::op"] * n,
-            "module_id": [0] * n,
-            "module_name": [""] * n,
-            "call_id": [i if fn else schema.NO_CALL for i, (fn, _, _) in enumerate(rows)],
-            "function_name": [fn for fn, _, _ in rows],
-            "thread": [1] * n,
-            "graph_id": [schema.NOT_IN_GRAPH] * n,
-            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
-            "attribution": [schema.ATTRIBUTION_TRACE] * n,
-        },
-        schema=schema.ACTIVITY,
+    """A result whose activity rows are ``(function_name, kernel, kernel_us)``, on thread 1 in the root module."""
+    activity = activity_table(
+        kernel=[kernel for _, kernel, _ in rows],
+        kernel_us=[us for _, _, us in rows],
+        function_name=[fn for fn, _, _ in rows],
+        thread=1,
     )
     empty = pa.table({})
     return ProfileResult(activity, empty, empty, empty, empty, {}, "synthetic")

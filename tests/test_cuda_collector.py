@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import bare_kernels  # CUPTI alone: no hooks, no modes, no correlation ids
+from fixture_models import cuda_quickstart, cuda_sdpa_demo
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
@@ -18,11 +19,6 @@ pytestmark = pytest.mark.gpu
 
 def profiled_kernels(result) -> collections.Counter[str]:
     return collections.Counter(result.activity.column("kernel").to_pylist())
-
-
-def quickstart():
-    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 64)).eval().cuda()
-    return model, [((torch.randn(32, 128, device="cuda"),), {})]
 
 
 def mha_stack():
@@ -36,11 +32,12 @@ def mha_module():
     return mha, [((x, x, x), {})]
 
 
-def demo():
-    return DemoModel().eval().cuda(), [((torch.randn(4, 3, 32, 32, device="cuda"),), {})]
-
-
-WORKLOADS = {"quickstart": quickstart, "mha_stack": mha_stack, "mha_module": mha_module, "sdpa_demo": demo}
+WORKLOADS = {
+    "quickstart": cuda_quickstart,
+    "mha_stack": mha_stack,
+    "mha_module": mha_module,
+    "sdpa_demo": cuda_sdpa_demo,
+}
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -71,7 +68,7 @@ def test_every_kernel_carries_its_op(name):
 
 
 def test_quickstart_rows_and_summary():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
     profiler = ModuleFunctionKernelProfiler(function_names={"linear", "relu"})
     profiling_df, function_data = profiler.profile(model, samples, warmup_iterations=3)
     assert set(profiling_df["module_name"]) == {"0", "1", "2"}
@@ -83,7 +80,7 @@ def test_quickstart_rows_and_summary():
 
 
 def test_second_profile_returns_the_same_kernel_multiset():
-    model, samples = demo()
+    model, samples = cuda_sdpa_demo()
     profiler = ModuleFunctionKernelProfiler()
     profiler.profile(model, samples, warmup_iterations=1)
     first = profiled_kernels(profiler.last_result)
@@ -147,7 +144,7 @@ def test_triton_kernel_launched_through_the_driver_is_attributed():
 
 
 def test_torch_profiler_active_is_a_clear_error():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
     profiler = ModuleFunctionKernelProfiler()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         with pytest.raises(RuntimeError, match="torch.profiler"):
@@ -155,7 +152,7 @@ def test_torch_profiler_active_is_a_clear_error():
 
 
 def test_torch_profiler_before_and_after_keeps_working():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
 
     def torch_profiler_kernels() -> int:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -176,7 +173,7 @@ def test_torch_profiler_before_and_after_keeps_working():
 
 
 def test_exception_on_gpu_leaves_cupti_disabled_and_next_profile_works():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
 
     class Failing(nn.Module):
         def __init__(self) -> None:
@@ -203,7 +200,7 @@ def test_exception_on_gpu_leaves_cupti_disabled_and_next_profile_works():
 
 
 def test_clock_offset_is_recorded():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
     profiler = ModuleFunctionKernelProfiler()
     profiler.profile(model, samples, warmup_iterations=0)
     result = profiler.last_result
@@ -216,7 +213,7 @@ def test_clock_offset_is_recorded():
 
 
 def test_torch_profiler_started_inside_profile_is_detected():
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
 
     class Intruder(nn.Module):
         def __init__(self) -> None:
@@ -240,7 +237,7 @@ def test_failed_run_leaves_no_activity_kind_enabled():
 
     from aitune_dispatch.collection.python import PythonRecordSink
 
-    model, samples = quickstart()
+    model, samples = cuda_quickstart()
 
     class Failing(nn.Module):
         def __init__(self) -> None:

@@ -107,27 +107,44 @@ class FakeCupti:
 
 
 class FakeSink:
-    """A decoder backend that decodes the fake's records."""
+    """A decoder backend that decodes the fake's records: gemm kernels on device 0, stream 7.
+
+    ``launches``: with the API record of each kernel's cudaLaunchKernel (``launch_records``).
+    """
 
     name = "fake"
 
-    def __init__(self, cupti: FakeCupti) -> None:
+    def __init__(self, cupti: FakeCupti, launches: bool = True) -> None:
         self.cupti = cupti
+        self.launches = launches
         self.registered = 0
 
     def register(self) -> None:
         self.registered += 1
 
+    def kernel_devices(self) -> np.ndarray:
+        """The device of each kernel record."""
+        return np.zeros(len(self.cupti.records), np.int64)
+
     def take(self) -> DecodedRecords:
         rows = self.cupti.records
-        cids = np.array([r[0] for r in rows], np.int64)
         tagged = [r for r in rows if r[3] != -1]
         calls = self.cupti.launch_records
+        api = {}
+        if self.launches:
+            api = dict(
+                api_correlation_id=np.array([c[0] for c in calls], np.int64),
+                api_kind=np.full(len(calls), API_RUNTIME, np.int8),
+                api_cbid=np.full(len(calls), 211, np.int32),  # cudaLaunchKernel_v7000
+                api_start_ns=np.array([c[1] for c in calls], np.int64),
+                api_end_ns=np.array([c[2] for c in calls], np.int64),
+                api_thread=np.full(len(calls), LAUNCH_THREAD, np.int64),
+            )
         return DecodedRecords(
-            correlation_id=cids,
+            correlation_id=np.array([r[0] for r in rows], np.int64),
             start_ns=np.array([r[1] for r in rows], np.int64),
             end_ns=np.array([r[2] for r in rows], np.int64),
-            device=np.zeros(len(rows), np.int64),
+            device=self.kernel_devices(),
             stream=np.full(len(rows), 7, np.int64),
             kind_code=np.full(len(rows), KIND_KERNEL, np.int8),
             name_index=np.zeros(len(rows), np.int32),
@@ -135,12 +152,7 @@ class FakeSink:
             ext_correlation_id=np.array([r[0] for r in tagged], np.int64),
             ext_id=np.array([r[3] for r in tagged], np.uint64).view(np.int64),
             records=2 * len(rows),
-            api_correlation_id=np.array([c[0] for c in calls], np.int64),
-            api_kind=np.full(len(calls), API_RUNTIME, np.int8),
-            api_cbid=np.full(len(calls), 211, np.int32),  # cudaLaunchKernel_v7000
-            api_start_ns=np.array([c[1] for c in calls], np.int64),
-            api_end_ns=np.array([c[2] for c in calls], np.int64),
-            api_thread=np.full(len(calls), LAUNCH_THREAD, np.int64),
+            **api,
         )
 
 

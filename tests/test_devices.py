@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 import torch
 import torch.distributed as dist
-from test_cupti_lifecycle import KIND_KERNEL, FakeCupti, run_pass
+from fixture_results import activity_table
+from test_cupti_lifecycle import FakeCupti, FakeSink, run_pass
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult, schema
 from aitune_dispatch.collection import devices
 from aitune_dispatch.collection.cupti_source import CuptiSource
-from aitune_dispatch.collection.decoded import DecodedRecords
 from aitune_dispatch.collection.distributed import rank_metadata
 from aitune_dispatch.reports.perfetto import GPU_PID_BASE, device_properties, perfetto_events
 from aitune_dispatch.results import TensorMeta
@@ -48,31 +48,14 @@ class DeviceCupti(FakeCupti):
                 self.devices.append(device)
 
 
-class DeviceSink:
-    name = "fake"
+class DeviceSink(FakeSink):
+    """FakeSink whose kernel records carry their launch's device, without API records."""
 
     def __init__(self, cupti: DeviceCupti) -> None:
-        self.cupti = cupti
+        super().__init__(cupti, launches=False)
 
-    def register(self) -> None:
-        pass
-
-    def take(self) -> DecodedRecords:
-        rows = self.cupti.records
-        tagged = [r for r in rows if r[3] != -1]
-        return DecodedRecords(
-            correlation_id=np.array([r[0] for r in rows], np.int64),
-            start_ns=np.array([r[1] for r in rows], np.int64),
-            end_ns=np.array([r[2] for r in rows], np.int64),
-            device=np.array(self.cupti.devices, np.int64),
-            stream=np.full(len(rows), 7, np.int64),
-            kind_code=np.full(len(rows), KIND_KERNEL, np.int8),
-            name_index=np.zeros(len(rows), np.int32),
-            names=["gemm"],
-            ext_correlation_id=np.array([r[0] for r in tagged], np.int64),
-            ext_id=np.array([r[3] for r in tagged], np.uint64).view(np.int64),
-            records=2 * len(rows),
-        )
+    def kernel_devices(self) -> np.ndarray:
+        return np.array(self.cupti.devices, np.int64)
 
 
 class Canary:
@@ -236,30 +219,14 @@ FUNCTION_DATA = {
 
 
 def two_device_result(rows=ROWS, function_data=FUNCTION_DATA, metadata=None) -> ProfileResult:
-    n = len(rows)
     modules = {"a": 1, "b": 2}
-    activity = pa.table(
-        {
-            "correlation_id": list(range(n)),
-            "kernel": [f"kernel_{fn}" for _, _, fn, _ in rows],
-            "kind": ["kernel"] * n,
-            "start_ns": [1000 * i for i in range(n)],
-            "end_ns": [1000 * i + int(us * 1000) for i, (_, _, _, us) in enumerate(rows)],
-            "kernel_us": [us for _, _, _, us in rows],
-            "device": pa.array([d for d, _, _, _ in rows], pa.int32()),
-            "stream": [7] * n,
-            "op_id": list(range(n)),
-            "op": ["aten::op"] * n,
-            "module_id": [modules[m] for _, m, _, _ in rows],
-            "module_name": [m for _, m, _, _ in rows],
-            "call_id": [i if fn else schema.NO_CALL for i, (_, _, fn, _) in enumerate(rows)],
-            "function_name": [fn for _, _, fn, _ in rows],
-            "thread": [0] * n,
-            "graph_id": [schema.NOT_IN_GRAPH] * n,
-            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
-            "attribution": [schema.ATTRIBUTION_TRACE] * n,
-        },
-        schema=schema.ACTIVITY,
+    activity = activity_table(
+        kernel=[f"kernel_{fn}" for _, _, fn, _ in rows],
+        kernel_us=[us for _, _, _, us in rows],
+        function_name=[fn for _, _, fn, _ in rows],
+        device=[d for d, _, _, _ in rows],
+        module_id=[modules[m] for _, m, _, _ in rows],
+        module_name=[m for _, m, _, _ in rows],
     )
     table = pa.table(
         {"module_id": [0, 1, 2], "module_name": ["", "a", "b"], "module_type": ["M", "L", "L"]},

@@ -9,10 +9,10 @@ import collections
 
 import pytest
 import torch
+from fixture_models import cuda_quickstart, cuda_sdpa_demo
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
-from aitune_dispatch.demo import DemoModel
 from aitune_dispatch.reports import perfetto_events
 from aitune_dispatch.reports.perfetto import CPU_PID
 
@@ -31,20 +31,11 @@ class CopyIn(nn.Module):
         return y + torch.zeros_like(y)
 
 
-def quickstart():
-    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 64)).eval().cuda()
-    return model, [((torch.randn(32, 128, device="cuda"),), {})]
-
-
-def sdpa_demo():
-    return DemoModel().eval().cuda(), [((torch.randn(4, 3, 32, 32, device="cuda"),), {})]
-
-
 def copy_in():
     return CopyIn().eval().cuda(), [((torch.randn(8, 64, device="cuda"), torch.randn(8, 64)), {})]
 
 
-WORKLOADS = {"quickstart": quickstart, "sdpa_demo": sdpa_demo, "copy_in": copy_in}
+WORKLOADS = {"quickstart": cuda_quickstart, "sdpa_demo": cuda_sdpa_demo, "copy_in": copy_in}
 
 
 @pytest.mark.parametrize("decoder", ["native", "python"])

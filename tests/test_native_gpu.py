@@ -7,12 +7,12 @@ import warnings
 
 import pytest
 import torch
+from fixture_models import cuda_sdpa_demo
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.collection import make_cuda_source
 from aitune_dispatch.collection.cupti_source import CuptiSource, load_cupti
-from aitune_dispatch.demo import DemoModel
 
 pytestmark = pytest.mark.gpu
 native = pytest.importorskip("aitune_dispatch.collection._cupti_native", reason="the native decoder did not build")
@@ -35,11 +35,7 @@ def with_copy():
     return WithCopy().eval().cuda(), [((x, torch.randn(32, 128)), {})]
 
 
-def demo():
-    return DemoModel().eval().cuda(), [((torch.randn(4, 3, 32, 32, device="cuda"),), {})]
-
-
-WORKLOADS = {"with_copy": with_copy, "sdpa_demo": demo}
+WORKLOADS = {"with_copy": with_copy, "sdpa_demo": cuda_sdpa_demo}
 
 
 def attribution(decoder: str, model: nn.Module, samples: list) -> tuple[collections.Counter, float]:
@@ -84,7 +80,7 @@ def test_cupti_record_spacing_matches_the_compiled_sizes():
     cupti = load_cupti()
     sink = NativeRecordSink(int(cupti.ExternalCorrelationKind.CUSTOM2))
     source = CuptiSource(sink, cupti)
-    model, samples = demo()
+    model, samples = cuda_sdpa_demo()
     with torch.no_grad():
         model(*samples[0][0])
         torch.cuda.synchronize()

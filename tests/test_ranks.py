@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import torch
+from fixture_results import activity_table
 from torch import nn
 
 import aitune_dispatch
@@ -285,28 +286,15 @@ def synthetic(rows: list[tuple[str | None, str, str, str, float]], rank: int) ->
     n = len(rows)
     names = ["", "block", "sync"]
     module_ids = {name: index for index, name in enumerate(names)}
-    activity = pa.table(
-        {
-            "correlation_id": list(range(n)),
-            "kernel": [kernel for _, kernel, _, _, _ in rows],
-            "kind": ["kernel"] * n,
-            "start_ns": [10_000 + 1000 * i for i in range(n)],
-            "end_ns": [10_000 + 1000 * i + int(r[4] * 1000) for i, r in enumerate(rows)],
-            "kernel_us": [r[4] for r in rows],
-            "device": pa.array([rank] * n, pa.int32()),
-            "stream": [7] * n,
-            "op_id": list(range(n)),
-            "op": [op for _, _, op, _, _ in rows],
-            "module_id": [module_ids[m] for _, _, _, m, _ in rows],
-            "module_name": [m for _, _, _, m, _ in rows],
-            "call_id": [i if fn else schema.NO_CALL for i, (fn, *_) in enumerate(rows)],
-            "function_name": [fn for fn, *_ in rows],
-            "thread": [0] * n,
-            "graph_id": [schema.NOT_IN_GRAPH] * n,
-            "graph_node_id": [schema.NOT_IN_GRAPH] * n,
-            "attribution": [schema.ATTRIBUTION_TRACE] * n,
-        },
-        schema=schema.ACTIVITY,
+    activity = activity_table(
+        kernel=[kernel for _, kernel, _, _, _ in rows],
+        kernel_us=[r[4] for r in rows],
+        function_name=[fn for fn, *_ in rows],
+        first_start_ns=10_000,
+        device=rank,
+        op=[op for _, _, op, _, _ in rows],
+        module_id=[module_ids[m] for _, _, _, m, _ in rows],
+        module_name=[m for _, _, _, m, _ in rows],
     )
     modules = pa.table(
         {
