@@ -47,13 +47,16 @@ class ThreadInfo:
 
     ``traced`` is False for threads that were already running when ``profile()`` began (other than
     the profiling thread, index 0): they are not the profiled function's, and their module forwards
-    are counted in ``skipped_forwards`` instead of recorded.
+    are counted in ``skipped_forwards`` instead of recorded. ``native_id`` is the OS thread id
+    (``threading.get_native_id()``, Linux's ``gettid``), the id CUPTI's API records carry, so that
+    launches can be put on the thread that made them. The saved results do not keep it.
     """
 
     index: int
     name: str
     traced: bool
     skipped_forwards: int
+    native_id: int
 
 
 @dataclass(frozen=True)

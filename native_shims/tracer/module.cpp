@@ -275,8 +275,8 @@ PyObject* thread_list() {
   PyObject* list = PyList_New(Py_ssize_t(trace.thread_infos.size()));
   for (size_t i = 0; list != nullptr && i < trace.thread_infos.size(); ++i) {
     const ThreadInfo& info = trace.thread_infos[i];
-    PyObject* row = Py_BuildValue("(ns#OL)", Py_ssize_t(i), info.name.data(), Py_ssize_t(info.name.size()),
-                                  info.traced ? Py_True : Py_False, (long long)info.skipped_forwards);
+    PyObject* row = Py_BuildValue("(ns#OLk)", Py_ssize_t(i), info.name.data(), Py_ssize_t(info.name.size()),
+                                  info.traced ? Py_True : Py_False, (long long)info.skipped_forwards, info.native_id);
     if (row == nullptr) {
       Py_CLEAR(list);
       break;
