@@ -26,6 +26,7 @@ constexpr int64_t kNoSample = -1;  // a call whose inputs were not sampled
 // one CUPTI external-correlation kind carries op ids (below) and scope contexts (at and above)
 constexpr uint64_t kScopeBase = uint64_t(1) << 62;
 
+// the activity source's entry points (cuptiActivityPush/PopExternalCorrelationId's signatures)
 using PushFn = int (*)(int kind, uint64_t id);
 using PopFn = int (*)(int kind, uint64_t* last_id);
 
