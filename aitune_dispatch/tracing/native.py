@@ -232,7 +232,8 @@ class NativeTracer:
         ``running_before``: the threads that are not the profiled function's (an
         ``other_threads_running()`` snapshot taken when ``profile()`` began; None: those running when
         the pass begins); ``correlation_functions``: the target's method of that name, asked as the pass
-        starts (the source has started by then), where ``correlation_kind >= 0``."""
+        starts (the source or the graph observer has loaded libcupti by then), where
+        ``correlation_kind >= 0``."""
         self._native = load()
         self._correlation_functions = correlation_functions
         self._running_before = running_before
