@@ -132,7 +132,7 @@ def _tracer() -> list[Extension]:
             depends=TRACER_HEADERS,
             include_dirs=cpp_extension.include_paths(),
             library_dirs=[lib],
-            libraries=["c10", "torch_cpu", "torch_python", "dl"],
+            libraries=["c10", "torch_cpu", "torch_python"],
             language="c++",
             extra_compile_args=[
                 "-O2",

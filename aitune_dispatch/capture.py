@@ -32,7 +32,7 @@ from . import backends, collection, interrupts, schema
 from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
-from .joining import join_activity
+from .joining import join
 from .provenance import ProvenanceCapture, stand_ins, uses_compile
 from .results import ProfileResult
 from .schema import Sample
@@ -282,15 +282,7 @@ def post_process(
     activity = source.activity(trace.ops)
     clock.lap("decode")
     clock.tell("join", 0)
-    joined = join_activity(
-        activity.kernels,
-        activity.correlation,
-        trace.ops,
-        trace.calls,
-        modules_table,
-        activity.scope_correlation,
-        trace.contexts,
-    )
+    joined = join(activity, trace, modules_table)
     # compiled kernels and CUDA graph replays (provenance/): the activity, the calls it adds, kernel_sources
     attributed, provenance_metadata, provenance_messages = provenance.attribute(
         joined, trace.calls, modules_table, modules

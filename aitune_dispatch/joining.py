@@ -12,6 +12,8 @@ dictionary-encoded (``schema.STRING``): ``take`` moves codes, so the joined ``ke
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +21,32 @@ import pyarrow.compute as pc
 from . import encoded, schema
 
 _MISSING = -1
+
+
+class DecodedActivity(Protocol):
+    """What the join reads of an activity source's decoded records (``collection.base.Activity``)."""
+
+    @property
+    def kernels(self) -> pa.Table: ...  # schema KERNELS (KERNELS_WITH_GRAPHS for CUDA sources)
+
+    @property
+    def correlation(self) -> pa.Table: ...  # schema CORRELATION: launch -> op id
+
+    @property
+    def scope_correlation(self) -> pa.Table: ...  # schema SCOPE_CORRELATION: launch -> scope context
+
+
+class TracedTables(Protocol):
+    """What the join reads of the traced pass (``tracing.contract.TraceTables``)."""
+
+    @property
+    def ops(self) -> pa.Table: ...  # schema OPS (the join reads op_id, op, module_id, call_id, thread)
+
+    @property
+    def calls(self) -> pa.Table: ...  # schema CALLS
+
+    @property
+    def contexts(self) -> pa.Table: ...  # schema CONTEXTS
 
 
 def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -63,21 +91,15 @@ def _pick(values: np.ndarray, rows: np.ndarray, default: int) -> np.ndarray:
     return np.where(rows >= 0, values[np.maximum(rows, 0)] if len(values) else default, default)
 
 
-def join_activity(
-    kernels: pa.Table,
-    correlation: pa.Table,
-    ops: pa.Table,
-    calls: pa.Table,
-    modules: pa.Table,
-    scope_correlation: pa.Table | None = None,
-    contexts: pa.Table | None = None,
-) -> pa.Table:
+def join(activity: DecodedActivity, trace: TracedTables, modules: pa.Table) -> pa.Table:
     """One row per kernel with its op, module and innermost functional call (schema ACTIVITY).
 
-    A kernel launched outside any aten op (a Triton kernel, a CUDA graph replay) has no op; when
-    ``scope_correlation`` and ``contexts`` are given it still gets the module and functional call
-    its launch ran in.
+    A kernel launched outside any aten op (a Triton kernel, a CUDA graph replay) has no op; where
+    ``activity.scope_correlation`` names the scope context its launch ran in, it still gets that
+    context's module and functional call. ``modules`` is the profiled hierarchy (schema MODULES).
     """
+    kernels, correlation, scope_correlation = activity.kernels, activity.correlation, activity.scope_correlation
+    ops, calls, contexts = trace.ops, trace.calls, trace.contexts
     starts = _ints(kernels["start_ns"])
     if len(starts) > 1 and not np.all(starts[1:] >= starts[:-1]):
         kernels = kernels.take(pa.array(np.argsort(starts, kind="stable"), pa.int64()))
@@ -86,7 +108,7 @@ def join_activity(
     op_rows = _rows_of(op_ids, _ints(ops["op_id"]))
     module_ids = _pick(_ints(ops["module_id"]), op_rows, schema.NO_MODULE)
     call_ids = _pick(_ints(ops["call_id"]), op_rows, schema.NO_CALL)
-    if scope_correlation is not None and contexts is not None and scope_correlation.num_rows:
+    if scope_correlation.num_rows:
         innermost = _Index(_ints(scope_correlation["correlation_id"]), _ints(scope_correlation["context_id"])).lookup(
             kernel_cids
         )

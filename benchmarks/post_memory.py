@@ -32,6 +32,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -175,7 +176,7 @@ def trace_columns(kernels: int, modules: int, rng: np.random.Generator) -> dict[
         "mcall_thread": np.zeros(n_forwards, np.int64).tobytes(),
         "ctx_module": rng.integers(0, modules, n_ctx).astype(np.int64).tobytes(),
         "ctx_call": np.where(rng.random(n_ctx) < 0.5, rng.integers(0, n_calls, n_ctx), -1).astype(np.int64).tobytes(),
-        "threads": [(0, "MainThread", True, 0)],
+        "threads": [(0, "MainThread", True, 0, threading.get_native_id())],
         "scopes_pushed": n_ctx,
         "ops_pushed": n_ops,
         "push_log": b"",

@@ -17,9 +17,10 @@ from types import SimpleNamespace
 import pyarrow as pa
 import torch
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch import ModuleFunctionKernelProfiler, schema
+from aitune_dispatch.collection.base import Activity
 from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.joining import join_activity
+from aitune_dispatch.joining import join
 from aitune_dispatch.results import ProfileResult, merge
 from aitune_dispatch.schema import (
     ACTIVITY,
@@ -34,10 +35,30 @@ from aitune_dispatch.schema import (
     NOT_IN_GRAPH,
     OPS,
 )
+from aitune_dispatch.tracing import TraceTables
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
 # the same demo recorded again on the H200 after results kept launch records and the GPU's properties
 H200_LAUNCHES_RESULT = Path(__file__).parent / "data" / "h200_demo_launches"
+
+
+def join_tables(
+    kernels: pa.Table,
+    correlation: pa.Table,
+    ops: pa.Table,
+    calls: pa.Table,
+    modules: pa.Table,
+    scope_correlation: pa.Table | None = None,
+    contexts: pa.Table | None = None,
+) -> pa.Table:
+    """``joining.join`` of hand-made tables, wrapped in the ``Activity`` and ``TraceTables`` a run hands it."""
+    if scope_correlation is None:
+        scope_correlation = schema.empty(schema.SCOPE_CORRELATION)
+    activity = Activity(kernels=kernels, correlation=correlation, source="test", scope_correlation=scope_correlation)
+    if contexts is None:
+        contexts = schema.empty(schema.CONTEXTS)
+    trace = TraceTables(ops, calls, schema.empty(MODULE_CALLS), contexts, threads=(), scopes_pushed=0, ops_pushed=0)
+    return join(activity, trace, modules)
 
 
 def demo_result() -> ProfileResult:
@@ -168,7 +189,7 @@ def synthetic_result(
         schema=KERNELS,
     )
     correlation = pa.table([[10, 11], [0, 1]], schema=CORRELATION)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
+    activity = join_tables(kernels, correlation, ops, calls, modules)
     sample = ((SimpleNamespace(shape=(2, 3), dtype="float16", stride=(3, 1)), torch.ones(5, 3).t()), {"bias": None})
     return ProfileResult(
         activity=activity,
@@ -220,7 +241,7 @@ def layered_result(metadata: dict[str, str] | None = None) -> ProfileResult:
         schema=KERNELS,
     )
     correlation = pa.table([[10, 11, 12, 13], [0, 1, 2, 3]], schema=CORRELATION)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
+    activity = join_tables(kernels, correlation, ops, calls, modules)
     return ProfileResult(
         activity=activity,
         ops=ops,

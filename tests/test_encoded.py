@@ -18,7 +18,6 @@ import aitune_dispatch
 from aitune_dispatch import encoded, schema
 from aitune_dispatch.collection.decoded import DecodedRecords
 from aitune_dispatch.demo import demo_workload
-from aitune_dispatch.joining import join_activity
 from aitune_dispatch.results import merge, select_rank, views
 
 TABLES = ("activity", "ops", "calls", "modules", "launches", "kernel_sources")
@@ -128,7 +127,7 @@ def test_the_join_holds_no_per_row_string():
     ops = pa.table([[0], ["aten::mm"], [1], [0], [0], [0], [0]], schema=schema.OPS)
     calls = pa.table([[0], ["linear"], [-1], [1], [0], [0], [0], [0]], schema=schema.CALLS)
     modules = pa.table([[0, 1], ["", "fc"], ["Net", "Linear"], [-1, 0]], schema=schema.MODULES)
-    activity = join_activity(kernels, correlation, ops, calls, modules)
+    activity = fixture_results.join_tables(kernels, correlation, ops, calls, modules)
     for column in ("kernel", "kind", "op", "module_name", "function_name", "attribution"):
         # 4 bytes a row plus the few distinct values (as plain strings: 300 bytes a row for kernel)
         assert activity[column].nbytes < 4 * rows + 2_000, (column, activity[column].nbytes)

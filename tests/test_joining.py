@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pyarrow as pa
+import pyarrow.compute as pc
+from fixture_results import join_tables
 
 from aitune_dispatch import schema
-from aitune_dispatch.joining import join_activity
+from aitune_dispatch.joining import join
 from aitune_dispatch.results.views import attributed_mask
 
 
@@ -64,7 +68,7 @@ def tables():
 
 
 def test_join_gives_one_row_per_kernel_in_time_order():
-    joined = join_activity(*tables())
+    joined = join_tables(*tables())
     assert joined.schema == schema.ACTIVITY
     rows = joined.to_pylist()
     assert [r["kernel"] for r in rows] == ["gemm", "memcpy", "relu_k", "orphan", "outside"]
@@ -79,17 +83,15 @@ def test_join_gives_one_row_per_kernel_in_time_order():
 
 
 def test_attributed_mask_needs_a_module_and_a_call():
-    joined = join_activity(*tables())
+    joined = join_tables(*tables())
     assert attributed_mask(joined).to_pylist() == [True, True, True, False, False]
 
 
 def test_empty_inputs_keep_the_schema():
     kernels, correlation, ops, calls, modules = tables()
-    joined = join_activity(
-        schema.empty(schema.KERNELS), schema.empty(schema.CORRELATION), ops, calls, modules
-    )
+    joined = join_tables(schema.empty(schema.KERNELS), schema.empty(schema.CORRELATION), ops, calls, modules)
     assert joined.num_rows == 0 and joined.schema == schema.ACTIVITY
-    joined = join_activity(kernels, schema.empty(schema.CORRELATION), schema.empty(schema.OPS), calls, modules)
+    joined = join_tables(kernels, schema.empty(schema.CORRELATION), schema.empty(schema.OPS), calls, modules)
     assert joined.num_rows == 5 and joined.column("op_id").null_count == 5
 
 
@@ -101,11 +103,24 @@ def test_kernels_without_op_take_module_and_call_from_their_launch_scope():
     contexts = pa.table(
         {"context_id": [4, 5], "module_id": [0, 1], "call_id": [-1, 1]}, schema=schema.CONTEXTS
     )
-    rows = join_activity(kernels, correlation, ops, calls, modules, scope, contexts).to_pylist()
+    rows = join_tables(kernels, correlation, ops, calls, modules, scope, contexts).to_pylist()
     orphan = next(r for r in rows if r["kernel"] == "orphan")
     assert (orphan["op"], orphan["module_name"], orphan["function_name"]) == (None, "fc", "relu")
     gemm = next(r for r in rows if r["kernel"] == "gemm")
     assert (gemm["op"], gemm["module_name"], gemm["function_name"]) == ("aten::addmm", "fc", "linear")
+
+
+def test_join_reads_only_the_tables_its_protocols_name():
+    # joining stands on the base modules alone: any object with the activity's kernels, correlation and
+    # scope_correlation and the trace's ops, calls and contexts joins as the real Activity and TraceTables do
+    kernels, correlation, ops, calls, modules = tables()
+    scope = pa.table({"correlation_id": [102], "context_id": [0]}, schema=schema.SCOPE_CORRELATION)
+    contexts = pa.table({"context_id": [0], "module_id": [1], "call_id": [1]}, schema=schema.CONTEXTS)
+    activity = SimpleNamespace(kernels=kernels, correlation=correlation, scope_correlation=scope)
+    trace = SimpleNamespace(ops=ops, calls=calls, contexts=contexts)
+    joined = join(activity, trace, modules)
+    assert joined.equals(join_tables(kernels, correlation, ops, calls, modules, scope, contexts))
+    assert joined.filter(pc.equal(joined["kernel"], "orphan"))["function_name"].to_pylist() == ["relu"]
 
 
 def test_kernel_names_are_demangled_like_torch_profiler():

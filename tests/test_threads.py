@@ -182,3 +182,37 @@ def test_a_thread_pool_started_before_the_pass_is_not_silent(op_tracer):
     # the module did run, on the pool's thread: no "never ran, pass another module=" beside it
     assert not any("never ran" in m for m in messages), messages
     assert profiling_df.empty and len(profiler.last_result.module_calls) == 0
+
+
+def test_each_thread_of_the_trace_carries_its_os_thread_id(op_tracer):
+    # ThreadInfo.native_id is what threading.get_native_id() says on that thread (the id CUPTI's API
+    # records carry): on the profiling thread, a worker the profiled function starts, and a thread that
+    # was already running (untraced, but it reported a forward)
+    from aitune_dispatch.collection.cpu import CpuOpTimer
+    from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer
+
+    model = _model()
+    seen: dict[str, int] = {}
+
+    def record_id_then_run(x: torch.Tensor) -> None:
+        seen[threading.current_thread().name] = threading.get_native_id()
+        model(x)
+
+    background = _Background(model)
+    try:
+        modules = ModuleTracker(model)
+        session = TraceSession(modules, make_tracer(op_tracer, modules.module_ids(), None, CpuOpTimer(), False))
+        with torch.no_grad(), session:
+            model(torch.randn(2, 4))
+            worker = threading.Thread(target=record_id_then_run, args=(torch.randn(2, 4),), name="worker-ids")
+            worker.start()
+            worker.join()
+            background.run_once()
+    finally:
+        background.close()
+    threads = {thread.name: thread for thread in session.tables().threads}
+    assert session.tables().threads[0].native_id == threading.get_native_id()
+    assert threads["worker-ids"].traced and threads["worker-ids"].native_id == seen["worker-ids"]
+    assert not threads["background"].traced
+    assert threads["background"].native_id == background.thread.native_id
+    assert len({thread.native_id for thread in threads.values()}) == 3

@@ -52,6 +52,10 @@ class ActivitySource(Protocol):
     def scope_exited(self) -> None:
         """The innermost scope of this thread ended."""
 
+    def correlation_functions(self) -> tuple[int, int] | None:
+        """``(push, pop)`` C function addresses the native tracer pushes and pops ids with; None where
+        nothing is pushed (see ``tracing.CorrelationTarget``)."""
+
     def stop(self) -> None:
         """Stop collecting and restore every global state touched by ``start``; idempotent."""
 

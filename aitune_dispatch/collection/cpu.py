@@ -54,6 +54,9 @@ class CpuOpTimer:
     def scope_exited(self) -> None:
         """Not called: ``correlation_kind`` is negative."""
 
+    def correlation_functions(self) -> None:
+        """None: nothing is pushed."""
+
     def stop(self) -> None:
         """Nothing to disable; fails where torch.profiler began collecting during the pass. Idempotent."""
         started, self._started = self._started, False

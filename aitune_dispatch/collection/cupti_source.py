@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import re
 import time
 import warnings
@@ -36,7 +37,16 @@ from .base import Activity, torch_profiler_active
 from .clock import HostClock, host_clock
 from .decoded import API_DRIVER, API_RUNTIME, DecodedRecords
 
-__all__ = ["CANARY_ID", "SCOPE_BASE", "CuptiSource", "HostClock", "RecordSink", "host_clock", "load_cupti"]
+__all__ = [
+    "CANARY_ID",
+    "SCOPE_BASE",
+    "CuptiSource",
+    "HostClock",
+    "RecordSink",
+    "host_clock",
+    "libcupti_correlation_functions",
+    "load_cupti",
+]
 # the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
@@ -44,6 +54,7 @@ CANARY_ID = 2**63 + 1
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
 _VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cupti's "cudaLaunchKernel_v7000"; Kineto writes "cudaLaunchKernel"
+_LIBCUPTI_SONAMES = ("libcupti.so.13", "libcupti.so")
 
 
 class RecordSink(Protocol):
@@ -71,6 +82,29 @@ def load_cupti() -> Any:
             "or pass device='cpu'"
         ) from error
     return cupti
+
+
+def libcupti_correlation_functions() -> tuple[int, int]:
+    """``(push, pop)``: the addresses of ``cuptiActivityPush/PopExternalCorrelationId`` in the libcupti
+    already in the process (torch's or cupti-python's, found by soname with ``RTLD_NOLOAD``: never a
+    second copy), for the native tracer; RuntimeError where none is loaded or it lacks them."""
+    for soname in _LIBCUPTI_SONAMES:
+        try:
+            # RTLD_NOLOAD: a handle only to a copy already loaded (it stays loaded by its owner)
+            library = ctypes.CDLL(soname, mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+        except OSError:
+            continue
+        break
+    else:
+        raise RuntimeError("libcupti.so.13 is not loaded in this process; start the CUPTI activity source first")
+    try:
+        push = ctypes.cast(library.cuptiActivityPushExternalCorrelationId, ctypes.c_void_p).value
+        pop = ctypes.cast(library.cuptiActivityPopExternalCorrelationId, ctypes.c_void_p).value
+    except AttributeError:
+        push = pop = None
+    if not push or not pop:
+        raise RuntimeError("libcupti lacks cuptiActivityPush/PopExternalCorrelationId")
+    return push, pop
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,6 +185,10 @@ class CuptiSource:
         self.op_finished = lambda op_id: pop(kind)
         self.scope_entered = lambda context_id: push(kind, SCOPE_BASE + context_id)
         self.scope_exited = lambda: pop(kind)
+
+    def correlation_functions(self) -> tuple[int, int]:
+        """libcupti's push and pop, for the native tracer (:func:`libcupti_correlation_functions`)."""
+        return libcupti_correlation_functions()
 
     @property
     def sink_name(self) -> str:

@@ -1,6 +1,6 @@
 """Joining, continued: compiled kernels and CUDA graph replays attributed to module, functional call and op.
 
-Pure functions over Arrow tables (no torch), applied to the joined activity (``joining.join_activity``).
+Pure functions over Arrow tables (no torch), applied to the joined activity (``joining.join``).
 Three kinds of rows get an attribution the tracer could not see at launch time:
 
 **Replayed CUDA graph kernels** (``graph_id != 0``). Where the graph was captured while the profiler
@@ -370,7 +370,7 @@ def attribute(
     Parameters
     ----------
     activity:
-        ``join_activity``'s output (schema ``ACTIVITY``).
+        ``joining.join``'s output (schema ``ACTIVITY``).
     calls, modules:
         The recorded pass's functional calls and the profiled hierarchy.
     sites, site_sources:

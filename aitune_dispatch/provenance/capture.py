@@ -67,6 +67,9 @@ class _Uncorrelated:
     def scope_exited(self) -> None:
         """Nothing to pop."""
 
+    def correlation_functions(self) -> None:
+        """None: nothing is pushed."""
+
 
 def _is_compiled(module: Any) -> bool:
     """A torch.compile wrapper (of a module or a function), or a module compiled in place (``module.compile()``)."""

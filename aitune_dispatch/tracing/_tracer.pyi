@@ -11,6 +11,8 @@ class FunctionModeBase:
 def start(
     *,
     correlation_kind: int | None,
+    correlation_push: int | None,  # C function addresses (CorrelationTarget.correlation_functions); None
+    correlation_pop: int | None,  # exactly where correlation_kind is None
     log_pushes: bool = False,
     modules: Sequence[tuple[Any, int]],
     functions: dict[Callable[..., Any], str],

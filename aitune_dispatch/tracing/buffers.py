@@ -54,6 +54,7 @@ class ThreadStacks:
     # False on threads that were running before the pass: their module forwards are not recorded
     traced: bool = True
     skipped_forwards: int = 0  # forwards of profiled modules on an untraced thread
+    native_id: int = 0  # threading.get_native_id() of the thread
     modules: list[int] = field(default_factory=lambda: [schema.NO_MODULE])
     calls: list[int] = field(default_factory=lambda: [schema.NO_CALL])
     module_rows: list[int] = field(default_factory=lambda: [-1])  # parallel to ``modules``
@@ -143,7 +144,12 @@ class TraceBuffers:
         if found is None:
             thread = threading.current_thread()
             with self._thread_lock:
-                found = ThreadStacks(len(self.threads), thread.name, not self._was_running_before(thread))
+                found = ThreadStacks(
+                    len(self.threads),
+                    thread.name,
+                    not self._was_running_before(thread),
+                    native_id=threading.get_native_id(),
+                )
                 self.threads.append(found)
             self._local.stacks = found
         return found

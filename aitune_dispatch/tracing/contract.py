@@ -3,9 +3,10 @@
 Tracing gives every aten op an op id and every module forward / functional call a scope context;
 an activity source that can tag activity with them (CUPTI external correlation ids) says so with a
 non-negative ``correlation_kind`` and takes the ids through the four callbacks below. The native
-backend pushes the same ids itself, in C++, under that kind; the pure-Python backend calls the
-callbacks. A source with ``correlation_kind == schema.NO_CORRELATION`` (the CPU source) is told
-nothing. Scope contexts are pushed as ``schema.SCOPE_BASE + context id`` (``docs/design.md``,
+backend pushes the same ids itself, in C++, under that kind, through the C entry points the source
+hands it (``correlation_functions``), so a source of another vendor brings its own; the pure-Python
+backend calls the callbacks. A source with ``correlation_kind == schema.NO_CORRELATION`` (the CPU
+source) is told nothing. Scope contexts are pushed as ``schema.SCOPE_BASE + context id`` (``docs/design.md``,
 "Correlation: what CUPTI needs").
 """
 
@@ -40,6 +41,12 @@ class CorrelationTarget(Protocol):
     def scope_exited(self) -> None:
         """The innermost scope ended."""
 
+    def correlation_functions(self) -> tuple[int, int] | None:
+        """``(push, pop)``: addresses of C functions ``int push(int kind, uint64_t id)`` and
+        ``int pop(int kind, uint64_t *last_id)`` (CUPTI's ``cuptiActivityPush/PopExternalCorrelationId``)
+        that the native tracer calls instead of the callbacks above; None where nothing is pushed.
+        Asked only where ``correlation_kind >= 0``, as the native pass starts."""
+
 
 @dataclass(frozen=True)
 class ThreadInfo:
@@ -47,13 +54,16 @@ class ThreadInfo:
 
     ``traced`` is False for threads that were already running when ``profile()`` began (other than
     the profiling thread, index 0): they are not the profiled function's, and their module forwards
-    are counted in ``skipped_forwards`` instead of recorded.
+    are counted in ``skipped_forwards`` instead of recorded. ``native_id`` is the OS thread id
+    (``threading.get_native_id()``, Linux's ``gettid``), the id CUPTI's API records carry, so that
+    launches can be put on the thread that made them. The saved results do not keep it.
     """
 
     index: int
     name: str
     traced: bool
     skipped_forwards: int
+    native_id: int
 
 
 @dataclass(frozen=True)

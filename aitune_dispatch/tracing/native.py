@@ -8,7 +8,8 @@ on :class:`NativeFunctionMode` with a C function: a torch call that is not an in
 functional costs one dictionary lookup and no Python frame of ours. Same rows, same semantics and
 the same schemas as the pure-Python backend (``tracing/python.py``); ``docs/design.md``, "The
 native tracing backend". Its configuration crosses into C++ by name: :class:`NativePass` holds
-every keyword ``start()`` takes.
+every keyword ``start()`` takes, the C push / pop functions the activity source hands over
+(``CorrelationTarget.correlation_functions``) among them.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ class NativePass:
     correlation_kind:
         The CUPTI external-correlation kind op and scope ids are pushed with, or None: nothing is
         pushed (the CPU activity source).
+    correlation_push, correlation_pop:
+        Where ``correlation_kind`` is set: the addresses of the C functions that push and pop the
+        ids (``CorrelationTarget.correlation_functions``: CUPTI's for the CUDA source); else None.
     log_pushes:
         Log every push and pop into ``take()["push_log"]`` instead (tests without a GPU).
     modules:
@@ -120,6 +124,8 @@ class NativePass:
     """
 
     correlation_kind: int | None
+    correlation_push: int | None
+    correlation_pop: int | None
     log_pushes: bool
     modules: Sequence[tuple[nn.Module, int]]
     functions: dict[Callable[..., Any], str]
@@ -140,18 +146,44 @@ class NativePass:
             raise ValueError(f"correlation_kind must be a CUPTI external-correlation kind (>= 0) or None; got {kind!r}")
         if self.log_pushes and kind is not None:
             raise ValueError("log_pushes=True logs the ids instead of pushing them: pass correlation_kind=None")
+        for name in ("correlation_push", "correlation_pop"):
+            address = getattr(self, name)
+            if kind is None and address is not None:
+                raise ValueError(f"{name} is for a pass that pushes (correlation_kind >= 0): pass None")
+            if kind is not None and (isinstance(address, bool) or not isinstance(address, int) or address <= 0):
+                raise ValueError(
+                    f"correlation_kind={kind} pushes ids, so {name} must be the address of the activity source's "
+                    f"C function (CorrelationTarget.correlation_functions); got {address!r}"
+                )
 
     @classmethod
-    def for_kind(cls, kind: int, modules: Sequence[tuple[nn.Module, int]], **mode: Any) -> NativePass:
-        """A pass for a correlation target's ``correlation_kind``: >= 0 pushes, ``LOG_PUSHES`` logs,
-        ``schema.NO_CORRELATION`` pushes nothing; ``mode`` gives the function-mode fields."""
-        return cls(correlation_kind=kind if kind >= 0 else None, log_pushes=kind == LOG_PUSHES, modules=modules, **mode)
+    def for_kind(
+        cls,
+        kind: int,
+        modules: Sequence[tuple[nn.Module, int]],
+        correlation_functions: tuple[int, int] | None = None,
+        **mode: Any,
+    ) -> NativePass:
+        """A pass for a correlation target's ``correlation_kind``: >= 0 pushes through
+        ``correlation_functions`` (``(push, pop)``), ``LOG_PUSHES`` logs, ``schema.NO_CORRELATION``
+        pushes nothing; ``mode`` gives the function-mode fields."""
+        push, pop = correlation_functions if correlation_functions is not None else (None, None)
+        return cls(
+            correlation_kind=kind if kind >= 0 else None,
+            correlation_push=push,
+            correlation_pop=pop,
+            log_pushes=kind == LOG_PUSHES,
+            modules=modules,
+            **mode,
+        )
 
     @classmethod
     def stacks_only(cls, modules: Sequence[tuple[nn.Module, int]]) -> NativePass:
         """The module stacks and columns without a functional call or a push (``benchmarks/pass_breakdown.py``)."""
         return cls(
             correlation_kind=None,
+            correlation_push=None,
+            correlation_pop=None,
             log_pushes=False,
             modules=modules,
             functions={},
@@ -193,13 +225,17 @@ class NativeTracer:
         correlation_kind: int,
         all_functions: bool = False,
         running_before: Mapping[int, threading.Thread | None] | None = None,
+        correlation_functions: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         """One pass over ``modules`` (``(module, module_id)`` pairs); ``correlation_kind`` as
         ``CorrelationTarget.correlation_kind`` (or ``LOG_PUSHES``), ``function_names`` selects samples;
         ``running_before``: the threads that are not the profiled function's (an
         ``other_threads_running()`` snapshot taken when ``profile()`` began; None: those running when
-        the pass begins)."""
+        the pass begins); ``correlation_functions``: the target's method of that name, asked as the pass
+        starts (the source or the graph observer has loaded libcupti by then), where
+        ``correlation_kind >= 0``."""
         self._native = load()
+        self._correlation_functions = correlation_functions
         self._running_before = running_before
         self._modules = list(modules)
         self._function_names = function_names
@@ -248,9 +284,11 @@ class NativeTracer:
             self._taken = self._native.take()
 
     def _pass(self) -> NativePass:
+        given = self._correlation_functions
         return NativePass.for_kind(
             self._kind,
             self._modules,
+            given() if given is not None and self._kind >= 0 else None,
             functions=dict(functional_registry()),
             sample_names=self._function_names,
             all_functions=self._all,

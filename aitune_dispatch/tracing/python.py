@@ -105,7 +105,9 @@ class PythonTracer:
             calls=buffers.calls_table(),
             module_calls=buffers.module_calls_table(),
             contexts=buffers.contexts_table(),
-            threads=tuple(ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards) for t in buffers.threads),
+            threads=tuple(
+                ThreadInfo(t.index, t.name, t.traced, t.skipped_forwards, t.native_id) for t in buffers.threads
+            ),
             scopes_pushed=len(buffers.ctx_module),
             ops_pushed=self._modes[1].pushed,
         )

@@ -29,10 +29,14 @@ def make_tracer(
     ``running_before``: the threads that are not the profiled function's, as
     ``other_threads_running()`` said when ``profile()`` began (so that threads the function starts in
     a warm-up pass count as its own); None: the threads running when the pass begins.
-    The pass runs what ``torch.nn.functional`` holds now (functionals the user wrapped or replaced
-    since the last pass included; see ``functional.refresh_functionals``).
+    The native backend pushes through the target's ``correlation_functions`` (asked as the pass
+    starts), the Python one calls its callbacks. The pass runs what ``torch.nn.functional`` holds
+    now (functionals the user wrapped or replaced since the last pass included; see
+    ``functional.refresh_functionals``).
     """
     refresh_functionals()
     if backend == "native":
-        return native.NativeTracer(modules, function_names, target.correlation_kind, all_functions, running_before)
+        kind = target.correlation_kind
+        functions = target.correlation_functions if kind >= 0 else None  # what the C++ side pushes with
+        return native.NativeTracer(modules, function_names, kind, all_functions, running_before, functions)
     return PythonTracer(modules, function_names, target, all_functions, running_before)

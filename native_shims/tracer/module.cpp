@@ -5,11 +5,10 @@
 // and registers the RecordFunction op callback;
 // the module hooks call enter_module / exit_module; FunctionModeBase handles torch functions;
 // stop() removes the callback; take() hands every column over as bytes plus the collected samples.
-// libcupti is never linked: push/pop are resolved from the copy already loaded in the process.
+// Nothing is linked for correlation: push/pop are the C functions the activity source hands start()
+// (CorrelationTarget.correlation_functions: libcupti's, resolved in Python from the copy torch loaded).
 
 #include "trace.h"
-
-#include <dlfcn.h>
 
 namespace aitune {
 
@@ -29,25 +28,6 @@ int log_push(int, uint64_t id) {
 int log_pop(int, uint64_t*) {
   push_log.push_back(-1);
   return 0;
-}
-
-bool resolve_cupti() {
-  void* lib = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
-  if (lib == nullptr) lib = dlopen("libcupti.so", RTLD_NOW | RTLD_NOLOAD);
-  if (lib == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "libcupti.so.13 is not loaded in this process; start the CUPTI activity source first");
-    return false;
-  }
-  trace.push = reinterpret_cast<PushFn>(dlsym(lib, "cuptiActivityPushExternalCorrelationId"));
-  trace.pop = reinterpret_cast<PopFn>(dlsym(lib, "cuptiActivityPopExternalCorrelationId"));
-  dlclose(lib);  // RTLD_NOLOAD took a reference; the library stays loaded by its owner
-  if (trace.push == nullptr || trace.pop == nullptr) {
-    trace.push = nullptr;
-    trace.pop = nullptr;
-    PyErr_SetString(PyExc_RuntimeError, "libcupti lacks cuptiActivityPush/PopExternalCorrelationId");
-    return false;
-  }
-  return true;
 }
 
 // The calling thread's state, its name noted on first use (GIL held).
@@ -146,9 +126,39 @@ bool correlation_kind_of(PyObject* kind, int log_pushes, int* out) {
   return true;
 }
 
+// A push or pop entry point start() was given: the address (an int) of a C function with the
+// signature of cuptiActivityPush/PopExternalCorrelationId, required where kind >= 0, else None.
+bool entry_point_of(PyObject* address, const char* keyword, int kind, void** out) {
+  *out = nullptr;
+  if (address == Py_None) {
+    if (kind < 0) return true;
+    PyErr_Format(PyExc_ValueError,
+                 "correlation_kind=%d pushes ids, so %s must be the address of the activity source's C function "
+                 "(CorrelationTarget.correlation_functions), not None",
+                 kind, keyword);
+    return false;
+  }
+  if (kind < 0) {
+    PyErr_Format(PyExc_ValueError, "%s is for a pass that pushes (correlation_kind >= 0): pass None", keyword);
+    return false;
+  }
+  if (!PyLong_Check(address) || PyBool_Check(address)) {
+    PyErr_Format(PyExc_TypeError, "%s must be a C function's address (int) or None", keyword);
+    return false;
+  }
+  *out = PyLong_AsVoidPtr(address);
+  if (*out == nullptr) {
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s is a null address", keyword);
+    return false;
+  }
+  return true;
+}
+
 // Keyword arguments of start(), all required (checked by name once parsed).
 struct StartArguments {
   PyObject* correlation_kind = nullptr;
+  PyObject* correlation_push = nullptr;
+  PyObject* correlation_pop = nullptr;
   int log_pushes = 0;
   PyObject* modules = nullptr;
   PyObject* sample_key = nullptr;
@@ -157,9 +167,10 @@ struct StartArguments {
   FunctionModeSettings mode;
 };
 
-const char* const kStartKeywords[] = {"correlation_kind", "log_pushes", "modules", "functions", "sample_names",
-                                      "all_functions", "rearmed_copy", "api_name", "push_mode", "pop_mode",
-                                      "routing_mode_below", "sample_key", "singletons", "running_before", nullptr};
+const char* const kStartKeywords[] = {"correlation_kind", "correlation_push", "correlation_pop", "log_pushes",
+                                      "modules", "functions", "sample_names", "all_functions", "rearmed_copy",
+                                      "api_name", "push_mode", "pop_mode", "routing_mode_below", "sample_key",
+                                      "singletons", "running_before", nullptr};
 
 bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   if (PyTuple_GET_SIZE(args) != 0) {
@@ -167,14 +178,16 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
     return false;
   }
   int all_functions = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OpOO!OpOOOOOOO!O", const_cast<char**>(kStartKeywords),
-                                   &a->correlation_kind, &a->log_pushes, &a->modules, &PyDict_Type, &a->mode.functions,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!O", const_cast<char**>(kStartKeywords),
+                                   &a->correlation_kind, &a->correlation_push, &a->correlation_pop, &a->log_pushes,
+                                   &a->modules, &PyDict_Type, &a->mode.functions,
                                    &a->mode.sample_names, &all_functions, &a->mode.rearmed_copy, &a->mode.api_name,
                                    &a->mode.push_mode, &a->mode.pop_mode, &a->mode.routing_mode_below, &a->sample_key,
                                    &PyTuple_Type, &a->singletons, &a->running_before))
     return false;
   a->mode.all_functions = all_functions != 0;
-  PyObject* given[] = {a->correlation_kind, Py_None, a->modules, a->mode.functions, a->mode.sample_names, Py_None,
+  PyObject* given[] = {a->correlation_kind, a->correlation_push, a->correlation_pop, Py_None, a->modules,
+                       a->mode.functions, a->mode.sample_names, Py_None,
                        a->mode.rearmed_copy, a->mode.api_name, a->mode.push_mode, a->mode.pop_mode,
                        a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before};
   for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); ++i) {
@@ -186,21 +199,25 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   return true;
 }
 
-// start(*, correlation_kind, log_pushes, modules [(module, id)], functions, sample_names, all_functions,
-//       rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons,
-//       running_before [ident]): tracing/native.py NativePass documents each
+// start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules [(module, id)], functions,
+//       sample_names, all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below,
+//       sample_key, singletons, running_before [ident]): tracing/native.py NativePass documents each
 PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
   StartArguments a;
   int kind;
-  if (!parse_start(args, kwargs, &a) || !correlation_kind_of(a.correlation_kind, a.log_pushes, &kind)) return nullptr;
+  void* push;
+  void* pop;
+  if (!parse_start(args, kwargs, &a) || !correlation_kind_of(a.correlation_kind, a.log_pushes, &kind) ||
+      !entry_point_of(a.correlation_push, "correlation_push", kind, &push) ||
+      !entry_point_of(a.correlation_pop, "correlation_pop", kind, &pop))
+    return nullptr;
   if (trace.running) {
     PyErr_SetString(PyExc_RuntimeError, "the native tracer is already recording a pass; stop() it first");
     return nullptr;
   }
-  trace.push = nullptr;
-  trace.pop = nullptr;
   trace.kind = kind;
-  if (kind >= 0 && !resolve_cupti()) return nullptr;
+  trace.push = reinterpret_cast<PushFn>(push);
+  trace.pop = reinterpret_cast<PopFn>(pop);
   push_log.clear();
   if (kind == kLogPushes) {
     trace.push = log_push;
@@ -275,8 +292,8 @@ PyObject* thread_list() {
   PyObject* list = PyList_New(Py_ssize_t(trace.thread_infos.size()));
   for (size_t i = 0; list != nullptr && i < trace.thread_infos.size(); ++i) {
     const ThreadInfo& info = trace.thread_infos[i];
-    PyObject* row = Py_BuildValue("(ns#OL)", Py_ssize_t(i), info.name.data(), Py_ssize_t(info.name.size()),
-                                  info.traced ? Py_True : Py_False, (long long)info.skipped_forwards);
+    PyObject* row = Py_BuildValue("(ns#OLk)", Py_ssize_t(i), info.name.data(), Py_ssize_t(info.name.size()),
+                                  info.traced ? Py_True : Py_False, (long long)info.skipped_forwards, info.native_id);
     if (row == nullptr) {
       Py_CLEAR(list);
       break;
@@ -335,10 +352,11 @@ PyObject* py_take(PyObject*, PyObject*) {
 
 PyMethodDef methods[] = {
     {"start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_start)), METH_VARARGS | METH_KEYWORDS,
-     "start(*, correlation_kind, log_pushes, modules, functions, sample_names, all_functions, rearmed_copy, "
-     "api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, running_before): record a pass "
-     "on this thread; correlation_kind (>= 0) pushes op and scope ids as CUPTI external correlation ids of that "
-     "kind, None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},
+     "start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules, functions, sample_names, "
+     "all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, "
+     "running_before): record a pass on this thread; correlation_kind (>= 0) pushes op and scope ids as external "
+     "correlation ids of that kind through the C functions at correlation_push / correlation_pop (the activity "
+     "source's), None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},
     {"stop", py_stop, METH_NOARGS, "stop(): remove the op callback and the configuration (idempotent)"},
     {"running", py_running, METH_NOARGS, "running() -> bool"},
     {"enter_module", py_enter_module, METH_O, "enter_module(module): a forward of a profiled module begins"},

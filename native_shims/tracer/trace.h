@@ -26,6 +26,7 @@ constexpr int64_t kNoSample = -1;  // a call whose inputs were not sampled
 // one CUPTI external-correlation kind carries op ids (below) and scope contexts (at and above)
 constexpr uint64_t kScopeBase = uint64_t(1) << 62;
 
+// the activity source's entry points (cuptiActivityPush/PopExternalCorrelationId's signatures)
 using PushFn = int (*)(int kind, uint64_t id);
 using PopFn = int (*)(int kind, uint64_t* last_id);
 
@@ -60,6 +61,7 @@ struct ThreadInfo {
   std::string name;
   bool traced = true;  // false: running before the pass began, so not the profiled function's
   int64_t skipped_forwards = 0;
+  unsigned long native_id = 0;  // the OS thread id, as threading.get_native_id() reports it
 };
 
 struct ThreadState {
@@ -116,6 +118,15 @@ struct Trace {
 extern Trace trace;
 extern thread_local ThreadState tls;
 
+// The calling thread's OS id (gettid on Linux), the value threading.get_native_id() returns; no GIL needed.
+inline unsigned long native_thread_id() {
+#ifdef PY_HAVE_THREAD_NATIVE_ID
+  return PyThread_get_thread_native_id();
+#else
+  return 0;
+#endif
+}
+
 inline ThreadState& thread_state() {
   ThreadState& t = tls;
   if (t.generation != trace.generation) {
@@ -126,6 +137,7 @@ inline ThreadState& thread_state() {
     t.traced = trace.running_before.count(PyThread_get_thread_ident()) == 0;
     trace.thread_infos.emplace_back();
     trace.thread_infos.back().traced = t.traced;
+    trace.thread_infos.back().native_id = native_thread_id();
   }
   return t;
 }
