@@ -535,6 +535,7 @@ class PerfettoRenderer(Renderer):
 
     extension = ".json"
     extensions = (".json", ".json.gz")
+    default_name = "trace.json"
 
     def __init__(self, *, gpu_clock_offset_ns: int | None = None) -> None:
         self.gpu_clock_offset_ns = gpu_clock_offset_ns
