@@ -1,9 +1,10 @@
 """aitune-dispatch: which CUDA kernels each torch.nn.functional call launches, and for how long.
 
   aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top-k K] [--functions functional|all]
-                       [--out DIR [--with-tensors]] [--quiet]
+                       [--out DIR [--with-tensors]] [--write FILE ...] [--quiet]
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
   aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
+                         [--write FILE ...]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
   aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--cache warm|cold]
@@ -17,13 +18,15 @@ device="cuda"|"cpu" when it has a device parameter, else with no arguments. FACT
 the function once without arguments.
 
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
-DIR/trace.json (Perfetto, Kineto's conventions). Output names are checked before any work is
-done. Progress goes to stderr, from the profiler's own progress steps (each warm-up pass and
-recorded sample, and where post-processing begins); on long runs a step line appears at most
-once a second. --quiet silences progress. Warnings are one line each on stderr. Bad input exits
-with status 1 and one line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage
-errors exit with status 2. report and compare need no torch. Tables fit the terminal width
-(COLUMNS overrides it).
+DIR/trace.json (Perfetto, Kineto's conventions); --write FILE writes FILE in the format its name
+ends in (.html, .htm, .json, .json.gz), and --html / --perfetto name the file of that format
+instead of DIR's. Output names are checked before any work is done. Progress goes to stderr,
+from the profiler's own progress steps (each warm-up pass and recorded sample, and where
+post-processing begins); on long runs a step line appears at most once a second. --quiet
+silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
+line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
+status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
+it).
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table (the median time per call and the
@@ -42,7 +45,6 @@ import inspect
 import os
 import shutil
 import sys
-import textwrap
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -51,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import config
+from . import config, reports
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
@@ -296,15 +298,11 @@ def _width() -> int:
 
 def _fitted(line: str) -> str:
     """``line`` wrapped to the terminal width, continuation lines indented (a long title or path)."""
-    return "\n".join(textwrap.wrap(line, _width(), subsequent_indent="  ", break_on_hyphens=False)) or line
+    return text.wrap_title(line, _width())
 
 
 def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
-    print(_fitted(title))
-    print(text.summary_text(result, top_k, _width()))
-    hints = text.unattributed_text(result, width=_width())
-    if hints:
-        print(hints)
+    print(text.TextRenderer(top_k=top_k, width=_width(), title=title).render(result))
     for warning in result.warnings:
         print(f"{PROG}: warning: {_flat(warning)}", file=sys.stderr)
 
@@ -333,10 +331,25 @@ def _write(result: ProfileResult, path: Path) -> None:
     print(f"wrote {written}")
 
 
-def _write_outputs(result: ProfileResult, out: Path, with_tensors: bool) -> None:
-    _save(result, out / "result", with_tensors)
-    _write(result, out / "report.html")
-    _write(result, out / "trace.json")
+def _requested(args: argparse.Namespace) -> list[Path]:
+    """Every file asked for, in order: ``--html``, ``--perfetto`` and ``--write`` name files; ``--out DIR``
+    gives each format with a ``default_name`` a place (``reports.RENDERERS`` order), filled by the named
+    files of that format or else by ``DIR/<default_name>``; the other named files follow."""
+    named = [path for path in (getattr(args, "html", None), getattr(args, "perfetto", None)) if path is not None]
+    named += args.write or []
+    if args.out is None:
+        return named
+    requested: list[Path] = []
+    for renderer in reports.RENDERERS:
+        if renderer.default_name:
+            of_format = [path for path in named if path.name.lower().endswith(renderer.accepted())]
+            requested += of_format or [args.out / renderer.default_name]
+    return requested + [path for path in named if path not in requested]
+
+
+def _write_requested(result: ProfileResult, args: argparse.Namespace) -> None:
+    for path in _requested(args):
+        _write(result, path)
 
 
 # -- subcommands ------------------------------------------------------------------------------------
@@ -346,7 +359,8 @@ def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace
         result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
     )
     if args.out is not None:
-        _write_outputs(result, args.out, args.with_tensors)
+        _save(result, args.out / "result", args.with_tensors)
+    _write_requested(result, args)
     return 0
 
 
@@ -377,11 +391,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     ranks = rank_text(result, args.top_k, _width())  # merged results only
     if ranks:
         print(f"\n{ranks}")
-    html = args.html or (args.out / "report.html" if args.out else None)
-    perfetto = args.perfetto or (args.out / "trace.json" if args.out else None)
-    for path in (html, perfetto):
-        if path is not None:
-            _write(result, path)
+    _write_requested(result, args)
     return 0
 
 
@@ -582,6 +592,35 @@ def _out_dir(value: str) -> Path:
     return path
 
 
+def _any_output(value: str) -> Path:
+    """An argparse type: a file path whose name some registered renderer writes (``reports.renderer_for``)."""
+    path = Path(value)
+    if path.is_dir():
+        example = path / f"report{reports.RENDERERS[0].extension}"
+        raise argparse.ArgumentTypeError(f"{value} is a folder; pass a file name such as {example}")
+    try:
+        renderer_for(path)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    return path
+
+
+def _add_outputs(parser: argparse.ArgumentParser, saves: bool) -> None:
+    """``--out DIR`` and ``--write FILE``, their help naming the registered formats."""
+    named = [f"DIR/{renderer.default_name}" for renderer in reports.RENDERERS if renderer.default_name]
+    folder = ["DIR/result/", *named] if saves else named
+    listed = ", ".join(folder[:-1]) + f" and {folder[-1]}" if len(folder) > 1 else "".join(folder)
+    parser.add_argument("--out", type=_out_dir, metavar="DIR", help=f"write {listed}")
+    endings = ", ".join(ending for renderer in reports.RENDERERS for ending in renderer.accepted())
+    parser.add_argument(
+        "--write",
+        type=_any_output,
+        action="append",
+        metavar="FILE",
+        help=f"write this file, in the format its name ends in ({endings}); repeatable",
+    )
+
+
 _HTML = _output(HtmlRenderer.accepted(), "the HTML report")
 _TRACE = _output(PerfettoRenderer.accepted(), "the trace")
 _CSV = _output((".csv",), "the CSV file")
@@ -603,9 +642,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
         "(default: functional)",
     )
-    parser.add_argument(
-        "--out", type=_out_dir, metavar="DIR", help="write DIR/result/, DIR/report.html and DIR/trace.json"
-    )
+    _add_outputs(parser, saves=True)
     parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
 
 
@@ -660,7 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--perfetto", type=_TRACE, metavar="FILE.json", help="write the trace to this file (.json.gz: gzip)"
     )
-    report.add_argument("--out", type=_out_dir, metavar="DIR", help="write DIR/report.html and DIR/trace.json")
+    _add_outputs(report, saves=False)
     report.set_defaults(run=cmd_report)
     comparison = _subcommand(
         commands,

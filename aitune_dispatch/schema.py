@@ -258,6 +258,46 @@ KERNEL_SOURCES = pa.schema(
 
 # op times on the host clock, for the timeline (results.views.op_times)
 OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
+# what a trace lays out (results.views.trace): the host spans that nest on each (rank, recorder
+# thread) track, ends no earlier than starts, ``rank`` null in an unmerged result; and per launch
+# record the recorder thread whose track it goes on and the op that claimed it (null: none)
+MODULE_SPANS = pa.schema(
+    [
+        ("module_id", pa.int64()),
+        ("name", pa.string()),  # the module's label (the root: ``<Type> (root)``)
+        ("module_type", pa.string()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("thread", pa.int64()),
+        ("rank", pa.int64()),
+    ]
+)
+CALL_SPANS = pa.schema(
+    [
+        ("call_id", pa.int64()),
+        ("function_name", pa.string()),
+        ("module_id", pa.int64()),
+        ("module", pa.string()),  # the module's label; "" where the module is unknown
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("thread", pa.int64()),
+        ("rank", pa.int64()),
+    ]
+)
+OP_SPANS = pa.schema(
+    [
+        ("op_id", pa.int64()),
+        ("op", pa.string()),
+        ("call_id", pa.int64()),
+        ("module_id", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("thread", pa.int64()),
+        ("rank", pa.int64()),
+        ("activity_row", pa.int64()),  # the CPU source's activity row that is this op (null: none)
+    ]
+)
+LAUNCH_THREADS = pa.schema([("thread", pa.int64()), ("op_id", pa.int64())])
 
 # -- saved results (results/persist.py) -------------------------------------------------------------------
 # a ProfileResult's tables

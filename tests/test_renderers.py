@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 import pytest
 from fixture_results import empty_result, layered_result, merged_result, synthetic_result
 
-from aitune_dispatch.reports import RENDERERS, renderer_for, text
+from aitune_dispatch.reports import RENDERERS, TextRenderer, renderer_for, text
 from aitune_dispatch.reports.base import human_time
 from aitune_dispatch.reports.html import notebook_html
 from aitune_dispatch.reports.ranks import rank_text
@@ -99,6 +99,15 @@ def test_the_terminal_tables_render_every_result(result):
     hints = text.unattributed_text(result, width=80)
     assert bool(hints) == (views.unattributed(result.activity).num_rows > 0)
     assert bool(rank_text(result, width=80)) == ("rank" in result.activity.column_names)  # merges only
+
+
+def test_the_text_renderer_is_the_terminal_summary(result, tmp_path):
+    renderer = TextRenderer(top_k=5, width=80, title="a title")
+    page = renderer.render(result)
+    hints = text.unattributed_text(result, width=80)
+    assert page == "\n".join(["a title", text.summary_text(result, 5, 80), *([hints] if hints else [])])
+    assert renderer.write(result, tmp_path / "summary.txt").read_text() == page
+    assert TextRenderer not in RENDERERS  # the terminal's renderer, not a file format the CLI picks by name
 
 
 def test_the_notebook_view_renders_every_result(result):

@@ -1,7 +1,9 @@
-"""Reports: a finished result as a Perfetto (Chrome trace) timeline or a self-contained HTML page.
+"""Reports: a finished result as a Perfetto (Chrome trace) timeline, a self-contained HTML page or text.
 
-One renderer per file (``perfetto.py``, ``html.py``), all from ``base.Renderer``, each declaring the
-file extension it writes; :func:`renderer_for` picks one by an output file's name. No torch import.
+One renderer per file (``perfetto.py``, ``html.py``, ``text.py``), all from ``base.Renderer``, each
+declaring the file extension it writes. ``RENDERERS`` is the registry of file formats: :func:`renderer_for`
+picks one of them by an output file's name, and the CLI writes every file through it, so a format
+added here (a module and its entry below) is one the CLI writes (``--write FILE``). No torch import.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from .base import Renderer
 from .html import HtmlRenderer, write_report
 from .perfetto import GPU_CLOCK_OFFSET_KEY, PerfettoRenderer, perfetto_events, write_perfetto
+from .text import TextRenderer
 
 RENDERERS: tuple[type[Renderer], ...] = (HtmlRenderer, PerfettoRenderer)
 
@@ -47,6 +50,7 @@ __all__ = [
     "HtmlRenderer",
     "PerfettoRenderer",
     "Renderer",
+    "TextRenderer",
     "perfetto_events",
     "renderer_for",
     "write_perfetto",

@@ -35,10 +35,14 @@ class Renderer(ABC):
         The ending of the files this renderer writes (``.html``).
     extensions:
         Every ending it accepts, ``extension`` first (``(".json", ".json.gz")``); empty: only ``extension``.
+    default_name:
+        The file's name in an output folder (the CLI's ``--out DIR``: ``report.html``); None: an
+        output folder holds no file of this format.
     """
 
     extension: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
+    default_name: ClassVar[str | None] = None
 
     @classmethod
     def accepted(cls) -> tuple[str, ...]:

@@ -589,6 +589,7 @@ class HtmlRenderer(Renderer):
 
     extension = ".html"
     extensions = (".html", ".htm")
+    default_name = "report.html"
 
     def __init__(self, *, title: str = "aitune_dispatch profile", sections: Sequence[Section] = SECTIONS) -> None:
         self.title = title

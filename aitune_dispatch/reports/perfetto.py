@@ -35,6 +35,9 @@ op's measured time; the activity row's name is in ``args.kernel``), with no GPU 
 arrows. Timestamps are µs (floats) after the earliest event. A path ending in ``.gz`` is written
 gzip-compressed.
 
+What the trace draws is computed by :mod:`aitune_dispatch.results.views.trace` (the host spans, which
+launch goes on which thread's track); this writer only lays it out.
+
 Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
 collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
 corrects nothing: it asks the clock's owner, ``results.views.clock.activity_minus_host_ns``, how far
@@ -45,7 +48,6 @@ device (and launch) timestamps sit from host ones (0 for every run recorded sinc
 
 from __future__ import annotations
 
-import collections
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -56,7 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
-from ..results.views import module_labels, op_times
+from ..results.views import call_spans, launch_threads, module_labels, module_spans, op_spans
 from ..results.views.clock import activity_minus_host_ns
 from ..schema import GPU_PROPERTIES_KEY, HOST_KEY, RANK_COLUMN, RANK_METADATA_KEY
 from .base import Renderer
@@ -112,79 +114,43 @@ def _is_gpu_pid(pid: int) -> bool:
     return pid % RANK_PID_STRIDE >= GPU_PID_BASE
 
 
-def _ranks(table: pa.Table) -> list[int | None]:
-    """Each row's rank (a merged result's ``rank`` column), None for every row of an unmerged one."""
-    return table[RANK_COLUMN].to_pylist() if RANK_COLUMN in table.column_names else [None] * table.num_rows
-
-
-# -- host slices -----------------------------------------------------------------------------------------
-def _module_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> list[Slice]:
-    rows = result.module_calls.to_pydict()
+# -- host slices (results.views.trace's spans) -----------------------------------------------------------
+def _module_slices(result: ProfileResult) -> list[Slice]:
+    spans = module_spans(result).to_pydict()
+    columns = (spans[name] for name in schema.MODULE_SPANS.names)
     return [
-        Slice(
-            _pid(rank, CPU_PID),
-            _tid(thread),
-            start,
-            max(end, start),
-            labels.get(mid, (str(mid), ""))[0],
-            "module",
-            {"module_id": mid, "module_type": labels.get(mid, ("", ""))[1]},
-        )
-        for mid, start, end, thread, rank in zip(
-            rows["module_id"], rows["start_ns"], rows["end_ns"], rows["thread"], _ranks(result.module_calls)
-        )
+        Slice(_pid(rank, CPU_PID), _tid(thread), start, end, name, "module", {"module_id": mid, "module_type": kind})
+        for mid, name, kind, start, end, thread, rank in zip(*columns)
     ]
 
 
-def _call_slices(result: ProfileResult, labels: dict[int, tuple[str, str]]) -> list[Slice]:
-    rows = result.calls.to_pydict()
-    fields = zip(
-        rows["call_id"],
-        rows["function_name"],
-        rows["module_id"],
-        rows["start_ns"],
-        rows["end_ns"],
-        rows["thread"],
-        _ranks(result.calls),
-    )
+def _call_slices(result: ProfileResult) -> list[Slice]:
+    spans = call_spans(result).to_pydict()
+    columns = (spans[name] for name in schema.CALL_SPANS.names)
     return [
         Slice(
             _pid(rank, CPU_PID),
             _tid(thread),
             start,
-            max(end, start),
+            end,
             name,
             "functional",
-            {"call_id": cid, "module_id": mid, "module": labels.get(mid, ("", ""))[0]},
+            {"call_id": cid, "module_id": mid, "module": module},
         )
-        for cid, name, mid, start, end, thread, rank in fields
-        if start or end  # calls attributed from compiled code or a graph capture are not timed (0, 0)
+        for cid, name, mid, module, start, end, thread, rank in zip(*columns)
     ]
 
 
-def _op_slices(
-    result: ProfileResult, timed: dict[int, tuple[int, int, int]], cpu_rows: dict[int, dict[str, Any]]
-) -> list[Slice]:
-    rows = result.ops.select(["op_id", "op", "call_id", "module_id"]).to_pydict()
+def _op_slices(spans: dict[str, list[Any]], rows: list[dict[str, Any]]) -> list[Slice]:
     out = []
-    ops = zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"], _ranks(result.ops))
-    for op_id, name, call_id, module_id, rank in ops:
-        if op_id in timed:
-            start, end, thread = timed[op_id]
-            args = {"External id": op_id, "op_id": op_id, "call_id": call_id, "module_id": module_id}
-            if op_id in cpu_rows:  # the CPU source's own row for this op: its name and time, once
-                args |= {"kernel": cpu_rows[op_id]["kernel"], "kernel_us": cpu_rows[op_id]["kernel_us"]}
-            cat = KINETO_CATS[schema.KIND_CPU_OP]
-            out.append(Slice(_pid(rank, CPU_PID), _tid(thread), start, end, name, cat, args))
+    cat = KINETO_CATS[schema.KIND_CPU_OP]
+    columns = (spans[name] for name in schema.OP_SPANS.names)
+    for op_id, name, call_id, module_id, start, end, thread, rank, activity_row in zip(*columns):
+        args = {"External id": op_id, "op_id": op_id, "call_id": call_id, "module_id": module_id}
+        if activity_row is not None:  # the CPU source's own row for this op: its name and time, once
+            args |= {"kernel": rows[activity_row]["kernel"], "kernel_us": rows[activity_row]["kernel_us"]}
+        out.append(Slice(_pid(rank, CPU_PID), _tid(thread), start, end, name, cat, args))
     return out
-
-
-def _op_time_map(result: ProfileResult) -> dict[int, tuple[int, int, int]]:
-    rows = op_times(result).to_pydict()
-    return {
-        op_id: (start, end, thread or 0)
-        for op_id, start, end, thread in zip(rows["op_id"], rows["start_ns"], rows["end_ns"], rows["thread"])
-    }
 
 
 # -- device slices -------------------------------------------------------------------------------------
@@ -211,23 +177,15 @@ def _activity_rows(result: ProfileResult) -> list[dict[str, Any]]:
     return result.activity.select(columns).to_pylist()
 
 
-def _cpu_rows_by_op(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The CPU source's activity rows that stand for an op (written once, as the op's slice)."""
-    return {row["op_id"]: row for row in rows if row["kind"] == schema.KIND_CPU_OP and row["op_id"] is not None}
-
-
 def _activity_slices(
-    rows: list[dict[str, Any]],
-    offset_ns: int,
-    cpu_ops: dict[int, dict[str, Any]],
-    labels: dict[int, tuple[str, str]],
+    rows: list[dict[str, Any]], offset_ns: int, op_rows: set[int], labels: dict[int, tuple[str, str]]
 ) -> list[Slice]:
-    """One slice per GPU row (and per CPU-source row that is not its op's slice); ``module`` as the
-    module slices name it (the root ``<Type> (root)``, not its empty name)."""
+    """One slice per GPU row (and per CPU-source row that is not its op's slice, ``op_rows``); ``module``
+    as the module slices name it (the root ``<Type> (root)``, not its empty name)."""
     out = []
-    for row in rows:
+    for index, row in enumerate(rows):
         gpu = _is_gpu(row["kind"], row["device"])
-        if not gpu and row["op_id"] in cpu_ops and cpu_ops[row["op_id"]] is row:
+        if index in op_rows:
             continue  # already the op's slice
         shift = offset_ns if gpu else 0
         rank = row.get(RANK_COLUMN)
@@ -252,44 +210,17 @@ def _activity_slices(
 _LAUNCH_COLUMNS = ["correlation_id", "api", "cbid", "api_name", "start_ns", "end_ns", "os_thread"]
 
 
-def _launched(result: ProfileResult) -> dict[tuple[int, int], tuple[int | None, int | None]]:
-    """``(rank, correlation id) -> (recorder thread, op id)`` of the first GPU row each launch started."""
-    rows = result.activity.select(["correlation_id", "kind", "device", "thread", "op_id"]).to_pydict()
-    out: dict[tuple[int, int], tuple[int | None, int | None]] = {}
-    fields = zip(rows["correlation_id"], rows["kind"], rows["device"], rows["thread"], rows["op_id"])
-    for rank, (correlation, kind, device, thread, op_id) in zip(_ranks(result.activity), fields):
-        if _is_gpu(kind, device):
-            out.setdefault((rank or 0, correlation), (thread, op_id))
-    return out
-
-
-def _thread_of_os_thread(
-    rows: list[dict[str, Any]], launched: dict[tuple[int, int], tuple[int | None, int | None]]
-) -> dict[tuple[int, int], int]:
-    """``(rank, CUPTI thread id) -> recorder thread``: the thread most of that OS thread's claimed launches ran on."""
-    votes: dict[tuple[int, int], collections.Counter[int]] = {}
-    for row in rows:
-        rank = row.get(RANK_COLUMN) or 0
-        thread = launched.get((rank, row["correlation_id"]), (None, None))[0]
-        if thread is not None:
-            votes.setdefault((rank, row["os_thread"]), collections.Counter())[thread] += 1
-    return {key: counter.most_common(1)[0][0] for key, counter in votes.items()}
-
-
 def _launch_slices(result: ProfileResult, offset_ns: int) -> list[Slice]:
-    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track (CUPTI clock shifted)."""
+    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track
+    (``results.views.trace.launch_threads``; CUPTI clock shifted)."""
     if result.launches.num_rows == 0:
         return []
     columns = _LAUNCH_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.launches.column_names else [])
     rows = result.launches.select(columns).to_pylist()
-    launched = _launched(result)
-    by_os_thread = _thread_of_os_thread(rows, launched)
+    owners = launch_threads(result.activity, result.launches).to_pylist()
     out = []
-    for row in rows:
-        rank = row.get(RANK_COLUMN)
-        thread, op_id = launched.get((rank or 0, row["correlation_id"]), (None, None))
-        if thread is None:
-            thread = by_os_thread.get((rank or 0, row["os_thread"]))
+    for row, owner in zip(rows, owners):
+        rank, thread, op_id = row.get(RANK_COLUMN), owner["thread"], owner["op_id"]
         tid = _tid(thread) if thread is not None else OS_THREAD_TID_BASE + row["os_thread"]
         args: dict[str, Any] = {
             "cbid": row["cbid"],
@@ -401,15 +332,12 @@ def _track_metadata(slices: Iterable[Slice], hosts: dict[int, str] | None = None
     return events
 
 
-def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice], list[Slice], list[Slice]]:
-    labels = module_labels(result)
+def _host_and_device(result: ProfileResult, offset_ns: int) -> tuple[list[Slice], list[Slice]]:
     rows = _activity_rows(result)
-    cpu_ops = _cpu_rows_by_op(rows)
-    ops = _op_slices(result, _op_time_map(result), cpu_ops)
-    timed = {piece.args["op_id"] for piece in ops}
-    cpu_ops = {op_id: row for op_id, row in cpu_ops.items() if op_id in timed}  # an untimed op keeps its row
-    host = _module_slices(result, labels) + _call_slices(result, labels) + ops
-    return host, ops, _activity_slices(rows, offset_ns, cpu_ops, labels)
+    spans = op_spans(result).to_pydict()
+    op_rows = {row for row in spans["activity_row"] if row is not None}
+    host = _module_slices(result) + _call_slices(result) + _op_slices(spans, rows)
+    return host, _activity_slices(rows, offset_ns, op_rows, module_labels(result))
 
 
 def _kineto_fields(facts: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,7 +424,7 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
         ``distributedInfo`` for one rank of a torch.distributed job (:func:`distributed_info`).
     """
     offset_ns, offset_source = gpu_clock_offset(result, gpu_clock_offset_ns)
-    host, _, device = _host_and_device(result, offset_ns)
+    host, device = _host_and_device(result, offset_ns)
     launches = _launch_slices(result, offset_ns)
     slices = host + launches + device
     origin_ns = min((piece.start_ns for piece in slices), default=0)
@@ -535,6 +463,7 @@ class PerfettoRenderer(Renderer):
 
     extension = ".json"
     extensions = (".json", ".json.gz")
+    default_name = "trace.json"
 
     def __init__(self, *, gpu_clock_offset_ns: int | None = None) -> None:
         self.gpu_clock_offset_ns = gpu_clock_offset_ns

@@ -1,6 +1,7 @@
 """Plain-text tables for a terminal: the summary, the coverage line and a comparison.
 
-Pure functions of a result (or of ``compare()``'s table) that return text, so the CLI only prints.
+Pure functions of a result (or of ``compare()``'s table) that return text, so the CLI only prints;
+:class:`TextRenderer` is the one of a result that the CLI prints (the summary a run ends with).
 Times are in one human unit per column (µs, ms or s, chosen by the column's largest value; small
 values in ms or s keep two significant digits, ``0.040``), counts
 have thousands separators, kernel names are shortened (:func:`~.base.short_kernel_name`) and the
@@ -20,7 +21,7 @@ import pandas as pd
 
 from .. import schema
 from ..results import views
-from .base import human_time, short_kernel_name, time_unit
+from .base import Renderer, human_time, short_kernel_name, time_unit
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -183,6 +184,51 @@ def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_
     for hint in dict.fromkeys(table["hint"]):
         lines += textwrap.wrap(f"hint: {hint}", width, subsequent_indent="  ")
     return "\n".join(lines)
+
+
+def wrap_title(line: str, width: int = DEFAULT_WIDTH) -> str:
+    """``line`` wrapped to ``width``, continuation lines indented (a long title or path kept whole)."""
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)) or line
+
+
+class TextRenderer(Renderer):
+    """The summary of a result as terminal text: a title, the summary table and coverage, the hints.
+
+    What the CLI prints for a run or a saved result (``report``), and what a ``.txt`` file written
+    with it holds. Not in ``reports.RENDERERS``: its width is the terminal's, not a file format's.
+
+    Parameters
+    ----------
+    top_k:
+        The most functions listed (:func:`summary_text`).
+    width:
+        The most characters per line.
+    title:
+        A first line (wrapped to ``width``, :func:`wrap_title`); None: no title.
+    """
+
+    extension = ".txt"
+
+    def __init__(self, *, top_k: int = 10, width: int = DEFAULT_WIDTH, title: str | None = None) -> None:
+        self.top_k, self.width, self.title = top_k, width, title
+
+    def render(self, result: ProfileResult) -> str:
+        """The title, :func:`summary_text` and :func:`unattributed_text` (where there is any), one per line.
+
+        Parameters
+        ----------
+        result:
+            The result to summarise.
+
+        Returns
+        -------
+        str
+            The text, without a trailing newline.
+        """
+        parts = [] if self.title is None else [wrap_title(self.title, self.width)]
+        parts.append(summary_text(result, self.top_k, self.width))
+        hints = unattributed_text(result, width=self.width)
+        return "\n".join([*parts, hints] if hints else parts)
 
 
 def _change(before: float, after: float) -> str:
