@@ -4,12 +4,14 @@ Importing this package, loading a saved result, describing and comparing need no
 """
 
 from .comparison import compare
-from .persist import ResultFormatError
-from .profile_result import ProfileResult, load, load_result, save_result
+from .persist import ResultFormatError, save_result
+from .profile_result import ProfileResult
 from .rank_views import collectives, compare_ranks, function_ranks, rank_summary
 from .ranks import merge, select_rank
 from .summary import describe_results, empty_summary, logical_bytes
 from .values import OpaqueValue, TensorMeta
+
+load = ProfileResult.load  # the one load: a saved result, or a directory of per-rank results merged
 
 __all__ = [
     "OpaqueValue",
@@ -23,7 +25,6 @@ __all__ = [
     "empty_summary",
     "function_ranks",
     "load",
-    "load_result",
     "logical_bytes",
     "merge",
     "rank_summary",

@@ -1,8 +1,12 @@
-"""Tables and a manifest to and from Parquet, readable anywhere without torch or a GPU.
+"""Saving and loading a result: Parquet tables and a manifest, readable anywhere without torch or a GPU.
 
-How a result is kept on disk; it knows nothing of :class:`~.profile_result.ProfileResult`, which
-hands it a :class:`Stored` (its tables, the manifest facts and, with ``with_tensors``, the sample
-tensors) and builds itself from the one :func:`load` returns. Two layouts, picked by the path:
+:func:`save_result` turns a result into a :class:`Stored` (its tables, the manifest facts and, with
+``with_tensors``, the sample tensors) and writes it (:func:`write`). :func:`load_result` is the one
+load: it reads a path back (:func:`read`), fills in what results saved before a column or table
+existed lack, and builds the result, or merges a directory of per-rank results
+(:func:`rank_result_paths`). It is given the result's class (``ProfileResult.load`` passes its own;
+``aitune_dispatch.load`` is that method), as this module sits below ``ProfileResult``, whose
+``save`` and ``load`` call it. Two layouts, picked by the path:
 
 * **directory** (any path not ending in ``.parquet``)::
 
@@ -55,9 +59,10 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -68,7 +73,17 @@ import pyarrow.parquet as pq
 
 from .. import encoded, schema
 from . import atomic
-from .values import OpaqueValue, TensorMeta, decode_value, encode_value
+from .ranks import RankedResult, Result, is_result, merge
+from .samples import no_sample_column
+from .values import (
+    OpaqueValue,
+    TensorMeta,
+    check_tensors_savable,
+    decode_value,
+    encode_value,
+    function_data_from_table,
+    function_data_table,
+)
 
 __all__ = [
     "FORMAT",
@@ -81,8 +96,11 @@ __all__ = [
     "decode_value",
     "encode_value",
     "format_error",
-    "load",
-    "save",
+    "load_result",
+    "rank_result_paths",
+    "read",
+    "save_result",
+    "write",
 ]
 
 FORMAT = "aitune_dispatch.ProfileResult"
@@ -142,7 +160,7 @@ class Stored:
         ``name -> table`` in saving order (``activity, ops, ...``, then ``function_data``).
     facts:
         JSON-able facts kept in the manifest (a result's ``source``, ``dropped_records``,
-        ``warnings`` and ``metadata``); :func:`load` returns the whole manifest here.
+        ``warnings`` and ``metadata``); :func:`read` returns the whole manifest here.
     tensors:
         The sample tensors to ``torch.save`` (``with_tensors``), or None.
     """
@@ -528,7 +546,7 @@ def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
     return OSError(error.errno, message) if error.errno else OSError(message)
 
 
-def save(stored: Stored, path: PathLike) -> Path:
+def write(stored: Stored, path: PathLike) -> Path:
     """Write ``stored`` (layouts in the module docstring) beside ``path``, and put it there when complete.
 
     A save that fails (a full disk, Ctrl-C) leaves what was at ``path`` as it was and nothing else
@@ -564,13 +582,13 @@ def save(stored: Stored, path: PathLike) -> Path:
     return target
 
 
-def load(path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu") -> Stored:
-    """Read what :func:`save` wrote, without torch unless ``with_tensors``.
+def read(path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu") -> Stored:
+    """Read what :func:`write` wrote, without torch unless ``with_tensors``.
 
     Parameters
     ----------
     path:
-        A ``.parquet`` file or a directory written by :func:`save`.
+        A ``.parquet`` file or a directory written by :func:`write`.
     with_tensors:
         Also read the saved sample tensors (needs torch and a save that kept them).
     map_location:
@@ -596,3 +614,168 @@ def load(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     raise FileNotFoundError(
         f"no saved result at {source}: expected a .parquet file or a directory written by ProfileResult.save()"
     )
+
+
+# -- a result as tables and a manifest, and back --------------------------------------------------------
+def _result_tables(result: RankedResult) -> dict[str, pa.Table]:
+    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
+    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
+
+
+def _result_stored(result: RankedResult, with_tensors: bool) -> Stored:
+    if with_tensors:
+        check_tensors_savable(result.function_data)
+    tensors: list[Any] | None = [] if with_tensors else None
+    tables = _result_tables(result)
+    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
+    facts = {
+        "source": result.source,
+        "dropped_records": int(result.dropped_records),
+        "warnings": list(result.warnings),
+        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
+    }
+    return Stored(tables, facts, tensors)
+
+
+# the facts a manifest keeps of a result, and what each must be
+_FACTS: dict[str, type] = {"source": str, "dropped_records": int, "warnings": list, "metadata": dict}
+
+
+def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
+    for name, kind in _FACTS.items():
+        value = manifest.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
+
+
+def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Result:
+    added = {name: schema.empty(table_schema) for name, table_schema in schema.ADDED_TABLES.items()}
+    tables = {**added, **stored.tables}
+    manifest = stored.facts
+    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
+    if missing:
+        raise format_error(path, f"lacks the tables {missing}")
+    _check_facts(manifest, path)
+    try:
+        function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
+    except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
+        raise format_error(path, f"holds samples (table function_data) that cannot be decoded ({error!r})") from error
+    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
+    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
+    metadata = dict(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables["calls"] = no_sample_column(tables["calls"])
+        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
+    return result_type(
+        **{name: tables[name] for name in schema.RESULT_TABLES},
+        function_data=function_data,
+        source=manifest["source"],
+        module_objects=(),
+        dropped_records=manifest["dropped_records"],
+        warnings=tuple(manifest["warnings"]),
+        metadata=metadata,
+    )
+
+
+def save_result(result: RankedResult, path: PathLike, *, with_tensors: bool = False) -> Path:
+    """Write ``result`` as Parquet (layouts in the module docstring); ``ProfileResult.save`` is this.
+
+    Parameters
+    ----------
+    result:
+        The result to keep (a ``ProfileResult``).
+    path:
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+    with_tensors:
+        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    if not is_result(result):
+        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
+    return write(_result_stored(result, with_tensors), path)
+
+
+def load_result(
+    result_type: type[Result], path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> Result:
+    """The one load: a saved result, or a directory of saved per-rank results as their merge.
+
+    Parameters
+    ----------
+    result_type:
+        The class to build (``ProfileResult``; its ``load`` passes itself).
+    path:
+        A ``.parquet`` file or a directory written by :func:`save_result`; or a directory holding
+        several of them (one per rank, any names: :func:`rank_result_paths`), loaded and merged.
+    with_tensors:
+        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
+    map_location:
+        Where restored tensors go (``torch.load``'s ``map_location``).
+
+    Returns
+    -------
+    ProfileResult
+        The result (a merged one when ``path`` holds per-rank results), with no ``module_objects``
+        and, unless ``with_tensors``, TensorMeta in the samples.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer
+        version (the message names the file, what is wrong and what to do).
+    """
+    folder = Path(path)
+    if folder.is_dir() and not (folder / MANIFEST_FILE).exists():
+        parts = rank_result_paths(folder)
+        if not parts:
+            raise ResultFormatError(
+                f"{folder} is not a result saved by aitune_dispatch (no {MANIFEST_FILE}) and holds no "
+                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
+                "save() wrote"
+            )
+        return merge([_load_one(result_type, part, with_tensors, map_location) for part in parts])
+    return _load_one(result_type, path, with_tensors, map_location)
+
+
+def _load_one(result_type: type[Result], path: PathLike, with_tensors: bool, map_location: str | None) -> Result:
+    return _from_stored(result_type, read(path, with_tensors=with_tensors, map_location=map_location), Path(path))
+
+
+# -- a directory of per-rank results -------------------------------------------------------------------------
+def _natural(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def rank_result_paths(directory: str | Path) -> list[Path]:
+    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
+
+    Parameters
+    ----------
+    directory:
+        A folder into which each rank saved its result (``result.save(f"{directory}/rank{rank}")``).
+
+    Returns
+    -------
+    list[pathlib.Path]
+        In natural name order (``rank2`` before ``rank10``); empty when it holds none or is no folder.
+    """
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    entries = [p for p in folder.iterdir() if not atomic.is_staging(p.name)]  # a killed save's copy is no rank
+    found = [p for p in entries if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
+    return sorted(found, key=_natural)
+
+
+def _is_saved_file(path: Path) -> bool:
+    """A ``.parquet`` file that ``save`` wrote (its schema metadata holds the manifest)."""
+    if path.suffix != ".parquet" or not path.is_file():
+        return False
+    try:
+        return MANIFEST_KEY in (pq.read_schema(path).metadata or {})
+    except (pa.ArrowInvalid, OSError):
+        return False

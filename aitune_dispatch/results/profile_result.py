@@ -1,8 +1,7 @@
 """The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views.
 
-The analyses are :mod:`.views`; keeping is :mod:`.persist` (which this module hands a
-:class:`~.persist.Stored` and builds itself from), the sample codec :mod:`.values`; a notebook
-shows the result through ``aitune_dispatch.display`` (drawn by the reports stage).
+The analyses are :mod:`.views`, saving and loading :mod:`.persist`; a notebook shows the result
+through ``aitune_dispatch.display`` (drawn by the reports stage).
 """
 
 from __future__ import annotations
@@ -20,14 +19,12 @@ import pyarrow as pa
 
 from .. import display, encoded, schema
 from ..schema import FunctionData
-from . import persist, ranks, views
-from .samples import no_sample_column, sample_table
+from . import persist, views
+from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results
-from .values import check_tensors_savable, function_data_from_table, function_data_table
 
-__all__ = ["FunctionData", "ProfileResult", "load", "load_result", "save_result"]
-ADDED_TABLES = schema.ADDED_TABLES  # tables a result gained after results were first saved
+__all__ = ["FunctionData", "ProfileResult"]
 
 
 def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
@@ -279,7 +276,7 @@ class ProfileResult:
         pathlib.Path
             The path written.
         """
-        return save_result(self, path, with_tensors=with_tensors)
+        return persist.save_result(self, path, with_tensors=with_tensors)
 
     @classmethod
     def load(
@@ -287,8 +284,9 @@ class ProfileResult:
     ) -> ProfileResult:
         """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
 
-        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
-        directory of per-rank results loads as their merge (:func:`load`).
+        The one load (:func:`aitune_dispatch.results.persist.load_result`); ``aitune_dispatch.load``
+        is this method. ``with_tensors=True`` (needs torch) restores the saved tensors onto
+        ``map_location``. A directory of per-rank results loads as their merge.
 
         Parameters
         ----------
@@ -303,153 +301,11 @@ class ProfileResult:
         -------
         ProfileResult
             The result, its string columns dictionary-encoded as in memory.
+
+        Raises
+        ------
+        FileNotFoundError, ResultFormatError
+            No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a
+            newer version (the message names the file, what is wrong and what to do).
         """
-        return load(path, with_tensors=with_tensors, map_location=map_location)
-
-
-# -- keep: a result as persist's tables and manifest, and back ----------------------------------------
-def _result_tables(result: ProfileResult) -> dict[str, pa.Table]:
-    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
-    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
-
-
-def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
-    if with_tensors:
-        check_tensors_savable(result.function_data)
-    tensors: list[Any] | None = [] if with_tensors else None
-    tables = _result_tables(result)
-    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
-    facts = {
-        "source": result.source,
-        "dropped_records": int(result.dropped_records),
-        "warnings": list(result.warnings),
-        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
-    }
-    return persist.Stored(tables, facts, tensors)
-
-
-# the facts a manifest keeps of a result, and what each must be
-_FACTS: dict[str, type] = {"source": str, "dropped_records": int, "warnings": list, "metadata": dict}
-
-
-def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
-    for name, kind in _FACTS.items():
-        value = manifest.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise persist.format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
-
-
-def _from_stored(stored: persist.Stored, path: Path) -> ProfileResult:
-    tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **stored.tables}
-    manifest = stored.facts
-    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
-    if missing:
-        raise persist.format_error(path, f"lacks the tables {missing}")
-    _check_facts(manifest, path)
-    try:
-        function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
-    except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
-        raise persist.format_error(
-            path, f"holds samples (table function_data) that cannot be decoded ({error!r})"
-        ) from error
-    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
-    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
-    metadata = dict(manifest["metadata"])
-    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
-        tables["calls"] = no_sample_column(tables["calls"])
-        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
-    return ProfileResult(
-        **{name: tables[name] for name in schema.RESULT_TABLES},
-        function_data=function_data,
-        source=manifest["source"],
-        module_objects=(),
-        dropped_records=manifest["dropped_records"],
-        warnings=tuple(manifest["warnings"]),
-        metadata=metadata,
-    )
-
-
-def save_result(result: ProfileResult, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
-    """Write ``result`` as Parquet (layouts in :mod:`aitune_dispatch.results.persist`).
-
-    Parameters
-    ----------
-    result:
-        The result to keep.
-    path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
-    with_tensors:
-        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
-
-    Returns
-    -------
-    pathlib.Path
-        The path written.
-    """
-    if not isinstance(result, ProfileResult):
-        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
-    return persist.save(_stored(result, with_tensors), path)
-
-
-def load_result(
-    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
-) -> ProfileResult:
-    """Read a result written by :func:`save_result`, without torch unless ``with_tensors``.
-
-    Parameters
-    ----------
-    path:
-        A ``.parquet`` file or a directory written by ``save``.
-    with_tensors:
-        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
-    map_location:
-        Where restored tensors go (``torch.load``'s ``map_location``).
-
-    Returns
-    -------
-    ProfileResult
-        The result, with no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
-
-    Raises
-    ------
-    FileNotFoundError, ResultFormatError
-        No saved result at ``path``; a damaged or foreign one, or one saved by a newer version (the
-        message names the file, what is wrong and what to do).
-    """
-    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location), Path(path))
-
-
-def load(
-    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
-) -> ProfileResult:
-    """Read a saved result, or a directory of saved per-rank results as their :func:`~.ranks.merge`.
-
-    Parameters
-    ----------
-    path:
-        A ``.parquet`` file or a directory written by ``save``; or a directory holding several of
-        them (one per rank, any names: :func:`~.ranks.rank_result_paths`), which are loaded and merged.
-    with_tensors, map_location:
-        As for :func:`load_result`.
-
-    Returns
-    -------
-    ProfileResult
-        The result; a merged one when ``path`` holds per-rank results.
-
-    Raises
-    ------
-    FileNotFoundError, ResultFormatError
-        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer version.
-    """
-    folder = Path(path)
-    if folder.is_dir() and not (folder / persist.MANIFEST_FILE).exists():
-        parts = ranks.rank_result_paths(folder)
-        if not parts:
-            raise persist.ResultFormatError(
-                f"{folder} is not a result saved by aitune_dispatch (no {persist.MANIFEST_FILE}) and holds no "
-                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
-                "save() wrote"
-            )
-        return ranks.merge([load_result(part, with_tensors=with_tensors, map_location=map_location) for part in parts])
-    return load_result(path, with_tensors=with_tensors, map_location=map_location)
+        return persist.load_result(cls, path, with_tensors=with_tensors, map_location=map_location)

@@ -22,7 +22,7 @@ metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.
 
 So every view of a single result works on a merged one (``describe()`` sums the ranks);
 :func:`select_rank` gives one rank back, and :mod:`.rank_views` has the views across ranks.
-``results.load`` reads a directory of per-rank results (:func:`rank_result_paths`) as their merge.
+``aitune_dispatch.load`` reads a directory of per-rank results as their merge (:mod:`.persist`).
 Results are built with ``dataclasses.replace`` of a given result and typed by
 :class:`RankedResult`, what this module reads of one, so it never imports ``ProfileResult``
 (which imports it), not even for type checking. Pure Arrow / pandas: no torch.
@@ -33,21 +33,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .. import encoded, schema
 from ..schema import FunctionData
 from ..tensors import is_tensor_like, tensor_shape, tensor_strides
-from .atomic import is_staging
-from .persist import MANIFEST_FILE, MANIFEST_KEY
 from .samples import UNLINKED_KEY
 
 
@@ -122,7 +117,7 @@ def _tables(result: RankedResult) -> dict[str, pa.Table]:
     return {name: getattr(result, name) for name in schema.RESULT_TABLES}
 
 
-def _is_result(value: Any) -> bool:
+def is_result(value: Any) -> bool:
     """A ``ProfileResult`` (read by its fields: this module does not import the class)."""
     if isinstance(value, type) or not dataclasses.is_dataclass(value) or not hasattr(value, "function_data"):
         return False
@@ -310,9 +305,9 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
         No results, a result that is itself a merge, two results of one rank, or results of which
         only some name their rank (the message says what to pass).
     """
-    if _is_result(results) or not isinstance(results, Sequence):
+    if is_result(results) or not isinstance(results, Sequence):
         raise TypeError("merge() takes a list of ProfileResults, one per rank, e.g. merge([rank0, rank1])")
-    bad = [type(r).__name__ for r in results if not _is_result(r)]
+    bad = [type(r).__name__ for r in results if not is_result(r)]
     if bad:
         raise TypeError(f"merge() takes ProfileResults; got {bad}")
     if not results:
@@ -441,39 +436,3 @@ def select_rank(result: Result, rank: int) -> Result:
         warnings=tuple(text[len(prefix) :] for text in result.warnings if text.startswith(prefix)),
         metadata=dict(record.get("metadata", {})),
     )
-
-
-# -- a directory of per-rank results -------------------------------------------------------------------------
-def _natural(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
-
-
-def rank_result_paths(directory: str | Path) -> list[Path]:
-    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
-
-    Parameters
-    ----------
-    directory:
-        A folder into which each rank saved its result (``result.save(f"{directory}/rank{rank}")``).
-
-    Returns
-    -------
-    list[pathlib.Path]
-        In natural name order (``rank2`` before ``rank10``); empty when it holds none or is no folder.
-    """
-    folder = Path(directory)
-    if not folder.is_dir():
-        return []
-    entries = [p for p in folder.iterdir() if not is_staging(p.name)]  # a killed save's copy is no rank
-    found = [p for p in entries if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
-    return sorted(found, key=_natural)
-
-
-def _is_saved_file(path: Path) -> bool:
-    """A ``.parquet`` file that ``save`` wrote (its schema metadata holds the manifest)."""
-    if path.suffix != ".parquet" or not path.is_file():
-        return False
-    try:
-        return MANIFEST_KEY in (pq.read_schema(path).metadata or {})
-    except (pa.ArrowInvalid, OSError):
-        return False
