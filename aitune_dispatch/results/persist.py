@@ -29,13 +29,15 @@ existed lack, and builds the result, or merges a directory of per-rank results
 In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals), as they are in memory (``schema.STRING``);
-``load`` restores the in-memory schema, string columns dictionary-encoded, also for results saved
+loading restores the in-memory schema, string columns dictionary-encoded, also for results saved
 when they were plain strings in memory.
 
 Results saved before the ``launches`` or ``kernel_sources`` tables existed load with empty ones
-(``schema.ADDED_TABLES``). ``calls.sample`` links each functional call to its ``sample_index``
-(results saved before that column existed load with ``sample = -1`` and ``metadata["call_samples"]``
-saying so). ``function_data`` is a table of ``function_name, sample_index, count, sample_json``
+(:data:`ADDED_TABLES`), before activity's graph and attribution columns with their documented values
+(:data:`ADDED_COLUMNS`), and with ``op_tracer`` only as ``tracer`` (:data:`RENAMED_METADATA`).
+``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
+column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
+``function_data`` is a table of ``function_name, sample_index, count, sample_json``
 (``schema.FUNCTION_DATA``; the codec is :mod:`.values`: tensors become ``TensorMeta``, other
 objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer version is refused.
 A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded
@@ -67,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -74,7 +77,6 @@ import pyarrow.parquet as pq
 from .. import encoded, schema
 from . import atomic
 from .ranks import RankedResult, Result, is_result, merge
-from .samples import no_sample_column
 from .values import (
     OpaqueValue,
     TensorMeta,
@@ -616,6 +618,95 @@ def read(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     )
 
 
+# -- what results saved before a column, table or key existed lack --------------------------------------
+# tables a result gained after results were first saved: loading an older result gives them empty
+ADDED_TABLES: dict[str, pa.Schema] = {"launches": schema.LAUNCHES, "kernel_sources": schema.KERNEL_SOURCES}
+# columns added after results were first saved: their values in results saved before
+ADDED_COLUMNS: dict[str, dict[str, object]] = {
+    "activity": {
+        "graph_id": schema.NOT_IN_GRAPH,
+        "graph_node_id": schema.NOT_IN_GRAPH,
+        "attribution": schema.ATTRIBUTION_TRACE,
+    },
+}
+# metadata keys results were saved under before they were renamed: old key -> today's
+RENAMED_METADATA = {"op_tracer": schema.META_OP_TRACER}
+
+
+def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
+    """``count`` copies of ``value`` as an array of ``kind``; a ``schema.STRING`` column holds it once."""
+    if value is None:
+        return pa.nulls(count, kind)
+    if pa.types.is_dictionary(kind):
+        codes = pa.array(np.zeros(count, np.int32), kind.index_type)
+        return pa.DictionaryArray.from_arrays(codes, pa.array([value], kind.value_type))
+    return pa.repeat(pa.scalar(value, kind), count)
+
+
+def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
+    """``table`` (the ``name`` table of a result saved before some columns existed) in ``target``'s columns.
+
+    Parameters
+    ----------
+    table:
+        The table as saved.
+    name:
+        Its name in the result (``"activity"``); :data:`ADDED_COLUMNS` gives the values of its new columns.
+    target:
+        The schema it has today.
+
+    Returns
+    -------
+    pyarrow.Table
+        ``table`` with every missing column of ``target`` filled with its documented value, in ``target``'s order.
+    """
+    fills = ADDED_COLUMNS.get(name, {})
+    for column in target:
+        if column.name in table.column_names:
+            continue
+        if column.name not in fills:
+            raise ValueError(f"the saved {name} table lacks the column {column.name!r}, which has no default")
+        table = table.append_column(column, _filled(fills[column.name], table.num_rows, column.type))
+    extra = [c for c in table.column_names if c not in target.names]
+    return table.select([*target.names, *extra])
+
+
+def no_sample_column(calls: pa.Table) -> pa.Table:
+    """``calls`` with a ``sample`` column of ``schema.NO_SAMPLE`` appended (results saved before it existed)."""
+    filler = pa.array(np.full(calls.num_rows, schema.NO_SAMPLE, dtype=np.int64))
+    return calls.append_column(pa.field("sample", pa.int64()), filler)
+
+
+def _renamed(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` under today's keys (:data:`RENAMED_METADATA`): an old key is renamed in place, or
+    dropped where the result also holds the new one."""
+    return {
+        RENAMED_METADATA.get(key, key): value
+        for key, value in metadata.items()
+        if not (key in RENAMED_METADATA and RENAMED_METADATA[key] in metadata)
+    }
+
+
+def _renamed_rank_metadata(text: str) -> str:
+    """A merge's ``rank_metadata`` with each rank's metadata under today's keys (unchanged where none is old)."""
+    try:
+        records = json.loads(text)
+        if not any(key in RENAMED_METADATA for record in records.values() for key in record["metadata"]):
+            return text
+        renamed = {rank: {**record, "metadata": _renamed(record["metadata"])} for rank, record in records.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):  # not what merge() writes: left as it is
+        return text
+    return json.dumps(renamed, sort_keys=True)
+
+
+def _metadata(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A loaded result's metadata under today's keys, its ranks' too."""
+    metadata = _renamed(saved)
+    if isinstance(metadata.get(schema.RANK_METADATA_KEY), str):
+        metadata[schema.RANK_METADATA_KEY] = _renamed_rank_metadata(metadata[schema.RANK_METADATA_KEY])
+    return metadata
+
+
 # -- a result as tables and a manifest, and back --------------------------------------------------------
 def _result_tables(result: RankedResult) -> dict[str, pa.Table]:
     """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
@@ -649,7 +740,7 @@ def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
 
 
 def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Result:
-    added = {name: schema.empty(table_schema) for name, table_schema in schema.ADDED_TABLES.items()}
+    added = {name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}
     tables = {**added, **stored.tables}
     manifest = stored.facts
     missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
@@ -660,9 +751,9 @@ def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Resul
         function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
     except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
         raise format_error(path, f"holds samples (table function_data) that cannot be decoded ({error!r})") from error
-    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
-    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
-    metadata = dict(manifest["metadata"])
+    # activity columns added later (ADDED_COLUMNS) read as documented in results saved before them
+    tables["activity"] = with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
+    metadata = _metadata(manifest["metadata"])
     if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
         tables["calls"] = no_sample_column(tables["calls"])
         metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED

@@ -75,7 +75,7 @@ class ProfileResult:
     warnings:
         Problems of the run, in words.
     metadata:
-        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``), clock facts,
+        ``torch``, ``device``, ``tracer``, ``functions``, phase times (``seconds_*``), clock facts,
         and how compiled kernels and CUDA graph replays were attributed (``schema.META_*``).
     launches:
         The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
