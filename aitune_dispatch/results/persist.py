@@ -76,7 +76,6 @@ import pyarrow.parquet as pq
 
 from .. import encoded, schema
 from . import atomic
-from .ranks import RankedResult, Result, is_result, merge
 from .values import (
     OpaqueValue,
     TensorMeta,
@@ -86,6 +85,8 @@ from .values import (
     function_data_from_table,
     function_data_table,
 )
+from .views.accounting import is_result
+from .views.ranks import RankedResult, Result, merge
 
 __all__ = [
     "FORMAT",

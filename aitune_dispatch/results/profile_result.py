@@ -8,43 +8,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from .. import display, encoded, schema
 from ..schema import FunctionData
 from . import persist, views
-from .samples import sample_table
-from .split import describe_by
-from .summary import describe_results
 
 __all__ = ["FunctionData", "ProfileResult"]
-
-
-def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
-    table = np.empty(len(values), dtype=object)
-    for pos, value in enumerate(values):  # element-wise: containers such as nn.Sequential stay whole
-        table[pos] = value
-    return table[index] if len(index) else np.empty(0, dtype=object)
-
-
-# the dtype pandas gives a column of Python strings: "str" (Arrow-backed) from pandas 3, else object
-_INFERRED_STRING = pd.Series(["a"]).dtype
-
-
-def _string_column(column: pa.ChunkedArray) -> Any:
-    """``column`` (dictionary-encoded) in the dtype pandas would infer from Python strings, built without
-    per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
-    them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
-    if isinstance(_INFERRED_STRING, pd.StringDtype):
-        return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
-    return encoded.objects(column)
 
 
 @dataclass(frozen=True, repr=False)
@@ -144,21 +120,7 @@ class ProfileResult:
             Columns ``schema.PROFILING_COLUMNS`` (``module_name, module, function_name, op, kernel,
             kernel_us``); ``module`` is the module object, None for a loaded result.
         """
-        needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
-        rows = views.attributed(self.activity.select(needed))  # only the columns the frame is built from
-        module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
-        objects = self.module_objects or (None,) * self.modules.num_rows
-        return pd.DataFrame(
-            {
-                "module_name": _string_column(rows["module_name"]),
-                "module": _object_column(objects, module_ids),
-                "function_name": _string_column(rows["function_name"]),
-                "op": _string_column(rows["op"]),
-                "kernel": _string_column(rows["kernel"]),
-                "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
-            },
-            columns=schema.PROFILING_COLUMNS,
-        )
+        return views.profiling_frame(self.activity, self.module_objects or (None,) * self.modules.num_rows)
 
     def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
@@ -170,7 +132,7 @@ class ProfileResult:
         by:
             None: the spec's summary. ``"device"``: one summary per GPU device, ``"rank"``: one per
             rank of a merged result, stacked under a ``device`` / ``rank`` column
-            (:mod:`aitune_dispatch.results.split`).
+            (:mod:`aitune_dispatch.results.views.split`).
 
         Returns
         -------
@@ -178,8 +140,8 @@ class ProfileResult:
             ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
         """
         if by is not None:
-            return describe_by(self, by, top_k)
-        return describe_results(self.profiling_df(), self.function_data, top_k)
+            return views.describe_by(self, by, top_k)
+        return views.describe_results(self.profiling_df(), self.function_data, top_k)
 
     def samples(self) -> pd.DataFrame:
         """Kernel time per distinct input sample: one row per (function, sample) of ``function_data``.
@@ -193,7 +155,7 @@ class ProfileResult:
             (innermost functional call), so a function's samples add up to its ``time_spent_us``.
             Results saved before calls had a ``sample`` column get NaN kernel times.
         """
-        return sample_table(self.activity, self.calls, self.function_data, self.metadata)
+        return views.sample_table(self.activity, self.calls, self.function_data, self.metadata)
 
     # -- full accounting ------------------------------------------------------------------------------
     @property

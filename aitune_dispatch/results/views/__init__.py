@@ -1,13 +1,18 @@
-"""The pure analyses of a finished result that ``ProfileResult`` and every renderer use.
+"""The views: every pure analysis of a finished result, which ``ProfileResult`` and every renderer use.
 
-Pure pandas / Arrow over a result's tables (no torch, no rendering), one concern per module:
-:mod:`.accounting` (attributed or not, totals, coverage, the headline, the bar chart's rows),
-:mod:`.modules` (layer patterns, labels, the module table and tree), :mod:`.kernels` (the kernel
-table), :mod:`.reasons` (what ``profiling_df()`` leaves out, why and what to do) and
-:mod:`.timeline` (op times on the host clock). Each function returns a DataFrame, a table or a
-small dataclass documented in its docstring; the tables' columns are in ``schema``. Every share is
-over **all** kernel time of the run, attributed or not, so the shares of one view add up to 100 %
-and agree with every other view.
+Pure pandas / Arrow over a result's tables (no torch, no rendering, no files), one concern per
+module: :mod:`.accounting` (attributed or not, totals, coverage, the headline, the bar chart's
+rows), :mod:`.summary` (the spec's ``profiling_df`` and ``describe_results``), :mod:`.samples`
+(kernel time per distinct input sample), :mod:`.split` (the summary per device or rank),
+:mod:`.comparison` (``compare``), :mod:`.ranks` (merging per-rank results, one rank back, the views
+across ranks), :mod:`.modules` (layer patterns, labels, the module table and tree),
+:mod:`.kernels` (the kernel table), :mod:`.reasons` (what ``profiling_df()`` leaves out, why and
+what to do), :mod:`.timeline` (op times on the host clock) and :mod:`.clock` (the activity clock's
+offset). Each function returns a DataFrame, a table or a small dataclass documented in its
+docstring; the tables' columns are in ``schema``. Every share is over **all** kernel time of the
+run, attributed or not, so the shares of one view add up to 100 % and agree with every other view.
+They read a result by its fields (:class:`~.accounting.ResultTables`), never importing
+``ProfileResult``, which imports them.
 """
 
 from ...schema import KERNEL_COLUMNS, MODULE_COLUMNS, UNATTRIBUTED_COLUMNS
@@ -26,9 +31,14 @@ from .accounting import (
     total_us,
     unattributed,
 )
+from .comparison import compare
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
+from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
+from .samples import sample_table
+from .split import describe_by
+from .summary import describe_results, profiling_frame
 from .timeline import op_times
 
 __all__ = [
@@ -47,17 +57,28 @@ __all__ = [
     "attributed_mask",
     "attributed_us",
     "bar_rows",
+    "collectives",
+    "compare",
+    "compare_ranks",
     "coverage",
+    "describe_by",
+    "describe_results",
+    "function_ranks",
     "headline",
     "kernel_table",
     "layer_pattern",
     "local_name",
+    "merge",
     "module_groups",
     "module_label",
     "module_labels",
     "module_table",
     "module_tree",
     "op_times",
+    "profiling_frame",
+    "rank_summary",
+    "sample_table",
+    "select_rank",
     "total_us",
     "unattributed",
     "unattributed_table",

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import encoded, schema
-from ..schema import SAMPLE_COLUMNS
-from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
-from .views import attributed, attributed_us
+from ... import encoded, schema
+from ...schema import SAMPLE_COLUMNS
+from ...tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
+from .accounting import attributed, attributed_us
 
 __all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "sample_table", "signature"]
 
