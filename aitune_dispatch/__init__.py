@@ -23,8 +23,7 @@ from . import display
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
     from .profiler import ModuleFunctionKernelProfiler
-    from .results import ProfileResult, ResultFormatError, TensorMeta, describe_results, load, merge
-    from .results.comparison import compare
+    from .results import ProfileResult, ResultFormatError, TensorMeta, compare, describe_results, load, merge
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

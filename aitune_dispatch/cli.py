@@ -57,7 +57,7 @@ from . import config, reports
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
-from .results import ProfileResult, compare, compare_ranks, load, load_result
+from .results import ProfileResult, compare, compare_ranks, load
 from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
@@ -465,7 +465,7 @@ def _load_for_bench(path: str) -> ProfileResult:
     result = _load(path)
     try:
         replay_device(result)
-        return load_result(path, with_tensors=True, map_location=None)
+        return load(path, with_tensors=True, map_location=None)
     except TensorsNotSavedError:  # saved without tensors: benchmark() makes inputs from the metadata
         return result
     except (RuntimeError, OSError, ValueError) as error:  # ValueError: damaged tensors (ResultFormatError)

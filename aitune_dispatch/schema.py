@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 # Every repeated string of the in-memory tables (kernel, kind, op, module_name, function_name,
@@ -302,8 +301,6 @@ LAUNCH_THREADS = pa.schema([("thread", pa.int64()), ("op_id", pa.int64())])
 # -- saved results (results/persist.py) -------------------------------------------------------------------
 # a ProfileResult's tables
 RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls", "launches", "kernel_sources")
-# tables a result gained after results were first saved: loading an older result gives them empty
-ADDED_TABLES: dict[str, pa.Schema] = {"launches": LAUNCHES, "kernel_sources": KERNEL_SOURCES}
 # tables whose own ``rank`` column means something else (kernel_sources: the fusion rule's order):
 # merge() adds no RANK_COLUMN to them; their rows belong to the rank of their ``call_id``
 RANKED_BY_CALL = ("kernel_sources",)
@@ -415,8 +412,7 @@ BENCHMARK_COLUMNS = [
 # -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------
 META_TORCH = "torch"  # torch.__version__ of the run
 META_DEVICE = "device"  # "cuda" or "cpu"
-META_OP_TRACER = "op_tracer"  # the tracing backend: "native" or "python"
-META_TRACER = "tracer"  # the same, under its newer name
+META_OP_TRACER = "tracer"  # the tracing backend that ran (config.op_tracer): "native" or "python"
 META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
 META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
 META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids
@@ -537,12 +533,6 @@ META_GRAPH_CAPTURE = "graph_capture"  # whether CUDA graph captures were observe
 META_COMPILED_KERNELS = "compiled_kernels_attributed"  # activity rows attributed from Inductor provenance
 META_GRAPH_KERNELS = "graph_kernels"  # activity rows replayed by CUDA graphs (and how many were mapped)
 
-# columns added after results were first saved: their values in results saved before
-ADDED_COLUMNS: dict[str, dict[str, object]] = {
-    "activity": {"graph_id": NOT_IN_GRAPH, "graph_node_id": NOT_IN_GRAPH, "attribution": ATTRIBUTION_TRACE},
-}
-
-
 def field_metadata(name: str) -> dict[bytes, bytes]:
     """Arrow field metadata for column ``name``: ``unit`` and ``sentinel`` (empty dict if unknown)."""
     unit, sentinel = COLUMN_UNITS.get(name, ("", ""))
@@ -554,41 +544,3 @@ def field_metadata(name: str) -> dict[bytes, bytes]:
 def empty(schema: pa.Schema) -> pa.Table:
     """An empty table of ``schema``, so that empty results keep their columns."""
     return schema.empty_table()
-
-
-def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
-    """``count`` copies of ``value`` as an array of ``kind``; a :data:`STRING` column holds it once."""
-    if value is None:
-        return pa.nulls(count, kind)
-    if pa.types.is_dictionary(kind):
-        codes = pa.array(np.zeros(count, np.int32), kind.index_type)
-        return pa.DictionaryArray.from_arrays(codes, pa.array([value], kind.value_type))
-    return pa.repeat(pa.scalar(value, kind), count)
-
-
-def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
-    """``table`` (the ``name`` table of a result saved before some columns existed) in ``target``'s columns.
-
-    Parameters
-    ----------
-    table:
-        The table as saved.
-    name:
-        Its name in the result (``"activity"``); :data:`ADDED_COLUMNS` gives the values of its new columns.
-    target:
-        The schema it has today.
-
-    Returns
-    -------
-    pyarrow.Table
-        ``table`` with every missing column of ``target`` filled with its documented value, in ``target``'s order.
-    """
-    fills = ADDED_COLUMNS.get(name, {})
-    for field in target:
-        if field.name in table.column_names:
-            continue
-        if field.name not in fills:
-            raise ValueError(f"the saved {name} table lacks the column {field.name!r}, which has no default")
-        table = table.append_column(field, _filled(fills[field.name], table.num_rows, field.type))
-    extra = [c for c in table.column_names if c not in target.names]
-    return table.select([*target.names, *extra])

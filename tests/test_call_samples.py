@@ -18,7 +18,7 @@ from torch import nn
 from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, load
 from aitune_dispatch.reports import HtmlRenderer, write_report
 from aitune_dispatch.results import ProfileResult, TensorMeta
-from aitune_dispatch.results.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
+from aitune_dispatch.results.views.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
 from aitune_dispatch.tracing.samples import SampleCollector
 
 SAVED_BEFORE_SAMPLE_LINKS = H200_RESULT

@@ -82,10 +82,11 @@ def _public_callables():
     yield from (results.save_result, reports.write_report, reports.write_perfetto, reports.renderer_for)
     yield from (reports.perfetto_events, reports.HtmlRenderer, reports.PerfettoRenderer)
     yield from (views.kernel_table, views.module_table, views.unattributed_table, views.headline)
-    from aitune_dispatch.results import rank_views, ranks, split
+    from aitune_dispatch.results import persist
+    from aitune_dispatch.results.views import ranks, split
 
-    yield from (aitune_dispatch.merge, ranks.select_rank, ranks.rank_result_paths, results.load, split.describe_by)
-    yield from (rank_views.compare_ranks, rank_views.rank_summary, rank_views.function_ranks, rank_views.collectives)
+    yield from (aitune_dispatch.merge, ranks.select_rank, persist.rank_result_paths, results.load, split.describe_by)
+    yield from (ranks.compare_ranks, ranks.rank_summary, ranks.function_ranks, ranks.collectives)
 
 
 @pytest.mark.parametrize("item", list(_public_callables()), ids=lambda i: getattr(i, "__qualname__", str(i)))

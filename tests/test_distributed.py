@@ -50,7 +50,7 @@ def test_each_rank_names_itself(job, tracer):
         assert result.metadata["rank"] == str(rank) and result.metadata["world_size"] == "2"
         assert result.metadata["host"] == socket.gethostname()
         assert result.metadata["distributed_backend"] == "gloo" and result.metadata["local_rank"] == str(rank)
-        assert result.metadata["op_tracer"] == tracer
+        assert result.metadata["tracer"] == tracer
         # rank r has r + 1 linear layers
         assert result.modules["module_type"].to_pylist().count("Linear") == rank + 1
 

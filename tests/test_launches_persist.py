@@ -11,7 +11,7 @@ from fixture_results import synthetic_result
 
 import aitune_dispatch
 from aitune_dispatch import schema
-from aitune_dispatch.results import load, merge, profile_result, select_rank
+from aitune_dispatch.results import load, merge, persist, select_rank
 
 SAVED_BEFORE_LAUNCHES = Path(__file__).parent / "data" / "h200_demo_result"
 LAYOUTS = ["result_dir", "result.parquet"]
@@ -53,12 +53,12 @@ def test_a_result_saved_before_launches_loads_with_an_empty_table():
 
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_a_save_without_the_table_loads_with_an_empty_one(tmp_path, monkeypatch, name):
-    tables = profile_result._result_tables
+    tables = persist._result_tables
 
     def without_launches(result):  # what save() wrote before the table existed
         return {key: table for key, table in tables(result).items() if key != "launches"}
 
-    monkeypatch.setattr(profile_result, "_result_tables", without_launches)
+    monkeypatch.setattr(persist, "_result_tables", without_launches)
     path = synthetic_result(launches=True).save(tmp_path / name)
     monkeypatch.undo()
     loaded = load(path)

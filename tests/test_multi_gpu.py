@@ -27,7 +27,7 @@ from aitune_dispatch.demo import demo_workload
 from aitune_dispatch.reports import perfetto_events, write_report
 from aitune_dispatch.reports.perfetto import GPU_PID_BASE, RANK_PID_STRIDE, device_properties
 from aitune_dispatch.results import collectives, compare_ranks, function_ranks, load, rank_summary, select_rank
-from aitune_dispatch.results.rank_views import NCCL_KERNEL
+from aitune_dispatch.results.views.ranks import NCCL_KERNEL
 from aitune_dispatch.tracing import native
 
 pytestmark = pytest.mark.gpu

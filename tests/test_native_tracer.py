@@ -86,7 +86,7 @@ def _workloads():
 def test_native_and_python_tracers_record_the_same_ops(name, model, samples):
     python = _profile(model, samples, "python")
     native = _profile(model, samples, "native")
-    assert native.metadata["op_tracer"] == "native" and python.metadata["op_tracer"] == "python"
+    assert native.metadata["tracer"] == "native" and python.metadata["tracer"] == "python"
     assert len(native.ops) > 0
     assert _op_sequence(native) == _op_sequence(python)
     assert _rows(native) == _rows(python)

@@ -39,7 +39,7 @@ def test_native_tracer_matches_the_dispatch_mode_on_cuda(name):
         pytest.skip(str(error))
     python, python_frame = _profile(work.model, work.samples, "python")
     native, native_frame = _profile(work.model, work.samples, "native")
-    assert native.metadata["op_tracer"] == "native"
+    assert native.metadata["tracer"] == "native"
 
     def rows(frame):
         frame = frame.assign(op=frame.op.replace(UNDER_DISPATCH_MODE))

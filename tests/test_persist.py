@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -359,3 +360,17 @@ def test_results_saved_before_graph_columns_read_as_traced_outside_graphs():
     assert loaded.activity["graph_id"].to_pylist() == [schema.NOT_IN_GRAPH] * rows
     assert loaded.activity["attribution"].to_pylist() == [schema.ATTRIBUTION_TRACE] * rows
     assert loaded.kernel_sources.num_rows == 0 and loaded.kernel_sources.schema == schema.KERNEL_SOURCES
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_the_tracer_saved_under_its_old_key_loads_as_tracer(result, tmp_path, name):
+    # results saved before the key was "tracer" name the backend "op_tracer"; those saved since 2249ea4
+    # and before issue 25 hold both (tests/data/h200_demo_launches): either way one key comes back
+    old = {("op_tracer" if key == "tracer" else key): value for key, value in result.metadata.items()}
+    rank_metadata = json.dumps({"0": {"source": "cpu", "dropped_records": 0, "metadata": old}}, sort_keys=True)
+    saved = load(dataclasses.replace(result, metadata={**old, "rank_metadata": rank_metadata}).save(tmp_path / name))
+    assert "op_tracer" not in saved.metadata and list(saved.metadata)[: len(old)] == list(result.metadata)
+    assert saved.metadata["tracer"] == result.metadata["tracer"] in ("native", "python")
+    assert json.loads(saved.metadata["rank_metadata"])["0"]["metadata"] == dict(result.metadata)
+    both = load("tests/data/h200_demo_launches")
+    assert both.metadata["tracer"] == "native" and "op_tracer" not in both.metadata

@@ -33,7 +33,7 @@ from aitune_dispatch.results import (
     rank_summary,
     select_rank,
 )
-from aitune_dispatch.results.ranks import sample_identity
+from aitune_dispatch.results.views.ranks import sample_identity
 
 WIDTH = 4
 

@@ -271,5 +271,5 @@ def test_every_metadata_key_is_in_words(demo_result):
     # a fresh CPU run's Run section: no raw key (seconds_warmup, decoder, graph_capture used to show raw)
     assert set(demo_result.metadata) - set(METADATA_WORDS) == set()
     labels = [label for label, _ in metadata_rows(demo_result)]
-    assert len(labels) == len(set(labels)) == len(demo_result.metadata) + 2  # less tracer; plus source, dropped, schema
-    assert "the warm-up passes" in labels and "tracer" not in labels  # "tracer" repeats "op_tracer": shown once
+    assert len(labels) == len(set(labels)) == len(demo_result.metadata) + 3  # plus source, dropped, schema
+    assert "the warm-up passes" in labels and "tracer" not in labels  # the tracer shows once, as "aten op tracer"

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .. import encoded
 from ..results import ProfileResult
-from ..results.samples import has_sample_links
+from ..results.views.samples import has_sample_links
 
 
 @dataclass(frozen=True)

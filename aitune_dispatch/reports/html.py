@@ -494,7 +494,6 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
     schema.META_TORCH: ("PyTorch", str),
     schema.META_OP_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
-    schema.META_TRACER: ("tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
     schema.META_GPU_SMS: ("streaming multiprocessors", str),
     schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),
@@ -526,13 +525,8 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
 
 
 def metadata_rows(result: ProfileResult) -> list[tuple[str, str]]:
-    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw.
-
-    ``tracer`` (the newer name of ``op_tracer``) is shown only where the two differ.
-    """
-    metadata = dict(result.metadata)
-    if metadata.get(schema.META_TRACER) == metadata.get(schema.META_OP_TRACER):
-        metadata.pop(schema.META_TRACER, None)
+    """``(label, value)`` pairs describing the run in words, known keys first, then any others raw."""
+    metadata = result.metadata
     items = [("activity source", result.source)]
     known = [key for key in METADATA_WORDS if key in metadata]
     items += [(METADATA_WORDS[key][0], METADATA_WORDS[key][1](str(metadata[key]))) for key in known]

@@ -1,9 +1,9 @@
 """The per-rank view of a merged result, as an HTML report section and as terminal text.
 
-Renders :func:`~aitune_dispatch.results.rank_views.rank_summary` (each rank's host, devices, kernel
-time, coverage and time in collectives), :func:`~aitune_dispatch.results.rank_views.function_ranks`
+Renders :func:`~aitune_dispatch.results.views.ranks.rank_summary` (each rank's host, devices, kernel
+time, coverage and time in collectives), :func:`~aitune_dispatch.results.views.ranks.function_ranks`
 (each functional call's mean, min and max kernel time across ranks and the slowest rank) and
-:func:`~aitune_dispatch.results.rank_views.collectives` (the collective kernels with the module and op
+:func:`~aitune_dispatch.results.views.ranks.collectives` (the collective kernels with the module and op
 that launched them). A result that is not a merge has no per-rank view: the section and the text
 are empty, so single-rank reports are unchanged. Hooked into the page by one line of ``html.py``'s
 ``SECTIONS``. No torch.
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..results import rank_views, ranks
+from ..results.views import ranks
 from .base import human_time, short_kernel_name
 from .text import DEFAULT_WIDTH, Column, format_table
 
@@ -148,9 +148,9 @@ def ranks_section(result: ProfileResult) -> str:
     """
     if not ranks.is_merged(result):
         return ""
-    summary = rank_views.rank_summary(result)
-    functions = rank_views.function_ranks(result)
-    collectives = rank_views.collectives(result)
+    summary = ranks.rank_summary(result)
+    functions = ranks.function_ranks(result)
+    collectives = ranks.collectives(result)
     title = (
         f"<h2>Ranks <small>{len(summary)} ranks merged; kernel time per rank, and per functional call "
         "across ranks (a rank where it launched nothing counts 0)</small></h2>"
@@ -189,7 +189,7 @@ def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) 
     """
     if not ranks.is_merged(result):
         return ""
-    summary = rank_views.rank_summary(result)
+    summary = ranks.rank_summary(result)
     rows = [
         [
             str(int(r.rank)),
@@ -212,7 +212,7 @@ def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) 
         Column("collectives"),
     ]
     lines = [f"per rank ({len(summary)} ranks merged):", format_table(columns, rows, width)]
-    functions = rank_views.function_ranks(result).head(top)
+    functions = ranks.function_ranks(result).head(top)
     if len(functions):
         rows = [
             [

@@ -1,15 +1,26 @@
-"""Results: the finished run as immutable Arrow tables, with the spec-compatible views.
+"""Results: the finished run as an immutable ``ProfileResult`` of Arrow tables, its views and its persistence.
 
-Importing this package, loading a saved result, describing and comparing need no torch.
+:mod:`.profile_result` holds the result, :mod:`.views` every analysis of it, :mod:`.persist` saving
+and loading (with :mod:`.atomic` and the sample codec :mod:`.values`). Importing this package,
+loading a saved result, describing and comparing need no torch.
 """
 
-from .comparison import compare
-from .persist import ResultFormatError
-from .profile_result import ProfileResult, load, load_result, save_result
-from .rank_views import collectives, compare_ranks, function_ranks, rank_summary
-from .ranks import merge, select_rank
-from .summary import describe_results, empty_summary, logical_bytes
+from .persist import ResultFormatError, save_result
+from .profile_result import ProfileResult
 from .values import OpaqueValue, TensorMeta
+from .views import (
+    collectives,
+    compare,
+    compare_ranks,
+    describe_results,
+    function_ranks,
+    merge,
+    rank_summary,
+    select_rank,
+)
+from .views.summary import empty_summary, logical_bytes
+
+load = ProfileResult.load  # the one load: a saved result, or a directory of per-rank results merged
 
 __all__ = [
     "OpaqueValue",
@@ -23,7 +34,6 @@ __all__ = [
     "empty_summary",
     "function_ranks",
     "load",
-    "load_result",
     "logical_bytes",
     "merge",
     "rank_summary",

@@ -1,8 +1,12 @@
-"""Tables and a manifest to and from Parquet, readable anywhere without torch or a GPU.
+"""Saving and loading a result: Parquet tables and a manifest, readable anywhere without torch or a GPU.
 
-How a result is kept on disk; it knows nothing of :class:`~.profile_result.ProfileResult`, which
-hands it a :class:`Stored` (its tables, the manifest facts and, with ``with_tensors``, the sample
-tensors) and builds itself from the one :func:`load` returns. Two layouts, picked by the path:
+:func:`save_result` turns a result into a :class:`Stored` (its tables, the manifest facts and, with
+``with_tensors``, the sample tensors) and writes it (:func:`write`). :func:`load_result` is the one
+load: it reads a path back (:func:`read`), fills in what results saved before a column or table
+existed lack, and builds the result, or merges a directory of per-rank results
+(:func:`rank_result_paths`). It is given the result's class (``ProfileResult.load`` passes its own;
+``aitune_dispatch.load`` is that method), as this module sits below ``ProfileResult``, whose
+``save`` and ``load`` call it. Two layouts, picked by the path:
 
 * **directory** (any path not ending in ``.parquet``)::
 
@@ -25,13 +29,15 @@ tensors) and builds itself from the one :func:`load` returns. Two layouts, picke
 In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
 ``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
 dictionary-encoded (pandas reads them as categoricals), as they are in memory (``schema.STRING``);
-``load`` restores the in-memory schema, string columns dictionary-encoded, also for results saved
+loading restores the in-memory schema, string columns dictionary-encoded, also for results saved
 when they were plain strings in memory.
 
 Results saved before the ``launches`` or ``kernel_sources`` tables existed load with empty ones
-(``schema.ADDED_TABLES``). ``calls.sample`` links each functional call to its ``sample_index``
-(results saved before that column existed load with ``sample = -1`` and ``metadata["call_samples"]``
-saying so). ``function_data`` is a table of ``function_name, sample_index, count, sample_json``
+(:data:`ADDED_TABLES`), before activity's graph and attribution columns with their documented values
+(:data:`ADDED_COLUMNS`), and with ``op_tracer`` only as ``tracer`` (:data:`RENAMED_METADATA`).
+``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
+column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
+``function_data`` is a table of ``function_name, sample_index, count, sample_json``
 (``schema.FUNCTION_DATA``; the codec is :mod:`.values`: tensors become ``TensorMeta``, other
 objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer version is refused.
 A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded
@@ -55,20 +61,32 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import encoded, schema
 from . import atomic
-from .values import OpaqueValue, TensorMeta, decode_value, encode_value
+from .values import (
+    OpaqueValue,
+    TensorMeta,
+    check_tensors_savable,
+    decode_value,
+    encode_value,
+    function_data_from_table,
+    function_data_table,
+)
+from .views.accounting import is_result
+from .views.ranks import RankedResult, Result, merge
 
 __all__ = [
     "FORMAT",
@@ -81,8 +99,11 @@ __all__ = [
     "decode_value",
     "encode_value",
     "format_error",
-    "load",
-    "save",
+    "load_result",
+    "rank_result_paths",
+    "read",
+    "save_result",
+    "write",
 ]
 
 FORMAT = "aitune_dispatch.ProfileResult"
@@ -142,7 +163,7 @@ class Stored:
         ``name -> table`` in saving order (``activity, ops, ...``, then ``function_data``).
     facts:
         JSON-able facts kept in the manifest (a result's ``source``, ``dropped_records``,
-        ``warnings`` and ``metadata``); :func:`load` returns the whole manifest here.
+        ``warnings`` and ``metadata``); :func:`read` returns the whole manifest here.
     tensors:
         The sample tensors to ``torch.save`` (``with_tensors``), or None.
     """
@@ -528,7 +549,7 @@ def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
     return OSError(error.errno, message) if error.errno else OSError(message)
 
 
-def save(stored: Stored, path: PathLike) -> Path:
+def write(stored: Stored, path: PathLike) -> Path:
     """Write ``stored`` (layouts in the module docstring) beside ``path``, and put it there when complete.
 
     A save that fails (a full disk, Ctrl-C) leaves what was at ``path`` as it was and nothing else
@@ -564,13 +585,13 @@ def save(stored: Stored, path: PathLike) -> Path:
     return target
 
 
-def load(path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu") -> Stored:
-    """Read what :func:`save` wrote, without torch unless ``with_tensors``.
+def read(path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu") -> Stored:
+    """Read what :func:`write` wrote, without torch unless ``with_tensors``.
 
     Parameters
     ----------
     path:
-        A ``.parquet`` file or a directory written by :func:`save`.
+        A ``.parquet`` file or a directory written by :func:`write`.
     with_tensors:
         Also read the saved sample tensors (needs torch and a save that kept them).
     map_location:
@@ -596,3 +617,257 @@ def load(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     raise FileNotFoundError(
         f"no saved result at {source}: expected a .parquet file or a directory written by ProfileResult.save()"
     )
+
+
+# -- what results saved before a column, table or key existed lack --------------------------------------
+# tables a result gained after results were first saved: loading an older result gives them empty
+ADDED_TABLES: dict[str, pa.Schema] = {"launches": schema.LAUNCHES, "kernel_sources": schema.KERNEL_SOURCES}
+# columns added after results were first saved: their values in results saved before
+ADDED_COLUMNS: dict[str, dict[str, object]] = {
+    "activity": {
+        "graph_id": schema.NOT_IN_GRAPH,
+        "graph_node_id": schema.NOT_IN_GRAPH,
+        "attribution": schema.ATTRIBUTION_TRACE,
+    },
+}
+# metadata keys results were saved under before they were renamed: old key -> today's
+RENAMED_METADATA = {"op_tracer": schema.META_OP_TRACER}
+
+
+def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
+    """``count`` copies of ``value`` as an array of ``kind``; a ``schema.STRING`` column holds it once."""
+    if value is None:
+        return pa.nulls(count, kind)
+    if pa.types.is_dictionary(kind):
+        codes = pa.array(np.zeros(count, np.int32), kind.index_type)
+        return pa.DictionaryArray.from_arrays(codes, pa.array([value], kind.value_type))
+    return pa.repeat(pa.scalar(value, kind), count)
+
+
+def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
+    """``table`` (the ``name`` table of a result saved before some columns existed) in ``target``'s columns.
+
+    Parameters
+    ----------
+    table:
+        The table as saved.
+    name:
+        Its name in the result (``"activity"``); :data:`ADDED_COLUMNS` gives the values of its new columns.
+    target:
+        The schema it has today.
+
+    Returns
+    -------
+    pyarrow.Table
+        ``table`` with every missing column of ``target`` filled with its documented value, in ``target``'s order.
+    """
+    fills = ADDED_COLUMNS.get(name, {})
+    for column in target:
+        if column.name in table.column_names:
+            continue
+        if column.name not in fills:
+            raise ValueError(f"the saved {name} table lacks the column {column.name!r}, which has no default")
+        table = table.append_column(column, _filled(fills[column.name], table.num_rows, column.type))
+    extra = [c for c in table.column_names if c not in target.names]
+    return table.select([*target.names, *extra])
+
+
+def no_sample_column(calls: pa.Table) -> pa.Table:
+    """``calls`` with a ``sample`` column of ``schema.NO_SAMPLE`` appended (results saved before it existed)."""
+    filler = pa.array(np.full(calls.num_rows, schema.NO_SAMPLE, dtype=np.int64))
+    return calls.append_column(pa.field("sample", pa.int64()), filler)
+
+
+def _renamed(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` under today's keys (:data:`RENAMED_METADATA`): an old key is renamed in place, or
+    dropped where the result also holds the new one."""
+    return {
+        RENAMED_METADATA.get(key, key): value
+        for key, value in metadata.items()
+        if not (key in RENAMED_METADATA and RENAMED_METADATA[key] in metadata)
+    }
+
+
+def _renamed_rank_metadata(text: str) -> str:
+    """A merge's ``rank_metadata`` with each rank's metadata under today's keys (unchanged where none is old)."""
+    try:
+        records = json.loads(text)
+        if not any(key in RENAMED_METADATA for record in records.values() for key in record["metadata"]):
+            return text
+        renamed = {rank: {**record, "metadata": _renamed(record["metadata"])} for rank, record in records.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):  # not what merge() writes: left as it is
+        return text
+    return json.dumps(renamed, sort_keys=True)
+
+
+def _metadata(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A loaded result's metadata under today's keys, its ranks' too."""
+    metadata = _renamed(saved)
+    if isinstance(metadata.get(schema.RANK_METADATA_KEY), str):
+        metadata[schema.RANK_METADATA_KEY] = _renamed_rank_metadata(metadata[schema.RANK_METADATA_KEY])
+    return metadata
+
+
+# -- a result as tables and a manifest, and back --------------------------------------------------------
+def _result_tables(result: RankedResult) -> dict[str, pa.Table]:
+    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
+    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
+
+
+def _result_stored(result: RankedResult, with_tensors: bool) -> Stored:
+    if with_tensors:
+        check_tensors_savable(result.function_data)
+    tensors: list[Any] | None = [] if with_tensors else None
+    tables = _result_tables(result)
+    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
+    facts = {
+        "source": result.source,
+        "dropped_records": int(result.dropped_records),
+        "warnings": list(result.warnings),
+        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
+    }
+    return Stored(tables, facts, tensors)
+
+
+# the facts a manifest keeps of a result, and what each must be
+_FACTS: dict[str, type] = {"source": str, "dropped_records": int, "warnings": list, "metadata": dict}
+
+
+def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
+    for name, kind in _FACTS.items():
+        value = manifest.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
+
+
+def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Result:
+    added = {name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}
+    tables = {**added, **stored.tables}
+    manifest = stored.facts
+    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
+    if missing:
+        raise format_error(path, f"lacks the tables {missing}")
+    _check_facts(manifest, path)
+    try:
+        function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
+    except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
+        raise format_error(path, f"holds samples (table function_data) that cannot be decoded ({error!r})") from error
+    # activity columns added later (ADDED_COLUMNS) read as documented in results saved before them
+    tables["activity"] = with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
+    metadata = _metadata(manifest["metadata"])
+    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
+        tables["calls"] = no_sample_column(tables["calls"])
+        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
+    return result_type(
+        **{name: tables[name] for name in schema.RESULT_TABLES},
+        function_data=function_data,
+        source=manifest["source"],
+        module_objects=(),
+        dropped_records=manifest["dropped_records"],
+        warnings=tuple(manifest["warnings"]),
+        metadata=metadata,
+    )
+
+
+def save_result(result: RankedResult, path: PathLike, *, with_tensors: bool = False) -> Path:
+    """Write ``result`` as Parquet (layouts in the module docstring); ``ProfileResult.save`` is this.
+
+    Parameters
+    ----------
+    result:
+        The result to keep (a ``ProfileResult``).
+    path:
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+    with_tensors:
+        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
+    if not is_result(result):
+        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
+    return write(_result_stored(result, with_tensors), path)
+
+
+def load_result(
+    result_type: type[Result], path: PathLike, *, with_tensors: bool = False, map_location: str | None = "cpu"
+) -> Result:
+    """The one load: a saved result, or a directory of saved per-rank results as their merge.
+
+    Parameters
+    ----------
+    result_type:
+        The class to build (``ProfileResult``; its ``load`` passes itself).
+    path:
+        A ``.parquet`` file or a directory written by :func:`save_result`; or a directory holding
+        several of them (one per rank, any names: :func:`rank_result_paths`), loaded and merged.
+    with_tensors:
+        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
+    map_location:
+        Where restored tensors go (``torch.load``'s ``map_location``).
+
+    Returns
+    -------
+    ProfileResult
+        The result (a merged one when ``path`` holds per-rank results), with no ``module_objects``
+        and, unless ``with_tensors``, TensorMeta in the samples.
+
+    Raises
+    ------
+    FileNotFoundError, ResultFormatError
+        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer
+        version (the message names the file, what is wrong and what to do).
+    """
+    folder = Path(path)
+    if folder.is_dir() and not (folder / MANIFEST_FILE).exists():
+        parts = rank_result_paths(folder)
+        if not parts:
+            raise ResultFormatError(
+                f"{folder} is not a result saved by aitune_dispatch (no {MANIFEST_FILE}) and holds no "
+                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
+                "save() wrote"
+            )
+        return merge([_load_one(result_type, part, with_tensors, map_location) for part in parts])
+    return _load_one(result_type, path, with_tensors, map_location)
+
+
+def _load_one(result_type: type[Result], path: PathLike, with_tensors: bool, map_location: str | None) -> Result:
+    return _from_stored(result_type, read(path, with_tensors=with_tensors, map_location=map_location), Path(path))
+
+
+# -- a directory of per-rank results -------------------------------------------------------------------------
+def _natural(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def rank_result_paths(directory: str | Path) -> list[Path]:
+    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
+
+    Parameters
+    ----------
+    directory:
+        A folder into which each rank saved its result (``result.save(f"{directory}/rank{rank}")``).
+
+    Returns
+    -------
+    list[pathlib.Path]
+        In natural name order (``rank2`` before ``rank10``); empty when it holds none or is no folder.
+    """
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    entries = [p for p in folder.iterdir() if not atomic.is_staging(p.name)]  # a killed save's copy is no rank
+    found = [p for p in entries if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
+    return sorted(found, key=_natural)
+
+
+def _is_saved_file(path: Path) -> bool:
+    """A ``.parquet`` file that ``save`` wrote (its schema metadata holds the manifest)."""
+    if path.suffix != ".parquet" or not path.is_file():
+        return False
+    try:
+        return MANIFEST_KEY in (pq.read_schema(path).metadata or {})
+    except (pa.ArrowInvalid, OSError):
+        return False

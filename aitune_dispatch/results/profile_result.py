@@ -1,53 +1,26 @@
 """The finished, immutable result of one ``profile()`` run: Arrow tables plus the spec's views.
 
-The analyses are :mod:`.views`; keeping is :mod:`.persist` (which this module hands a
-:class:`~.persist.Stored` and builds itself from), the sample codec :mod:`.values`; a notebook
-shows the result through ``aitune_dispatch.display`` (drawn by the reports stage).
+The analyses are :mod:`.views`, saving and loading :mod:`.persist`; a notebook shows the result
+through ``aitune_dispatch.display`` (drawn by the reports stage).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from .. import display, encoded, schema
 from ..schema import FunctionData
-from . import persist, ranks, views
-from .samples import no_sample_column, sample_table
-from .split import describe_by
-from .summary import describe_results
-from .values import check_tensors_savable, function_data_from_table, function_data_table
+from . import persist, views
 
-__all__ = ["FunctionData", "ProfileResult", "load", "load_result", "save_result"]
-ADDED_TABLES = schema.ADDED_TABLES  # tables a result gained after results were first saved
-
-
-def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
-    table = np.empty(len(values), dtype=object)
-    for pos, value in enumerate(values):  # element-wise: containers such as nn.Sequential stay whole
-        table[pos] = value
-    return table[index] if len(index) else np.empty(0, dtype=object)
-
-
-# the dtype pandas gives a column of Python strings: "str" (Arrow-backed) from pandas 3, else object
-_INFERRED_STRING = pd.Series(["a"]).dtype
-
-
-def _string_column(column: pa.ChunkedArray) -> Any:
-    """``column`` (dictionary-encoded) in the dtype pandas would infer from Python strings, built without
-    per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
-    them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
-    if isinstance(_INFERRED_STRING, pd.StringDtype):
-        return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
-    return encoded.objects(column)
+__all__ = ["FunctionData", "ProfileResult"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -78,7 +51,7 @@ class ProfileResult:
     warnings:
         Problems of the run, in words.
     metadata:
-        ``torch``, ``device``, ``op_tracer``, ``functions``, phase times (``seconds_*``), clock facts,
+        ``torch``, ``device``, ``tracer``, ``functions``, phase times (``seconds_*``), clock facts,
         and how compiled kernels and CUDA graph replays were attributed (``schema.META_*``).
     launches:
         The CUDA runtime / driver API calls that launched the activity (``schema.LAUNCHES``:
@@ -147,21 +120,7 @@ class ProfileResult:
             Columns ``schema.PROFILING_COLUMNS`` (``module_name, module, function_name, op, kernel,
             kernel_us``); ``module`` is the module object, None for a loaded result.
         """
-        needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
-        rows = views.attributed(self.activity.select(needed))  # only the columns the frame is built from
-        module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
-        objects = self.module_objects or (None,) * self.modules.num_rows
-        return pd.DataFrame(
-            {
-                "module_name": _string_column(rows["module_name"]),
-                "module": _object_column(objects, module_ids),
-                "function_name": _string_column(rows["function_name"]),
-                "op": _string_column(rows["op"]),
-                "kernel": _string_column(rows["kernel"]),
-                "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
-            },
-            columns=schema.PROFILING_COLUMNS,
-        )
+        return views.profiling_frame(self.activity, self.module_objects or (None,) * self.modules.num_rows)
 
     def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
@@ -173,7 +132,7 @@ class ProfileResult:
         by:
             None: the spec's summary. ``"device"``: one summary per GPU device, ``"rank"``: one per
             rank of a merged result, stacked under a ``device`` / ``rank`` column
-            (:mod:`aitune_dispatch.results.split`).
+            (:mod:`aitune_dispatch.results.views.split`).
 
         Returns
         -------
@@ -181,8 +140,8 @@ class ProfileResult:
             ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
         """
         if by is not None:
-            return describe_by(self, by, top_k)
-        return describe_results(self.profiling_df(), self.function_data, top_k)
+            return views.describe_by(self, by, top_k)
+        return views.describe_results(self.profiling_df(), self.function_data, top_k)
 
     def samples(self) -> pd.DataFrame:
         """Kernel time per distinct input sample: one row per (function, sample) of ``function_data``.
@@ -196,7 +155,7 @@ class ProfileResult:
             (innermost functional call), so a function's samples add up to its ``time_spent_us``.
             Results saved before calls had a ``sample`` column get NaN kernel times.
         """
-        return sample_table(self.activity, self.calls, self.function_data, self.metadata)
+        return views.sample_table(self.activity, self.calls, self.function_data, self.metadata)
 
     # -- full accounting ------------------------------------------------------------------------------
     @property
@@ -279,7 +238,7 @@ class ProfileResult:
         pathlib.Path
             The path written.
         """
-        return save_result(self, path, with_tensors=with_tensors)
+        return persist.save_result(self, path, with_tensors=with_tensors)
 
     @classmethod
     def load(
@@ -287,8 +246,9 @@ class ProfileResult:
     ) -> ProfileResult:
         """Read a saved result without torch; ``module_objects`` is empty, samples hold TensorMeta.
 
-        ``with_tensors=True`` (needs torch) restores the saved tensors onto ``map_location``. A
-        directory of per-rank results loads as their merge (:func:`load`).
+        The one load (:func:`aitune_dispatch.results.persist.load_result`); ``aitune_dispatch.load``
+        is this method. ``with_tensors=True`` (needs torch) restores the saved tensors onto
+        ``map_location``. A directory of per-rank results loads as their merge.
 
         Parameters
         ----------
@@ -303,153 +263,11 @@ class ProfileResult:
         -------
         ProfileResult
             The result, its string columns dictionary-encoded as in memory.
+
+        Raises
+        ------
+        FileNotFoundError, ResultFormatError
+            No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a
+            newer version (the message names the file, what is wrong and what to do).
         """
-        return load(path, with_tensors=with_tensors, map_location=map_location)
-
-
-# -- keep: a result as persist's tables and manifest, and back ----------------------------------------
-def _result_tables(result: ProfileResult) -> dict[str, pa.Table]:
-    """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
-    return {name: getattr(result, name) for name in schema.RESULT_TABLES}
-
-
-def _stored(result: ProfileResult, with_tensors: bool) -> persist.Stored:
-    if with_tensors:
-        check_tensors_savable(result.function_data)
-    tensors: list[Any] | None = [] if with_tensors else None
-    tables = _result_tables(result)
-    tables[schema.FUNCTION_DATA_TABLE] = function_data_table(result.function_data, tensors)
-    facts = {
-        "source": result.source,
-        "dropped_records": int(result.dropped_records),
-        "warnings": list(result.warnings),
-        "metadata": {str(k): str(v) for k, v in result.metadata.items()},
-    }
-    return persist.Stored(tables, facts, tensors)
-
-
-# the facts a manifest keeps of a result, and what each must be
-_FACTS: dict[str, type] = {"source": str, "dropped_records": int, "warnings": list, "metadata": dict}
-
-
-def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
-    for name, kind in _FACTS.items():
-        value = manifest.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise persist.format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
-
-
-def _from_stored(stored: persist.Stored, path: Path) -> ProfileResult:
-    tables = {**{name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}, **stored.tables}
-    manifest = stored.facts
-    missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
-    if missing:
-        raise persist.format_error(path, f"lacks the tables {missing}")
-    _check_facts(manifest, path)
-    try:
-        function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
-    except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
-        raise persist.format_error(
-            path, f"holds samples (table function_data) that cannot be decoded ({error!r})"
-        ) from error
-    # activity columns added later (schema.ADDED_COLUMNS) read as documented in results saved before them
-    tables["activity"] = schema.with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
-    metadata = dict(manifest["metadata"])
-    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
-        tables["calls"] = no_sample_column(tables["calls"])
-        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
-    return ProfileResult(
-        **{name: tables[name] for name in schema.RESULT_TABLES},
-        function_data=function_data,
-        source=manifest["source"],
-        module_objects=(),
-        dropped_records=manifest["dropped_records"],
-        warnings=tuple(manifest["warnings"]),
-        metadata=metadata,
-    )
-
-
-def save_result(result: ProfileResult, path: str | os.PathLike[str], *, with_tensors: bool = False) -> Path:
-    """Write ``result`` as Parquet (layouts in :mod:`aitune_dispatch.results.persist`).
-
-    Parameters
-    ----------
-    result:
-        The result to keep.
-    path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
-    with_tensors:
-        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
-
-    Returns
-    -------
-    pathlib.Path
-        The path written.
-    """
-    if not isinstance(result, ProfileResult):
-        raise TypeError(f"save_result needs a ProfileResult; got {type(result).__name__}")
-    return persist.save(_stored(result, with_tensors), path)
-
-
-def load_result(
-    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
-) -> ProfileResult:
-    """Read a result written by :func:`save_result`, without torch unless ``with_tensors``.
-
-    Parameters
-    ----------
-    path:
-        A ``.parquet`` file or a directory written by ``save``.
-    with_tensors:
-        Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
-    map_location:
-        Where restored tensors go (``torch.load``'s ``map_location``).
-
-    Returns
-    -------
-    ProfileResult
-        The result, with no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
-
-    Raises
-    ------
-    FileNotFoundError, ResultFormatError
-        No saved result at ``path``; a damaged or foreign one, or one saved by a newer version (the
-        message names the file, what is wrong and what to do).
-    """
-    return _from_stored(persist.load(path, with_tensors=with_tensors, map_location=map_location), Path(path))
-
-
-def load(
-    path: str | os.PathLike[str], *, with_tensors: bool = False, map_location: str | None = "cpu"
-) -> ProfileResult:
-    """Read a saved result, or a directory of saved per-rank results as their :func:`~.ranks.merge`.
-
-    Parameters
-    ----------
-    path:
-        A ``.parquet`` file or a directory written by ``save``; or a directory holding several of
-        them (one per rank, any names: :func:`~.ranks.rank_result_paths`), which are loaded and merged.
-    with_tensors, map_location:
-        As for :func:`load_result`.
-
-    Returns
-    -------
-    ProfileResult
-        The result; a merged one when ``path`` holds per-rank results.
-
-    Raises
-    ------
-    FileNotFoundError, ResultFormatError
-        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer version.
-    """
-    folder = Path(path)
-    if folder.is_dir() and not (folder / persist.MANIFEST_FILE).exists():
-        parts = ranks.rank_result_paths(folder)
-        if not parts:
-            raise persist.ResultFormatError(
-                f"{folder} is not a result saved by aitune_dispatch (no {persist.MANIFEST_FILE}) and holds no "
-                "per-rank results (sub-folders or .parquet files written by ProfileResult.save()); pass what "
-                "save() wrote"
-            )
-        return ranks.merge([load_result(part, with_tensors=with_tensors, map_location=map_location) for part in parts])
-    return load_result(path, with_tensors=with_tensors, map_location=map_location)
+        return persist.load_result(cls, path, with_tensors=with_tensors, map_location=map_location)

@@ -1,14 +1,11 @@
-"""The pure analyses of a finished result that ``ProfileResult`` and every renderer use.
+"""The views: every pure analysis of a finished result, which ``ProfileResult`` and every renderer use.
 
-Pure pandas / Arrow over a result's tables (no torch, no rendering), one concern per module:
-:mod:`.accounting` (attributed or not, totals, coverage, the headline, the bar chart's rows),
-:mod:`.modules` (layer patterns, labels, the module table and tree), :mod:`.kernels` (the kernel
-table), :mod:`.reasons` (what ``profiling_df()`` leaves out, why and what to do) and
-:mod:`.timeline` (op times on the host clock) and :mod:`.trace` (the host spans a trace nests on
-each thread, and the thread each CUDA launch belongs to). Each function returns a DataFrame, a table or a
-small dataclass documented in its docstring; the tables' columns are in ``schema``. Every share is
-over **all** kernel time of the run, attributed or not, so the shares of one view add up to 100 %
-and agree with every other view.
+Pure pandas / Arrow over a result's tables (no torch, no rendering, no files), one concern per
+module (accounting, the spec's summary, samples, splits, comparison, ranks, modules, kernels,
+reasons, timeline, clock, trace). They read a result by its fields
+(:class:`~.accounting.ResultTables`), never importing ``ProfileResult``, which imports them. Every
+share is over **all** kernel time of the run, attributed or not, so the shares of one view add up to
+100 % and agree with every other view; the tables' columns are in ``schema``.
 """
 
 from ...schema import KERNEL_COLUMNS, MODULE_COLUMNS, UNATTRIBUTED_COLUMNS
@@ -27,9 +24,14 @@ from .accounting import (
     total_us,
     unattributed,
 )
+from .comparison import compare
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
+from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
+from .samples import sample_table
+from .split import describe_by
+from .summary import describe_results, profiling_frame
 from .timeline import op_times
 from .trace import call_spans, launch_threads, module_spans, op_spans
 
@@ -50,12 +52,19 @@ __all__ = [
     "attributed_us",
     "bar_rows",
     "call_spans",
+    "collectives",
+    "compare",
+    "compare_ranks",
     "coverage",
+    "describe_by",
+    "describe_results",
+    "function_ranks",
     "headline",
     "kernel_table",
     "launch_threads",
     "layer_pattern",
     "local_name",
+    "merge",
     "module_groups",
     "module_label",
     "module_labels",
@@ -64,6 +73,10 @@ __all__ = [
     "module_tree",
     "op_spans",
     "op_times",
+    "profiling_frame",
+    "rank_summary",
+    "sample_table",
+    "select_rank",
     "total_us",
     "unattributed",
     "unattributed_table",

@@ -8,6 +8,7 @@ all kernel time (:func:`total_us`). Pure Arrow over any object with the result's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +49,13 @@ class ResultTables(Protocol):
     def source(self) -> str: ...
     @property
     def metadata(self) -> Mapping[str, str]: ...
+
+
+def is_result(value: Any) -> bool:
+    """A ``ProfileResult``, read by its fields (the views and persist do not import the class)."""
+    if isinstance(value, type) or not dataclasses.is_dataclass(value) or not hasattr(value, "function_data"):
+        return False
+    return all(isinstance(getattr(value, name, None), pa.Table) for name in schema.RESULT_TABLES)
 
 
 def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:

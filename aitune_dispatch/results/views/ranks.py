@@ -20,9 +20,14 @@ metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.
   ``rank_metadata`` (JSON: each rank's own source, dropped records and metadata); warnings are
   prefixed ``rank <r>: ``.
 
-So every view of a single result works on a merged one (``describe()`` sums the ranks);
-:func:`select_rank` gives one rank back, and :mod:`.rank_views` has the views across ranks.
-``results.load`` reads a directory of per-rank results (:func:`rank_result_paths`) as their merge.
+So every view of a single result works on a merged one (``describe()`` sums the ranks), and
+:func:`select_rank` gives one rank back. The views across ranks (an unmerged result counts as one
+rank, the one its metadata names) are :func:`rank_summary`, :func:`function_ranks`,
+:func:`collectives` and :func:`compare_ranks`: attributed or total kernel time in microseconds, as
+in the other views; collectives are the activity rows of a c10d / functional-collective op or of
+an ``nccl*`` kernel. ``aitune_dispatch.load`` reads a directory of per-rank results as their merge
+(:mod:`aitune_dispatch.results.persist`).
+
 Results are built with ``dataclasses.replace`` of a given result and typed by
 :class:`RankedResult`, what this module reads of one, so it never imports ``ProfileResult``
 (which imports it), not even for type checking. Pure Arrow / pandas: no torch.
@@ -32,27 +37,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from .. import encoded, schema
-from ..schema import FunctionData
-from ..tensors import is_tensor_like, tensor_shape, tensor_strides
-from .atomic import is_staging
-from .persist import MANIFEST_FILE, MANIFEST_KEY
+from ... import encoded, schema
+from ...schema import FunctionData
+from ...tensors import is_tensor_like, tensor_shape, tensor_strides
+from .accounting import ResultTables, attributed, attributed_mask, is_result
+from .comparison import compare
 from .samples import UNLINKED_KEY
 
 
-class RankedResult(Protocol):
-    """What :func:`merge` and :func:`select_rank` read of a ``ProfileResult`` (a frozen dataclass), read-only.
+class RankedResult(ResultTables, Protocol):
+    """What this module reads of a ``ProfileResult`` (a frozen dataclass), read-only.
 
     Its tables are read by name (``schema.RESULT_TABLES``); a result is rebuilt with
     ``dataclasses.replace``, so whatever is passed in comes back as its own type.
@@ -61,11 +65,7 @@ class RankedResult(Protocol):
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
     @property
-    def activity(self) -> pa.Table: ...
-    @property
     def function_data(self) -> FunctionData: ...
-    @property
-    def source(self) -> str: ...
     @property
     def module_objects(self) -> tuple[Any, ...]: ...
     @property
@@ -120,13 +120,6 @@ def rank_records(result: RankedResult) -> dict[int, dict[str, Any]]:
 # -- merge ---------------------------------------------------------------------------------------------
 def _tables(result: RankedResult) -> dict[str, pa.Table]:
     return {name: getattr(result, name) for name in schema.RESULT_TABLES}
-
-
-def _is_result(value: Any) -> bool:
-    """A ``ProfileResult`` (read by its fields: this module does not import the class)."""
-    if isinstance(value, type) or not dataclasses.is_dataclass(value) or not hasattr(value, "function_data"):
-        return False
-    return all(isinstance(getattr(value, name, None), pa.Table) for name in schema.RESULT_TABLES)
 
 
 def _id_range(result: RankedResult, space: str) -> int:
@@ -310,9 +303,9 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
         No results, a result that is itself a merge, two results of one rank, or results of which
         only some name their rank (the message says what to pass).
     """
-    if _is_result(results) or not isinstance(results, Sequence):
+    if is_result(results) or not isinstance(results, Sequence):
         raise TypeError("merge() takes a list of ProfileResults, one per rank, e.g. merge([rank0, rank1])")
-    bad = [type(r).__name__ for r in results if not _is_result(r)]
+    bad = [type(r).__name__ for r in results if not is_result(r)]
     if bad:
         raise TypeError(f"merge() takes ProfileResults; got {bad}")
     if not results:
@@ -443,37 +436,190 @@ def select_rank(result: Result, rank: int) -> Result:
     )
 
 
-# -- a directory of per-rank results -------------------------------------------------------------------------
-def _natural(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+# -- the views across ranks ---------------------------------------------------------------------------
+# ops that are collectives: torch.distributed's c10d ops and the functional collectives
+COLLECTIVE_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+NCCL_KERNEL = r"^(void )?nccl"  # NCCL's kernels (ncclDevKernel_AllReduce_Sum_f32_RING_LL, ...)
 
 
-def rank_result_paths(directory: str | Path) -> list[Path]:
-    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
+def compare_ranks(result: RankedResult, before: int, after: int) -> pd.DataFrame:
+    """:func:`~aitune_dispatch.compare` of two ranks of a merged result.
 
     Parameters
     ----------
-    directory:
-        A folder into which each rank saved its result (``result.save(f"{directory}/rank{rank}")``).
+    result:
+        A merged result.
+    before, after:
+        The ranks compared (``before`` plays ``compare``'s ``a``).
 
     Returns
     -------
-    list[pathlib.Path]
-        In natural name order (``rank2`` before ``rank10``); empty when it holds none or is no folder.
+    pandas.DataFrame
+        ``compare(select_rank(result, before), select_rank(result, after))``.
     """
-    folder = Path(directory)
-    if not folder.is_dir():
-        return []
-    entries = [p for p in folder.iterdir() if not is_staging(p.name)]  # a killed save's copy is no rank
-    found = [p for p in entries if (p / MANIFEST_FILE).is_file() or _is_saved_file(p)]
-    return sorted(found, key=_natural)
+    return compare(select_rank(result, before), select_rank(result, after))
 
 
-def _is_saved_file(path: Path) -> bool:
-    """A ``.parquet`` file that ``save`` wrote (its schema metadata holds the manifest)."""
-    if path.suffix != ".parquet" or not path.is_file():
-        return False
-    try:
-        return MANIFEST_KEY in (pq.read_schema(path).metadata or {})
-    except (pa.ArrowInvalid, OSError):
-        return False
+def _is_collective_op(ops: pa.Array) -> pa.Array:
+    found = pc.starts_with(ops, COLLECTIVE_OP_PREFIXES[0])
+    for prefix in COLLECTIVE_OP_PREFIXES[1:]:
+        found = pc.or_(found, pc.starts_with(ops, prefix))
+    return found
+
+
+def collective_mask(activity: pa.Table) -> pa.BooleanArray:
+    """Activity rows of collectives: an op of ``COLLECTIVE_OP_PREFIXES`` or an ``nccl*`` kernel (tested once per
+    distinct name)."""
+    nccl = encoded.matches(activity["kernel"], lambda kernels: pc.match_substring_regex(kernels, NCCL_KERNEL))
+    return pc.or_(nccl, encoded.matches(activity["op"], _is_collective_op))
+
+
+def _activity_ranks(result: RankedResult) -> np.ndarray:
+    if is_merged(result):
+        return np.asarray(result.activity[schema.RANK_COLUMN].to_numpy(), dtype=np.int64)
+    return np.full(result.activity.num_rows, own_rank(result), np.int64)
+
+
+def _mask(values: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _activity_frame(result: RankedResult) -> pd.DataFrame:
+    activity = result.activity
+    return pd.DataFrame(
+        {
+            "rank": _activity_ranks(result),
+            "kernel_us": activity["kernel_us"].to_numpy(),
+            "device": activity["device"].to_numpy(),
+            "kind": encoded.objects(activity["kind"]),
+            "attributed": _mask(attributed_mask(activity)),
+            "collective": _mask(collective_mask(activity)),
+        }
+    )
+
+
+def _hosts(result: RankedResult) -> dict[int, str]:
+    if not is_merged(result):
+        return {own_rank(result): str(result.metadata.get(schema.HOST_KEY, ""))}
+    return {
+        rank: str(record.get("metadata", {}).get(schema.HOST_KEY, "")) for rank, record in rank_records(result).items()
+    }
+
+
+def rank_summary(result: RankedResult) -> pd.DataFrame:
+    """One row per rank: where it ran, its kernel time, coverage and time in collectives.
+
+    Parameters
+    ----------
+    result:
+        A merged result (or one rank's).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``schema.RANK_SUMMARY_COLUMNS``, ranks ascending; ``coverage`` is NaN for a rank
+        that recorded nothing.
+    """
+    frame = _activity_frame(result)
+    hosts = _hosts(result)
+    rows = []
+    for rank in result_ranks(result):
+        own = frame[frame["rank"] == rank]
+        gpu = own[(own["device"] >= 0) & (own["kind"] != schema.KIND_CPU_OP)]
+        total = float(own["kernel_us"].sum())
+        attributed = float(own.loc[own["attributed"], "kernel_us"].sum())
+        rows.append(
+            {
+                "rank": rank,
+                "host": hosts.get(rank, ""),
+                "devices": ",".join(str(int(d)) for d in sorted(gpu["device"].unique())),
+                "activity_rows": len(own),
+                "total_us": total,
+                "attributed_us": attributed,
+                "coverage": attributed / total if total > 0 else math.nan,
+                "collective_us": float(own.loc[own["collective"], "kernel_us"].sum()),
+            }
+        )
+    table = pd.DataFrame(rows, columns=schema.RANK_SUMMARY_COLUMNS)
+    return table.astype({"rank": np.int64, "activity_rows": np.int64, "host": object, "devices": object})
+
+
+def function_ranks(result: RankedResult) -> pd.DataFrame:
+    """Per functional call across ranks: mean, min and max attributed kernel time, the slowest rank.
+
+    Parameters
+    ----------
+    result:
+        A merged result (or one rank's).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``schema.RANK_FUNCTION_COLUMNS``, one row per function that launched attributed
+        kernels on any rank, largest ``max_us`` first. A rank where the function launched nothing
+        counts 0 µs (so ``min_us`` is 0 and ``ranks`` is below the rank count); ``imbalance`` is
+        ``max_us / mean_us``.
+    """
+    ranks = result_ranks(result)
+    rows = attributed(result.activity)
+    if rows.num_rows == 0:
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.RANK_FUNCTION_COLUMNS})
+    frame = pd.DataFrame(
+        {
+            "rank": _activity_ranks(result)[_mask(attributed_mask(result.activity))],
+            "function_name": encoded.objects(rows["function_name"]),
+            "kernel_us": rows["kernel_us"].to_numpy(),
+        }
+    )
+    per_rank = frame.pivot_table(index="function_name", columns="rank", values="kernel_us", aggfunc="sum")
+    per_rank = per_rank.reindex(columns=ranks).fillna(0.0)
+    values = per_rank.to_numpy(dtype=float)
+    table = pd.DataFrame(
+        {
+            "function_name": pd.Series(list(per_rank.index), dtype=object),
+            "ranks": (values > 0).sum(axis=1).astype(np.int64),
+            "mean_us": values.mean(axis=1),
+            "min_us": values.min(axis=1),
+            "max_us": values.max(axis=1),
+            "slowest_rank": np.asarray(ranks, np.int64)[values.argmax(axis=1)],
+        }
+    )
+    table["imbalance"] = table["max_us"] / table["mean_us"].where(table["mean_us"] > 0)
+    table = table.sort_values(["max_us", "function_name"], ascending=[False, True], kind="stable")
+    return table[schema.RANK_FUNCTION_COLUMNS].reset_index(drop=True)
+
+
+def collectives(result: RankedResult) -> pd.DataFrame:
+    """The collectives' kernels per rank, with the module and collective op that launched them.
+
+    Parameters
+    ----------
+    result:
+        A merged result (or one rank's).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``schema.COLLECTIVE_COLUMNS``, one row per (rank, module, op, kernel), ranks
+        ascending and the largest first within a rank. Collectives are rows whose op is a c10d or
+        functional-collective op, or whose kernel is an ``nccl*`` kernel.
+    """
+    activity = result.activity
+    if activity.num_rows == 0:
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.COLLECTIVE_COLUMNS})
+    mask = _mask(collective_mask(activity))
+    rows = activity.filter(pa.array(mask))
+    frame = pd.DataFrame(
+        {
+            "rank": _activity_ranks(result)[mask],
+            **{name: pd.Series(encoded.objects(rows[name]), dtype=object) for name in ("module_name", "op", "kernel")},
+            "kernel_us": rows["kernel_us"].to_numpy(),
+        }
+    )
+    keys = ["rank", "module_name", "op", "kernel"]
+    grouped = frame.groupby(keys, dropna=False, sort=False)["kernel_us"].agg(["size", "sum"]).reset_index()
+    table = grouped.rename(columns={"size": "calls", "sum": "total_us"})
+    for column in ("module_name", "op", "kernel"):
+        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    table = table.sort_values(["rank", "total_us"], ascending=[True, False], kind="stable")
+    return table.astype({"rank": np.int64, "calls": np.int64})[schema.COLLECTIVE_COLUMNS].reset_index(drop=True)

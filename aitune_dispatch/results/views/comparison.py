@@ -11,15 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import encoded
-from ..schema import COMPARE_COLUMNS
-from .profile_result import ProfileResult
+from ... import encoded
+from ...schema import COMPARE_COLUMNS
+from .accounting import ResultTables, is_result
 
 _NO_FUNCTION = "\x00no functional call"  # stands in for None while grouping and merging
 
 
-def _activity(result: ProfileResult, name: str) -> pd.DataFrame:
-    if not isinstance(result, ProfileResult):
+def _activity(result: ResultTables, name: str) -> pd.DataFrame:
+    if not is_result(result):
         raise TypeError(f"compare() needs two ProfileResults; {name} is a {type(result).__name__}")
     frame = encoded.decoded(result.activity.select(["function_name", "kernel", "kernel_us"])).to_pandas()
     frame["function_name"] = frame["function_name"].astype(object).fillna(_NO_FUNCTION)
@@ -54,7 +54,7 @@ def empty_comparison() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=dtypes.get(c, object)) for c in COMPARE_COLUMNS})
 
 
-def compare(a: ProfileResult, b: ProfileResult) -> pd.DataFrame:
+def compare(a: ResultTables, b: ResultTables) -> pd.DataFrame:
     """Per-function, then per-(function, kernel) kernel time before (a) and after (b), largest change first.
 
     Parameters

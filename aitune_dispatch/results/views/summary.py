@@ -1,7 +1,8 @@
-"""``describe_results``: one row per functional call, most expensive first (the spec's summary).
+"""The spec's two frames: ``profiling_df`` (one row per attributed kernel) and ``describe_results``
+(one row per functional call, most expensive first).
 
-Pure pandas; needs no torch, so a loaded result can be summarised anywhere. Sample tensors are
-read by duck typing (``numel()`` and ``element_size()``), which torch tensors and saved tensor
+Pure pandas / Arrow; needs no torch, so a loaded result can be summarised anywhere. Sample tensors
+are read by duck typing (``numel()`` and ``element_size()``), which torch tensors and saved tensor
 metadata both provide.
 """
 
@@ -14,11 +15,66 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from ..schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
-from .values import iter_tensor_likes
+from ... import encoded
+from ...schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
+from ..values import iter_tensor_likes
+from .accounting import attributed
 
 BYTES_PER_MB = 1024 * 1024
+
+
+def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
+    table = np.empty(len(values), dtype=object)
+    for pos, value in enumerate(values):  # element-wise: containers such as nn.Sequential stay whole
+        table[pos] = value
+    return table[index] if len(index) else np.empty(0, dtype=object)
+
+
+# the dtype pandas gives a column of Python strings: "str" (Arrow-backed) from pandas 3, else object
+_INFERRED_STRING = pd.Series(["a"]).dtype
+
+
+def _string_column(column: pa.ChunkedArray) -> Any:
+    """``column`` (dictionary-encoded) in the dtype pandas would infer from Python strings, built without
+    per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
+    them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
+    if isinstance(_INFERRED_STRING, pd.StringDtype):
+        return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
+    return encoded.objects(column)
+
+
+def profiling_frame(activity: pa.Table, module_objects: Sequence[Any]) -> pd.DataFrame:
+    """The spec's ``profiling_df``: one row per attributed kernel, the reference's columns.
+
+    Parameters
+    ----------
+    activity:
+        A result's joined activity (schema ``ACTIVITY``).
+    module_objects:
+        The module of each ``module_id`` (None for each module of a loaded result).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``PROFILING_COLUMNS``; string columns plain strings (the dtype pandas gives Python
+        strings), ``module`` the module object.
+    """
+    needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
+    rows = attributed(activity.select(needed))  # only the columns the frame is built from
+    module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
+    return pd.DataFrame(
+        {
+            "module_name": _string_column(rows["module_name"]),
+            "module": _object_column(module_objects, module_ids),
+            "function_name": _string_column(rows["function_name"]),
+            "op": _string_column(rows["op"]),
+            "kernel": _string_column(rows["kernel"]),
+            "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
+        },
+        columns=PROFILING_COLUMNS,
+    )
 
 
 def logical_bytes(sample: Any) -> int:

@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import encoded, schema
-from ..schema import SAMPLE_COLUMNS
-from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
-from .views import attributed, attributed_us
+from ... import encoded, schema
+from ...schema import SAMPLE_COLUMNS
+from ...tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
+from .accounting import attributed, attributed_us
 
-__all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "no_sample_column", "sample_table", "signature"]
+__all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "sample_table", "signature"]
 
 # metadata key set on results whose calls carry no sample links (saved before the column existed)
 UNLINKED_KEY = schema.META_CALL_SAMPLES
@@ -193,9 +193,3 @@ def sample_table(
     frame["time_spent_pct"] = frame["kernel_us"] / kept_us * 100.0 if kept_us > 0 else 0.0
     frame = frame.sort_values("kernel_us", ascending=False, kind="stable", na_position="last")
     return frame[SAMPLE_COLUMNS].reset_index(drop=True)
-
-
-def no_sample_column(calls: pa.Table) -> pa.Table:
-    """``calls`` with a ``sample`` column of ``schema.NO_SAMPLE`` appended (results saved before it existed)."""
-    filler = pa.array(np.full(calls.num_rows, schema.NO_SAMPLE, dtype=np.int64))
-    return calls.append_column(pa.field("sample", pa.int64()), filler)

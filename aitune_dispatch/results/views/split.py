@@ -9,7 +9,7 @@ samples of its calls. So ``time_spent_pct`` is a share of the part's own attribu
   the device of its first tensor (``cuda:1`` -> 1, ``cpu`` -> -1), so ``calls``,
   ``num_distinct_samples`` and ``tensor_size_MB`` count the calls whose inputs were on that device
   (a sample holding no tensor belongs to no device).
-* **rank**: :func:`~aitune_dispatch.results.ranks.select_rank` of every rank of a merged result.
+* **rank**: :func:`~aitune_dispatch.results.views.ranks.select_rank` of every rank of a merged result.
 
 Pure pandas / Arrow, no torch. A result is read as a :class:`SplitResult` (this module does not
 import ``ProfileResult``, which imports it).
@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import encoded, schema
-from ..config import SPLITS, one_of
-from ..schema import FunctionData
+from ... import encoded, schema
+from ...config import SPLITS, one_of
+from ...schema import FunctionData
+from ..values import iter_tensor_likes
 from .ranks import RankedResult, result_ranks, select_rank
 from .summary import describe_results, empty_summary
-from .values import iter_tensor_likes
 
 
 class SplitResult(RankedResult, Protocol):
