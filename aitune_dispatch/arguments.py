@@ -1,9 +1,7 @@
-"""What the profiler and ``profile()`` are given, checked at the public boundary: options, root module, warm-up,
-samples, names.
+"""What the profiler and ``profile()`` are given, checked by the facade before anything runs.
 
-Each check raises with the reference's wording where it has one, then says what to pass. The
-facade (``profiler.py``) calls them before anything runs; :func:`.capture.record` takes their
-results as given.
+Each refusal has the reference's wording where it has one, then says what to pass;
+:func:`.capture.record` takes the results as given.
 """
 
 from __future__ import annotations
@@ -22,14 +20,13 @@ from .tracing import functional_names
 
 
 def resolved_config(**options: Any) -> ProfileConfig:
-    """``ProfileConfig(**options)``, validated, with the tracing backend that will run (``backends.resolve_tracer``)."""
+    """``ProfileConfig(**options)`` with the tracing backend that will run."""
     config = ProfileConfig(**options)
     return replace(config, op_tracer=resolve_tracer(config.op_tracer))
 
 
 class ConfigOption:
-    """A profiler attribute that is a field of its ``config``: read from it, and assigned through it (validated,
-    resolved), so that ``profiler.config`` stays the one state every run reads."""
+    """A profiler attribute read from and assigned through its ``config``, the one state every run reads."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -47,24 +44,7 @@ class SampleError(ValueError):
 
 
 def normalize_samples(data: Iterable[Any] | None) -> list[Sample] | None:
-    """``data`` as a list of ``(args tuple, kwargs dict)``.
-
-    Parameters
-    ----------
-    data:
-        An iterable of ``(args, kwargs)`` pairs such as ``[((x,), {})]``, or None (call the function
-        without arguments).
-
-    Returns
-    -------
-    list or None
-        The samples, copied into tuples and dicts.
-
-    Raises
-    ------
-    SampleError
-        A malformed item (a ValueError that names it).
-    """
+    """``data`` as a list of ``(args tuple, kwargs dict)`` copies, None kept; :class:`SampleError` names a bad item."""
     if data is None:
         return None
     if _is_pair(data):
@@ -101,30 +81,11 @@ def _is_pair(value: Any) -> bool:
 
 
 def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.Module:
-    """The module whose hierarchy is profiled: ``module``, or ``function`` itself when it is one.
-
-    Parameters
-    ----------
-    function:
-        The callable profiled; a ``torch.compile``'d model stands for the model it wraps.
-    module:
-        The ``nn.Module`` to observe when ``function`` is not that module, or None.
-
-    Returns
-    -------
-    torch.nn.Module
-        The root of the profiled hierarchy.
-
-    Raises
-    ------
-    TypeError, ValueError
-        ``function`` is not callable, ``module`` is not a module, or it is missing for a plain function.
-    """
+    """The root of the profiled hierarchy: ``module``, else ``function`` (a compiled model: the model it wraps)."""
     if not callable(function):
         raise TypeError(f"function must be callable; got {type(function).__name__}")
     if module is None:
         if isinstance(function, nn.Module):
-            # torch.compile(model) profiles the hierarchy of the model it wraps
             original = getattr(function, "_orig_mod", None)
             return original if isinstance(original, nn.Module) else function
         raise ValueError(
@@ -137,26 +98,7 @@ def resolve_root(function: Callable[..., Any], module: nn.Module | None) -> nn.M
 
 
 def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sample] | None:
-    """``profile()``'s ``data`` as samples, after checking ``warmup_iterations``.
-
-    Parameters
-    ----------
-    data:
-        As :func:`normalize_samples` takes it.
-    warmup_iterations:
-        Must be an int >= 0.
-
-    Returns
-    -------
-    list or None
-        What :func:`normalize_samples` returns.
-
-    Raises
-    ------
-    ValueError
-        ``warmup_iterations`` is not an int >= 0 (the reference's message, then what to pass), or
-        a ``data`` item is malformed (:class:`SampleError`).
-    """
+    """``profile()``'s ``data`` as samples, after checking ``warmup_iterations``; warns when ``data`` is empty."""
     if isinstance(warmup_iterations, bool) or not isinstance(warmup_iterations, int) or warmup_iterations < 0:
         raise ValueError(
             "warmup_iterations must be greater than or equal to 0. Pass an int >= 0 (0 skips the "
@@ -174,17 +116,9 @@ def check_data(data: Iterable[Any] | None, warmup_iterations: Any) -> list[Sampl
 
 
 def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
-    """Warn when ``function_names`` names functions that are not intercepted (no samples for them).
+    """Warn about names that are not intercepted functionals (``torch.*`` names are fine).
 
-    Parameters
-    ----------
-    function_names:
-        The profiler's ``function_names``; names under ``torch.`` (torch-level calls) are fine.
-
-    Returns
-    -------
-    bool
-        Whether there was anything to check (the profiler warns once).
+    Returns whether there was anything to check (the profiler warns once).
     """
     if function_names is None:
         return False
@@ -199,18 +133,7 @@ def warn_unknown_names(function_names: frozenset[str] | None) -> bool:
 
 
 def check_on_progress(on_progress: Any) -> None:
-    """Refuse an ``on_progress`` that cannot be called, before anything runs.
-
-    Parameters
-    ----------
-    on_progress:
-        ``profile_result()``'s progress callback, or None.
-
-    Raises
-    ------
-    TypeError
-        It is neither None nor callable.
-    """
+    """Refuse an ``on_progress`` that is neither None nor callable."""
     if on_progress is not None and not callable(on_progress):
         raise TypeError(
             f"on_progress must be a callable that takes a capture.Step, or None; got {type(on_progress).__name__}"

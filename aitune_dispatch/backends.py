@@ -1,9 +1,8 @@
 """The one place that picks every backend: the tracer and the CUPTI decoder, each native or pure Python.
 
-Each compiled half (``tracing/_tracer``, ``collection/_cupti_native``) is preferred where it is built;
-falling back warns once per process, naming the build fix. A requested backend that is not built
-raises now, rather than mid-profile. The capture records the choices in ``result.metadata``
-(``tracer``, ``decoder``); ``docs/design.md``, "The native tracing backend".
+The compiled half is preferred where built, falling back with one warning per process that names
+the build fix; a requested backend that is not built raises now, not mid-profile (``docs/design.md``,
+"The native tracing backend").
 """
 
 from __future__ import annotations
@@ -29,10 +28,7 @@ def default_tracer() -> str:
 
 
 def resolve_tracer(requested: str | None) -> str:
-    """The tracing backend: ``requested`` (checked to be loadable), or the process default.
-
-    Raises ImportError for ``"native"`` where it is not built for this torch; the message says how to build it.
-    """
+    """``requested`` (ImportError, saying how to build it, where native is not built), or the process default."""
     if requested is None:
         return default_tracer()
     if requested == "native":
@@ -42,13 +38,11 @@ def resolve_tracer(requested: str | None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def native_mode_compiles() -> bool:
-    """Whether this torch's Dynamo compiles code that runs under the native function mode.
+    """Whether this torch's Dynamo compiles code under the native function mode, measured once per process.
 
-    Measured once per process on a tiny function (``backend="eager"``): compiled once bare, then
-    called under an (unconfigured, transparent) ``NativeFunctionMode``. Dynamo guards on the mode
-    stack, so it must compile a second graph; a torch whose Dynamo cannot trace the native mode
-    (torch 2.11 on the H200) runs the frame eagerly instead, which would change what runs. Dynamo's
-    counters are left as they were.
+    Dynamo guards on the mode stack, so a function compiled bare must compile a second graph under a
+    transparent ``NativeFunctionMode``; one that cannot trace the mode runs the frame eagerly
+    (``docs/design.md``, "torch.compile and CUDA graphs"). Dynamo's counters are left as they were.
     """
     import torch
     from torch._dynamo.utils import counters
@@ -92,8 +86,7 @@ def tracer_for_run(backend: str, compiled: bool) -> str:
 
 @functools.lru_cache(maxsize=1)
 def default_decoder() -> str:
-    """``"native"`` where the compiled CUPTI decoder is built and finds libcupti, else ``"python"``, warning once
-    per process."""
+    """``"native"`` where the compiled CUPTI decoder is built and finds libcupti, else ``"python"``, warning once."""
     try:
         native_decoder.loaded_module()
     except (ImportError, OSError, RuntimeError) as error:
@@ -103,11 +96,7 @@ def default_decoder() -> str:
 
 
 def resolve_decoder(requested: str | None) -> str:
-    """The CUPTI decoder: ``requested`` (checked to be built), or the process default.
-
-    Raises RuntimeError for ``"native"`` where it is not built; the message says how to build it or
-    what to pass instead.
-    """
+    """``requested`` (RuntimeError, saying how to build it, where native is not built), or the process default."""
     if requested is None:
         return default_decoder()
     if requested == "native":
@@ -122,8 +111,7 @@ def resolve_decoder(requested: str | None) -> str:
 
 
 def for_run(config: ProfileConfig, compiled: bool) -> ProfileConfig:
-    """``config`` with every backend of one run chosen: the tracer (kept compiled code compiled) and,
-    on CUDA, the decoder."""
+    """``config`` with the run's tracer (one that keeps compiled code compiled) and, on CUDA, decoder chosen."""
     tracer = tracer_for_run(resolve_tracer(config.op_tracer), compiled)
     decoder = resolve_decoder(config.decoder) if config.cuda else config.decoder
     return replace(config, op_tracer=tracer, decoder=decoder)

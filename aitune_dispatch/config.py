@@ -1,9 +1,7 @@
-"""The profiler's options, validated once, and the only home of every option's vocabulary.
+"""The profiler's options, validated once at construction, and the one home of every option's vocabulary.
 
-:class:`ProfileConfig` is frozen and checks itself in ``__post_init__``: an invalid value raises
-at construction with a message that names the values that work, so every stage below it reads
-plain, valid fields. Importing this module imports no torch (a ``torch.device`` is read by its
-``type``), so the command line can offer the vocabulary without it.
+Every stage reads plain, valid fields of the frozen :class:`ProfileConfig`; no torch is imported, so
+the command line offers the vocabulary without it (``docs/design.md``, "Layout").
 """
 
 from __future__ import annotations
@@ -24,40 +22,13 @@ _DEVICE_TEXT = re.compile(rf"^({'|'.join(DEVICES)})(:\d+)?$")  # "cuda", "cuda:1
 
 
 def one_of(values: Iterable[object]) -> str:
-    """The accepted values as every refusal words them: ``None, 'native' or 'python'``.
-
-    Parameters
-    ----------
-    values:
-        One of the vocabularies above (with None in front where None is accepted too).
-
-    Returns
-    -------
-    str
-        Their reprs, comma-separated, the last after "or".
-    """
+    """The accepted values as every refusal words them: ``None, 'native' or 'python'``."""
     words = [repr(value) for value in values]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def normalize_function_names(function_names: Iterable[str] | None) -> frozenset[str] | None:
-    """``function_names`` as a frozenset of names, None kept.
-
-    Parameters
-    ----------
-    function_names:
-        Names such as ``{"linear", "relu"}``, or None (every intercepted function's samples).
-
-    Returns
-    -------
-    frozenset[str] or None
-        The names.
-
-    Raises
-    ------
-    TypeError
-        Not an iterable, a single string instead of a set, or an entry that is not a string.
-    """
+    """``function_names`` as a frozenset, None kept; TypeError for a single string or a non-string entry."""
     if function_names is None:
         return None
     if isinstance(function_names, (str, bytes)):
@@ -90,23 +61,7 @@ def _device_type(device: Any) -> str | None:
 
 
 def normalize_device(device: Any) -> str:
-    """``"cuda"`` or ``"cpu"`` for None, a device string (``"cuda:0"``) or a ``torch.device``.
-
-    Parameters
-    ----------
-    device:
-        None (CUDA), a string or a ``torch.device``.
-
-    Returns
-    -------
-    str
-        One of :data:`DEVICES`.
-
-    Raises
-    ------
-    ValueError
-        Any other device.
-    """
+    """``"cuda"`` (also for None and ``"cuda:N"``) or ``"cpu"``; ValueError for any other device."""
     if device is None:
         return "cuda"
     kind = _device_type(device)
@@ -120,30 +75,21 @@ def normalize_device(device: Any) -> str:
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """What one profiler records, validated at construction (fields are normalized in place).
+    """What one profiler records, normalized at construction; a bad option raises naming the accepted ones.
 
     Attributes
     ----------
     function_names:
-        The ``torch.nn.functional`` names whose distinct input samples are collected; None
-        collects every intercepted function's. Any iterable of strings becomes a frozenset.
+        The functional names whose distinct samples are collected (a frozenset); None: every one.
     device:
-        ``"cuda"`` (CUPTI kernels; also for None and ``torch.device("cuda:0")``) or ``"cpu"`` (aten
-        ops timed on the host; each op becomes one row whose kernel is ``cpu::<op>``).
+        ``"cuda"`` (CUPTI kernels) or ``"cpu"`` (aten ops timed on the host, kernel ``cpu::<op>``).
     decoder:
-        CUDA only: the CUPTI record decoder, one of :data:`DECODERS`, or None for native with a
-        warned fallback.
+        CUDA only: one of :data:`DECODERS`, or None (native, with a warned fallback).
     functions:
-        ``"functional"`` (the spec): only ``torch.nn.functional`` calls; ``"all"``: ops no
-        functional call encloses go to the innermost torch-level API call (``torch.addmm``).
+        ``"functional"`` (the spec) or ``"all"``: ops outside any functional call go to the
+        innermost torch-level API call (``torch.addmm``).
     op_tracer:
-        The tracing backend, one of :data:`OP_TRACERS`, or None: native where it was built
-        (``backends.resolve_tracer`` turns None into the backend that runs).
-
-    Raises
-    ------
-    TypeError, ValueError
-        An option of the wrong type or value; the message names the accepted ones.
+        One of :data:`OP_TRACERS`, or None (native where built; ``backends.resolve_tracer``).
     """
 
     function_names: frozenset[str] | None = None
@@ -165,10 +111,10 @@ class ProfileConfig:
 
     @property
     def cuda(self) -> bool:
-        """Whether kernels are collected with CUPTI (``device == "cuda"``)."""
+        """Whether kernels are collected with CUPTI."""
         return self.device == "cuda"
 
     @property
     def all_functions(self) -> bool:
-        """Whether torch-level API calls count as calls (``functions == "all"``)."""
+        """Whether torch-level API calls count as calls."""
         return self.functions == "all"

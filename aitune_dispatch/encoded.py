@@ -1,17 +1,9 @@
 """Dictionary-encoded string columns (``schema.STRING``): built, normalised, tested and decoded without per-row work.
 
-Below every stage, beside ``schema``; it imports nothing of the package.
-
-Every repeated string of a result's tables is kept once per distinct value, with an int32 code per
-row. The columns follow three rules, which these helpers make and keep true: a column's dictionary
-holds each value once; a column has one dictionary (one chunk); a missing value is a null code.
-String tests (:func:`matches`) and maps (:func:`map_values`) run over the distinct values and are
-carried to the rows by their codes; :func:`objects` gives a NumPy object array sharing one Python
-string per distinct value; :func:`decoded` turns a table back into plain strings where a pandas
-frame must look exactly as it would have from plain strings (the spec's outputs, ``to_pandas()``).
-
-Watch out for ``ChunkedArray.to_numpy()`` on a dictionary column: pyarrow (26) fills its nulls with
-another row's value. :func:`objects` is the way to a NumPy array.
+The helpers keep three rules true: a column's dictionary holds each value once, a column has one
+chunk, a missing value is a null code. Tests and maps run on the distinct values and reach the rows
+by code; :func:`objects` is the way to NumPy; why and pyarrow's traps: ``docs/design.md``, "Strings
+in memory".
 """
 
 from __future__ import annotations
@@ -23,8 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# schema.STRING, the type of every repeated string of the in-memory tables (defined in both: the
-# modules below every stage import nothing of the package, not even each other)
+# = schema.STRING: the modules below every stage import nothing of the package, not even each other
 STRING = pa.dictionary(pa.int32(), pa.string())
 
 __all__ = [
@@ -53,7 +44,7 @@ def _is_text_dictionary(kind: pa.DataType) -> bool:
 
 
 def _array(column: Column) -> pa.Array:
-    """One array of the column's values (a dictionary column's chunks share one unified dictionary)."""
+    """One array of the column's values (chunks combined under one unified dictionary)."""
     if isinstance(column, pa.ChunkedArray):
         return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     return column
@@ -71,20 +62,7 @@ def _unique(array: pa.DictionaryArray) -> pa.DictionaryArray:
 
 
 def from_codes(codes: np.ndarray | pa.Array, values: Sequence[str | None] | pa.Array) -> pa.DictionaryArray:
-    """A :data:`STRING` array of ``values[codes[i]]`` (a value that repeats in ``values`` is kept once).
-
-    Parameters
-    ----------
-    codes:
-        Non-negative integer codes into ``values``, one per row (a null code is a null row).
-    values:
-        The strings the codes index (an interner's names, a decoder's name table).
-
-    Returns
-    -------
-    pyarrow.DictionaryArray
-        Its dictionary holds each distinct value once; no per-row string is built.
-    """
+    """A :data:`STRING` array of ``values[codes[i]]`` (null code: null row), each distinct value kept once."""
     indices = codes if isinstance(codes, pa.Array) else pa.array(np.asarray(codes, np.int32), pa.int32())
     dictionary = values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
     return _unique(pa.DictionaryArray.from_arrays(indices.cast(pa.int32()), dictionary.cast(pa.string())))
@@ -98,11 +76,7 @@ def constant(value: str | None, count: int) -> pa.DictionaryArray:
 
 
 def of_values(values: Iterable[str | None] | np.ndarray) -> pa.DictionaryArray:
-    """Python strings (None: null) as a :data:`STRING` array; each distinct value is stored once.
-
-    For the few places that hold strings as Python objects (compiled-kernel attribution): the
-    values are read one by one, but no per-row string is kept.
-    """
+    """Python strings (None: null) as a :data:`STRING` array; read one by one, each distinct value kept once."""
     items = values if isinstance(values, np.ndarray) else list(values)
     return pa.array(items, STRING)
 
@@ -129,20 +103,8 @@ def _encoded_column(column: Column) -> pa.Array:
 
 
 def encoded(table: pa.Table) -> pa.Table:
-    """``table`` with every string column a :data:`STRING` column that follows the module's rules.
-
-    Parameters
-    ----------
-    table:
-        Any table: plain string columns (a hand-made table, a result saved before), dictionary
-        columns with several dictionaries (concatenated tables, Parquet row groups) or other index
-        and value types.
-
-    Returns
-    -------
-    pyarrow.Table
-        The same values; columns already encoded are kept as they are (no copy), other columns untouched.
-    """
+    """``table`` with every string column (plain, several dictionaries, other index types) made a :data:`STRING`
+    column that follows the rules; columns already encoded are kept without a copy."""
     for index, field in enumerate(table.schema):
         if not (_is_text(field.type) or _is_text_dictionary(field.type)):
             continue
@@ -153,27 +115,12 @@ def encoded(table: pa.Table) -> pa.Table:
     return table
 
 
-# rows per chunk when a column is decoded: a decoded chunk's data buffer grows by doubling, so one
-# chunk for a whole column would briefly need twice its size
+# a decoded chunk's buffer grows by doubling: one chunk per column would briefly need twice its size
 DECODE_ROWS = 1 << 16
 
 
 def plain(column: Column, kind: pa.DataType | None = None) -> pa.ChunkedArray:
-    """Every row's string of a dictionary-encoded column (``kind``: ``string`` or ``large_string``), decoded in chunks.
-
-    Parameters
-    ----------
-    column:
-        A :data:`STRING` (or other string dictionary) column.
-    kind:
-        The string type of the result: ``pa.string()`` (None) or ``pa.large_string()``.
-
-    Returns
-    -------
-    pyarrow.ChunkedArray
-        The same rows as plain strings, in chunks of :data:`DECODE_ROWS` rows: the decoded column
-        is built at its own size, without a second, doubled buffer.
-    """
+    """Every row's string of a dictionary column as ``kind`` (None: ``pa.string()``), in :data:`DECODE_ROWS` chunks."""
     kind = kind or pa.string()
     array = _array(column)
     if not pa.types.is_dictionary(array.type):
@@ -185,11 +132,7 @@ def plain(column: Column, kind: pa.DataType | None = None) -> pa.ChunkedArray:
 
 
 def decoded(table: pa.Table) -> pa.Table:
-    """``table`` with every dictionary-encoded string column as plain strings (for a pandas boundary).
-
-    ``decoded(table).to_pandas()`` is exactly the DataFrame the table would have given with plain
-    string columns: the dtype pandas infers for strings, no Categorical.
-    """
+    """``table`` with plain string columns: its ``to_pandas()`` is what plain strings give, no Categorical."""
     for index, field in enumerate(table.schema):
         if _is_text_dictionary(field.type):
             table = table.set_column(index, field.with_type(pa.string()), plain(table.column(index)))
@@ -197,18 +140,7 @@ def decoded(table: pa.Table) -> pa.Table:
 
 
 def objects(column: Column) -> np.ndarray:
-    """A string column's values as a NumPy object array: one shared Python ``str`` per distinct value, None for null.
-
-    Parameters
-    ----------
-    column:
-        A :data:`STRING` or plain string column.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``dtype=object``, one element per row.
-    """
+    """A string column as a NumPy object array: one shared Python ``str`` per distinct value, None for null."""
     array = _array(column)
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
@@ -219,21 +151,8 @@ def objects(column: Column) -> np.ndarray:
 
 
 def matches(column: Column, test: Callable[[pa.Array], pa.Array]) -> pa.BooleanArray:
-    """``test`` (a string predicate of ``pyarrow.compute``) of every row, evaluated once per distinct value.
-
-    Parameters
-    ----------
-    column:
-        A :data:`STRING` or plain string column.
-    test:
-        Maps a plain string array to a boolean array, e.g. ``lambda s: pc.starts_with(s, "nccl")``
-        (pyarrow's string functions take no dictionary arrays).
-
-    Returns
-    -------
-    pyarrow.BooleanArray
-        One value per row; False for null rows.
-    """
+    """``test`` (a plain-string predicate: ``lambda s: pc.starts_with(s, "nccl")``) of every row, False for nulls,
+    evaluated once per distinct value."""
     array = _array(column)
     if not pa.types.is_dictionary(array.type):
         return pc.fill_null(test(array), False)
@@ -242,7 +161,6 @@ def matches(column: Column, test: Callable[[pa.Array], pa.Array]) -> pa.BooleanA
 
 
 def map_values(column: Column, function: Callable[[pa.Array], pa.Array]) -> pa.DictionaryArray:
-    """A :data:`STRING` array of ``function`` (a string-to-string array function) applied to every row's value,
-    computed once per distinct value (``"cpu::" + op`` for the CPU source's kernel names)."""
+    """A :data:`STRING` array of ``function`` (string array -> string array) of every row, once per distinct value."""
     array = _encoded_column(column)
     return from_codes(array.indices, function(array.dictionary))

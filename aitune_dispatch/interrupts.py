@@ -1,20 +1,8 @@
 """Ctrl-C during ``profile()``: delivered while the user's code runs, held while ours installs or removes.
 
-A KeyboardInterrupt is raised at whatever bytecode the main thread runs when SIGINT arrives. Inside
-the user's function that is what the user asked for, and every ``finally`` of ours unwinds it. Inside
-our own setup or teardown (between taking the process lock and entering its ``try``, half-way
-through restoring hooks, modes and gates) it would leave the profiler installed for the rest of the
-process. So :func:`held` puts a handler of ours in SIGINT's place for ``record()``: it notes the
-signal and runs the original handler (by default: raises KeyboardInterrupt) once it is safe, as soon
-as the user's code runs again or once ``record()`` has cleaned up. :func:`delivered` marks the
-user's code, where the original handler runs at once, except inside a critical section (between
-:func:`enter_critical` and :func:`leave_critical`): code
-of ours that runs inside the user's (the fast-path gates taking our mode off the stack and putting it
-back), which must not stop half-way.
-
-Only the main thread can set handlers and receive signals; elsewhere all of these are no-ops, and so
-they are where SIGINT is ignored or left to the OS (``SIG_IGN``, ``SIG_DFL``). Entering and leaving a
-critical section is two integer updates (no system call): the gates run on every fast-path forward.
+:func:`held` brackets ``record()``, :func:`delivered` marks the user's code inside it, and
+:func:`enter_critical` / :func:`leave_critical` the code of ours within the user's that must not stop
+half-way; why and what it costs: ``docs/design.md``, "Ctrl-C".
 """
 
 from __future__ import annotations
@@ -60,13 +48,7 @@ _holder: _Held | None = None  # while held() is active on the main thread
 
 @contextmanager
 def held() -> Iterator[None]:
-    """Hold SIGINT for the block; run its handler afterwards if it arrived (after the block's own cleanup).
-
-    Returns
-    -------
-    context manager
-        A no-op off the main thread, where SIGINT has no Python handler, or inside another ``held()``.
-    """
+    """Hold SIGINT for the block; run its handler afterwards if it arrived (after the block's own cleanup)."""
     global _holder
     original = signal.getsignal(signal.SIGINT) if threading.get_ident() == _MAIN else None
     if not callable(original) or _holder is not None:  # off the main thread, no Python handler, nested
@@ -80,15 +62,14 @@ def held() -> Iterator[None]:
     finally:
         _holder = None
         signal.signal(signal.SIGINT, original)
-        holder.deliver()  # the block is done: an interrupt noted during it is raised now
+        holder.deliver()
 
 
 @contextmanager
 def delivered() -> Iterator[None]:
     """Inside :func:`held`, let SIGINT's handler run at once for the block (the user's code).
 
-    An interrupt noted while held is delivered on entry, so it surfaces in the user's code, where
-    the callers' ``finally`` blocks unwind it as any exception of the user's.
+    An interrupt noted while held is delivered on entry, so it surfaces in the user's code.
     """
     holder = _holder if threading.get_ident() == _MAIN else None
     if holder is None:

@@ -1,9 +1,8 @@
-"""Benchmarking: replay the collected samples with exact kernels, try candidates, activate them.
+"""Benchmarking: replay the recorded samples, try candidates on them, activate the ones that win.
 
-``benchmark(result, ...)`` replays each distinct sample of the selected functions in isolation,
-timed by the profiler's own collectors, and says whether the replay launches the kernels the
-model ran; candidates are validated against the original and timed on the same samples.
-``activate(...)`` routes the intercepted functional calls to a candidate during inference.
+``benchmark(result, ...)`` times each distinct sample in isolation with the profiler's own
+collectors and says whether it launches the kernels the model ran; ``activate(...)`` routes the
+intercepted calls to a candidate during inference (``docs/design.md``, "Replay").
 """
 
 from .activation import Activation, activate

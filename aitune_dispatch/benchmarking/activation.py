@@ -1,17 +1,8 @@
 """``activate()``: route functional calls to candidate implementations during inference.
 
-A ``TorchFunctionMode`` sees every ``torch.nn.functional`` call; for an activated function it calls
-the candidate instead of the original, for every call or, with ``only=`` a :func:`benchmark`
-table, for the samples on which the candidate validated (``ok``) and measured at least
-``min_speedup`` times as fast as the original (1.0 by default: never slower); every other
-sample runs the original, and ``Activation.skipped`` and a warning say which and why. Nothing in torch is
-replaced: leaving the block (normally or by an exception) pops the mode and everything is as
-before. Inside ``__torch_function__`` torch has popped the mode, so a candidate that calls the
-original function (``F.linear`` inside ``my_linear``) reaches the original, not itself.
-
-Profiling inside an activation (``with activate(...): profiler.profile(...)``) records the call
-as the original functional call, in its module, with the candidate's kernels: the profiler's
-mode sits above this one and hands the call down to it.
+A ``TorchFunctionMode`` calls the candidate for every call, or, with ``only=`` a :func:`benchmark`
+table, on the samples it validated on and was fast enough on; nothing in torch is replaced
+(``docs/design.md``, "Replay").
 """
 
 from __future__ import annotations
@@ -64,7 +55,7 @@ class _RoutingMode(TorchFunctionMode):
             kwargs = {}
         if route is None:  # every other torch call, tensor methods included
             return func(*args, **kwargs)
-        # the key of the call as the profiler keys it: (args as received, kwargs as received)
+        # keyed as the profiler keys a call: args and kwargs as received
         if route.keys is not None and (sample_key(args), sample_key(kwargs)) not in route.keys:
             return func(*args, **kwargs)
         self._routed[route.function_name] += 1
@@ -85,11 +76,10 @@ def _functions_named(function_name: str) -> list[Callable[..., Any]]:
 
 
 class Activation:
-    """The context manager :func:`activate` returns; ``routed`` counts the calls sent to each candidate.
+    """The context manager :func:`activate` returns; not reentrant (make another for a nested block).
 
-    ``skipped`` has one row (:data:`SKIPPED_COLUMNS`) per sample of ``only=`` that runs the
-    original, its ``reason`` saying why. Not reentrant; one ``with`` block at a time (make another
-    ``activate()`` for a nested block).
+    ``routed`` counts the calls sent to each candidate; ``skipped`` has a row (:data:`SKIPPED_COLUMNS`)
+    per sample of ``only=`` left to the original, with the ``reason``.
     """
 
     def __init__(self, routes: list[_Route], skipped: pd.DataFrame | None = None) -> None:
@@ -207,24 +197,20 @@ def activate(
     Parameters
     ----------
     candidates:
-        ``{"linear": my_linear}`` (the candidate's name is its ``__qualname__``) or
-        ``{"linear": {"mine": my_linear}}`` to name it as in the benchmark; one per function.
+        ``{"linear": my_linear}`` (named by its ``__qualname__``) or ``{"linear": {"mine": my_linear}}``
+        to name it as in the benchmark; one per function.
     only:
-        A :func:`benchmark` table: route only the calls whose sample the candidate validated on
-        (``ok``) and was fast enough on (``min_speedup``); every other call runs the original. None
-        routes every call.
+        A :func:`benchmark` table: route only the samples the candidate validated on (``ok``) and
+        met ``min_speedup`` on; the others run the original. None routes every call.
     min_speedup:
-        With ``only=``: the least ``speedup`` (the original's time over the candidate's) at which a
-        validated sample is routed; 1.0 (default): at least as fast, never slower; 0.9: accept 10 %
-        slower; None: every validated sample whatever its speed (also one whose speedup is unknown).
-        Not used without ``only=``, which measured nothing.
+        With ``only=``: the least ``speedup`` (original's time over the candidate's) routed; 1.0:
+        never slower; 0.9: up to 10 % slower; None: every validated sample, even of unknown speed.
 
     Returns
     -------
     Activation
-        The context manager; ``activation.routed[name]`` counts the calls sent to the candidate and
-        ``activation.skipped`` lists the samples of ``only=`` left to the original, with the reason
-        (not validated, slower than ``min_speedup``, speedup unknown); a RuntimeWarning names them.
+        ``routed[name]`` counts the calls sent to the candidate; ``skipped`` lists the samples of
+        ``only=`` left to the original and why, and a RuntimeWarning names them.
     """
     if only is not None and not isinstance(only, pd.DataFrame):
         raise TypeError(f"only= must be the DataFrame benchmark() returned; got {type(only).__name__}")

@@ -14,21 +14,7 @@ CandidatesArg = Mapping[str, Callable[..., Any] | Sequence[Callable[..., Any]] |
 
 
 def candidate_name(function: Callable[..., Any]) -> str:
-    """The default name of a candidate: its ``__qualname__`` (else ``__name__``, else its type's name).
-
-    A function defined inside another drops the ``outer.<locals>.`` prefix: ``fast_gelu``, not
-    ``main.<locals>.fast_gelu``.
-
-    Parameters
-    ----------
-    function:
-        The candidate.
-
-    Returns
-    -------
-    str
-        Its name in the benchmark table's ``implementation`` column.
-    """
+    """A candidate's default name: its ``__qualname__`` without ``outer.<locals>.`` (else ``__name__``, its type's)."""
     for attribute in ("__qualname__", "__name__"):
         name = getattr(function, attribute, None)
         if isinstance(name, str) and name:
@@ -69,19 +55,7 @@ def _named(function_name: str, value: Any) -> dict[str, Callable[..., Any]]:
 
 
 def normalize_candidates(candidates: CandidatesArg | None) -> dict[str, dict[str, Callable[..., Any]]]:
-    """``function name -> {implementation name -> callable}``; a TypeError / ValueError names a bad entry.
-
-    Parameters
-    ----------
-    candidates:
-        ``{"linear": fn}``, ``{"linear": [fn, other]}`` (named by ``__qualname__``) or
-        ``{"linear": {"mine": fn}}``; None for none.
-
-    Returns
-    -------
-    dict
-        One dict of named callables per function name, in the order given.
-    """
+    """``function name -> {implementation name -> callable}``, in order; a TypeError / ValueError names a bad entry."""
     if candidates is None:
         return {}
     if not isinstance(candidates, Mapping):
@@ -95,19 +69,7 @@ def normalize_candidates(candidates: CandidatesArg | None) -> dict[str, dict[str
 
 
 def original_function(function_name: str) -> Callable[..., Any]:
-    """The callable a recorded call name stands for: ``torch.nn.functional.<name>``, or a torch-level API.
-
-    Parameters
-    ----------
-    function_name:
-        A functional name (``"linear"``) or, for results of ``functions="all"``, a torch-level one
-        (``"torch.addmm"``, ``"torch.Tensor.add"``).
-
-    Returns
-    -------
-    Callable
-        The function; a LookupError names the name that does not resolve.
-    """
+    """``F.<name>``, or a torch-level API (``torch.Tensor.add``); LookupError where the name does not resolve."""
     if function_name.startswith("torch."):
         target: Any = torch
         for part in function_name.split(".")[1:]:

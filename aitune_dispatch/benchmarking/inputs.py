@@ -1,12 +1,7 @@
 """Replay inputs: the recorded sample made runnable, cloned exactly, and outputs compared.
 
-A live result keeps the first call's tensors of each sample; a loaded result without tensors has
-:class:`~aitune_dispatch.results.TensorMeta` in their place, from which a tensor of the same shape,
-dtype, strides and device is made (random normal for floating point; integer and bool tensors hold
-indices or masks whose values matter, so they are refused unless the caller builds them). The
-replay never runs on the result's own tensors: every implementation gets an exact clone (same
-strides, overlaps and aliasing included), so in-place functions cannot change the result or each
-other.
+A loaded result's ``TensorMeta`` becomes a random tensor of the same layout, and every
+implementation runs on an exact clone, never on the result's own tensors (``docs/design.md``, "Replay").
 """
 
 from __future__ import annotations
@@ -46,20 +41,10 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def random_tensor(meta: TensorMeta, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A random normal tensor with ``meta``'s shape, dtype, strides and device.
+    """A random normal tensor with ``meta``'s shape, dtype, strides and device (``generator``: a CPU one).
 
-    Parameters
-    ----------
-    meta:
-        Saved tensor metadata (a loaded result's sample).
-    generator:
-        A CPU generator for reproducible values; None uses torch's default one.
-
-    Returns
-    -------
-    torch.Tensor
-        The tensor; :class:`ReplayRefused` for integer / bool dtypes (their values are indices or
-        masks: pass ``make_tensor=`` to build them) and for non-strided layouts.
+    :class:`ReplayRefused` for non-strided layouts and integer / bool dtypes, whose values are indices
+    or masks (``make_tensor=`` builds them).
     """
     if meta.layout != "strided":
         raise ReplayRefused(
@@ -98,22 +83,7 @@ def _opaque_value(value: OpaqueValue) -> Any:
 
 
 def runnable(value: Any, make_tensor: MakeTensor | None, generator: torch.Generator | None) -> Any:
-    """``value`` with every TensorMeta made a tensor and every saved repr made its torch value.
-
-    Parameters
-    ----------
-    value:
-        A sample (``(args, kwargs)``) or any part of it.
-    make_tensor:
-        Builds a tensor from each TensorMeta when given; else :func:`random_tensor`.
-    generator:
-        Passed to :func:`random_tensor`.
-
-    Returns
-    -------
-    Any
-        The same structure, runnable; :class:`ReplayRefused` where a value cannot be made.
-    """
+    """``value`` with every TensorMeta made a tensor (``make_tensor``, else random) and every saved repr its value."""
     if isinstance(value, TensorMeta):
         return make_tensor(value) if make_tensor is not None else random_tensor(value, generator)
     if isinstance(value, OpaqueValue):
@@ -139,7 +109,7 @@ def _tensors(value: Any, found: dict[int, torch.Tensor]) -> None:
 
 
 def _dense(tensor: torch.Tensor) -> bool:
-    """A plain strided tensor: shape and strides describe its storage (a nested tensor's do not)."""
+    """Whether shape and strides describe the tensor's storage (a nested or sparse one's do not)."""
     return tensor.layout == torch.strided and not tensor.is_nested
 
 
@@ -188,21 +158,10 @@ def _rebuild(value: Any, copies: dict[int, torch.Tensor]) -> Any:
 
 
 def clone_exact(value: Any) -> Any:
-    """``value`` with its tensors copied: same shape, dtype, strides and device, and the same aliasing.
+    """``value`` (tuples, lists, dicts) with its tensors copied: same layout, ``requires_grad`` and aliasing.
 
-    One tensor passed twice stays one object (``F.multi_head_attention_forward`` takes its
-    self-attention path on ``query is key``), views of one storage stay views of one copy, and
-    ``requires_grad`` is kept (``matmul`` picks its kernels by it, even under ``no_grad``).
-
-    Parameters
-    ----------
-    value:
-        A sample (``(args, kwargs)``) or any part of it; tuples, lists and dicts are walked.
-
-    Returns
-    -------
-    Any
-        The same structure holding the copies; non-tensor values are shared, not copied.
+    One tensor passed twice stays one object, and views of one storage stay views of one copy;
+    non-tensor values are shared.
     """
     found: dict[int, torch.Tensor] = {}
     _tensors(value, found)
@@ -238,19 +197,7 @@ def _abs_error(actual: Any, expected: Any) -> float:
 
 
 def compare_outputs(actual: Any, expected: Any) -> tuple[float, str | None]:
-    """``(max_abs_error, mismatch)``: ``mismatch`` is None where ``torch.testing.assert_close`` passes.
-
-    Parameters
-    ----------
-    actual, expected:
-        A candidate's output and the original's, on the same inputs.
-
-    Returns
-    -------
-    tuple
-        The largest absolute difference (NaN where the outputs' structures or shapes differ) and
-        assert_close's message, or None when the outputs agree within its defaults for the dtype.
-    """
+    """``(max_abs_error, mismatch)``: NaN where structures or shapes differ; ``assert_close``'s message or None."""
     error = _abs_error(actual, expected)
     try:
         torch.testing.assert_close(actual, expected)

@@ -1,16 +1,9 @@
 """``benchmark()``: replay each distinct sample in isolation, timed by the profiler's own collectors.
 
-For every selected (function, sample) the original ``torch.nn.functional.<name>`` and each
-candidate run on exact clones of the sample's inputs: once to validate the candidate's output
-against the original's, then ``warmup`` untimed and ``repeats`` timed calls inside one recorded
-pass of :class:`~aitune_dispatch.ModuleFunctionKernelProfiler` (CUPTI kernel durations on CUDA,
-op durations with the CPU activity source on CPU), all under ``torch.no_grad()``. The CPU
-source times aten ops only: compute that dispatches none (an Inductor-compiled CPU kernel) is
-invisible to it, so a candidate whose timed calls dispatch no op while the original's did is
-reported ``ok=False`` with that reason rather than as infinitely fast. The replayed
-kernel names are compared with what the sample's recorded calls launched, so a row says whether
-the benchmark measures the kernels the model ran. Nothing raises mid-run: a sample or candidate
-that fails gets a row with ``ok=False`` and the error.
+The original and each candidate run on exact clones of the sample's inputs, are validated against
+the original's output, then timed inside one recorded pass; the replayed kernels are compared with
+what the recorded calls launched. Nothing raises mid-run: a failure is a row with ``ok=False`` and
+its error (``docs/design.md``, "Replay").
 """
 
 from __future__ import annotations
@@ -90,8 +83,7 @@ class _Calls(nn.Module):
 
     def __init__(self, implementation: Callable[..., Any], inputs: tuple[Any, ...], count: int) -> None:
         super().__init__()
-        # in a tuple, so that a candidate that is an nn.Module stays out of the hierarchy and its
-        # kernels are attributed to this module
+        # in a tuple: a candidate that is an nn.Module stays out of the hierarchy, its kernels on this module
         self._implementation = (implementation,)
         self._inputs = inputs
         self.count = count
@@ -118,11 +110,9 @@ def _cpu_last_level_cache() -> int:
 
 
 def cache_bytes(device: str) -> int:
-    """The size of the last-level cache a ``cache="cold"`` replay overwrites before each timed call.
+    """The last-level cache a ``cache="cold"`` replay overwrites twice over before each timed call.
 
-    CUDA: the device's L2 (``L2_cache_size``; 1 MiB where it is not reported); CPU: the last-level
-    cache from sysfs (32 MiB where it cannot be read). The flush writes twice that, so replacement
-    policies leave nothing behind.
+    CUDA's L2 (1 MiB where not reported), else the CPU's from sysfs (32 MiB where unreadable).
     """
     if device.startswith("cuda"):
         properties = torch.cuda.get_device_properties(torch.device(device))
@@ -142,14 +132,10 @@ class _Flush(nn.Module):
 
 
 class _Replay(nn.Module):
-    """The recorded pass of a replay: ``warmup`` calls, then ``repeats`` timed calls, under the same modes.
+    """The recorded pass of a replay: ``warmup`` calls, then each timed call as module ``timed.i``.
 
-    Warming up inside the recorded pass matters for compiled candidates: Dynamo guards on the
-    function-mode stack, so a warm-up outside it would leave the recompile in the timed calls.
-    Each timed call is a module of its own (``timed.0``, ``timed.1``, ...), so every kernel is
-    attributed to the call that launched it, on CUDA as on CPU. With ``flush`` (a buffer), a
-    ``flush.i`` module overwrites it before ``timed.i``; its kernels are attributed to it and left
-    out of the timing like the warm-up's.
+    With ``flush``, module ``flush.i`` overwrites it before ``timed.i``. Why the warm-up is inside
+    the pass: ``docs/design.md``, "Replay".
     """
 
     def __init__(
@@ -230,18 +216,7 @@ def _check_candidates(candidates: dict[str, dict[str, Callable[..., Any]]], sele
 
 
 def replay_device(result: ProfileResult) -> str:
-    """``"cuda"`` or ``"cpu"``: where ``result`` was recorded, so where its samples replay.
-
-    Parameters
-    ----------
-    result:
-        A live or loaded result.
-
-    Returns
-    -------
-    str
-        The device; a RuntimeError when it is CUDA and CUDA is unavailable here.
-    """
+    """Where ``result`` was recorded, so where it replays: ``"cuda"`` (RuntimeError without CUDA here) or ``"cpu"``."""
     device = result.metadata.get(schema.META_DEVICE) or ("cpu" if result.source == "cpu" else "cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
@@ -407,9 +382,8 @@ def _warn_wide_spread(table: pd.DataFrame) -> None:
 def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
     """Per function and implementation, the kernel time the model would see: Σ calls × us_per_call.
 
-    Over the samples whose original replayed; where a candidate is not ``ok`` on a sample, that
-    sample counts at the original's time (what ``activate(..., only=table, min_speedup=None)``
-    would run there; by default ``activate`` also runs the original where the candidate is slower).
+    Over the samples whose original replayed; a sample where the candidate is not ``ok`` counts at
+    the original's time, as ``activate(..., only=table, min_speedup=None)`` would run it.
 
     Parameters
     ----------
@@ -419,9 +393,8 @@ def weighted_totals(table: pd.DataFrame) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        ``function_name, implementation, samples, calls, fallbacks, weighted_us, speedup``, where
-        ``fallbacks`` counts the samples that fell back to the original and ``speedup`` is the
-        original's ``weighted_us`` over this one's.
+        ``function_name, implementation, samples, calls, fallbacks, weighted_us, speedup``:
+        ``fallbacks`` samples ran the original; ``speedup`` is the original's ``weighted_us`` over this one's.
     """
     records = []
     for name, rows in table.groupby("function_name", sort=False):
@@ -471,31 +444,27 @@ def benchmark(
     Parameters
     ----------
     result:
-        A :class:`~aitune_dispatch.ProfileResult` (live, or loaded: with its tensors, or with
-        TensorMeta from which random inputs of the recorded shape, dtype, strides and device are made).
+        A live or loaded :class:`~aitune_dispatch.ProfileResult` (without tensors: random inputs of
+        the recorded shape, dtype, strides and device).
     functions:
         Names from ``result.function_data`` to replay; None for all of them.
     candidates:
-        Alternative implementations per function: ``{"linear": fn}``, ``{"linear": [fn, other]}``
-        (named by ``__qualname__``) or ``{"linear": {"mine": fn}}``. Each is called like the original.
+        Per function: ``{"linear": fn}``, ``{"linear": [fn, other]}`` (named by ``__qualname__``) or
+        ``{"linear": {"mine": fn}}``; each is called like the original.
     repeats:
-        Timed calls per (sample, implementation), in one recorded pass; ``us_per_call`` is the
-        median of their kernel times (robust to a preempted call on a busy CPU) and
-        ``replay_iqr_us`` their interquartile range (75th - 25th percentile, numpy's linear
-        interpolation; 0 for one call). Where it exceeds :data:`WIDE_SPREAD` (25 %) of the median,
-        one RuntimeWarning names the widest rows: their times are unreliable.
+        Timed calls per (sample, implementation): ``us_per_call`` is the median of their kernel
+        times, ``replay_iqr_us`` their interquartile range; above :data:`WIDE_SPREAD` of the median,
+        a RuntimeWarning names the widest rows.
     warmup:
         Untimed calls before them.
     cache:
-        ``"warm"``: the timed calls follow each other, so inputs and weights that fit stay in the
-        last-level cache (L2 on CUDA). ``"cold"``: before each timed call a buffer twice that
-        cache (:func:`cache_bytes`) is overwritten, so every timed call reads its inputs from
-        memory, as a call deep inside a model often does. The flush's own kernels are not timed.
+        ``"warm"``: timed calls back to back; ``"cold"``: a buffer twice the last-level cache
+        (:func:`cache_bytes`) is overwritten, untimed, before each timed call.
     make_tensor:
-        Builds a tensor from each saved TensorMeta (needed for integer / bool inputs of a result
-        saved without tensors); default: random normal floating-point tensors, integers refused.
+        Builds a tensor from each saved TensorMeta (integer / bool inputs of a result saved
+        without tensors); default: random normal floating point, integers refused.
     seed:
-        Seeds the generator of those random tensors.
+        Seeds those random tensors.
     progress:
         Called as ``progress(done, total, label)`` after each (function, sample).
 
@@ -503,8 +472,8 @@ def benchmark(
     -------
     pandas.DataFrame
         One row per (function, sample, implementation), columns :data:`BENCHMARK_COLUMNS`;
-        ``attrs["weighted"]`` is ``{function: {implementation: Σ calls × us_per_call}}`` (see
-        :func:`weighted_totals`) and ``attrs["sample_keys"]`` lets :func:`activate` route by sample.
+        ``attrs["weighted"]`` holds :func:`weighted_totals`' ``weighted_us`` per function and
+        implementation, ``attrs["sample_keys"]`` lets :func:`activate` route by sample.
     """
     if not isinstance(result, ProfileResult):
         raise TypeError(
@@ -550,21 +519,9 @@ def benchmark(
 def benchmarked_samples(
     table: pd.DataFrame, function_name: str, implementation: str
 ) -> tuple[pd.DataFrame, Mapping[int, Any]]:
-    """The rows of one implementation of one function in a :func:`benchmark` table, and each sample's key.
+    """One implementation's rows of one function in a :func:`benchmark` table, and ``sample -> call key``.
 
-    Parameters
-    ----------
-    table:
-        The DataFrame returned by :func:`benchmark` (its ``attrs`` carry the sample keys).
-    function_name, implementation:
-        Which rows to read.
-
-    Returns
-    -------
-    tuple[pandas.DataFrame, Mapping]
-        The rows (one per sample, in sample order) and ``sample -> key`` (the call key the profiler
-        gives a call on that sample) for the samples that replayed; a ValueError when the table has
-        no such rows or lost its ``attrs``.
+    A ValueError where the table has no such rows or lost its ``attrs`` (a CSV copy).
     """
     keys: Mapping[str, Mapping[int, Any]] | None = table.attrs.get("sample_keys")
     if keys is None:

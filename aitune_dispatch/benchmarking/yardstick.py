@@ -1,10 +1,7 @@
 """What the recorded calls of each sample launched, nested calls included: the replay's yardstick.
 
-A replayed ``F.<name>(*args, **kwargs)`` runs everything the call ran, including the functional
-calls nested in it (``multi_head_attention_forward`` -> ``linear``), while the result attributes a
-kernel to the innermost call only. So the yardstick of a sample is *inclusive*: every activity row
-whose call is one of the sample's calls or a descendant of one, wherever the call ran (inside the
-profiled hierarchy or not). Pure numpy / pandas over the result's tables; no torch.
+Inclusive because a replayed call runs its nested functional calls too, while the result gives a
+kernel to the innermost call only (``docs/design.md``, "Replay"). Pure numpy / pandas; no torch.
 """
 
 from __future__ import annotations
@@ -71,18 +68,9 @@ def _enclosing_pairs(row_calls: np.ndarray, call_ids: np.ndarray, parents: np.nd
 
 
 def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSample] | None:
-    """Per (function name, sample index): the recorded calls and what they launched, nested calls included.
+    """``(function_name, sample) -> RecordedSample`` of every sample with a linked call.
 
-    Parameters
-    ----------
-    result:
-        A live or loaded result.
-
-    Returns
-    -------
-    dict or None
-        ``(function_name, sample) -> RecordedSample`` for every sample with at least one linked call;
-        None where the result's calls carry no sample links (saved before they had them).
+    None where the result's calls carry no sample links (saved before they had them).
     """
     if not has_sample_links(result.calls, result.metadata):
         return None
@@ -122,22 +110,7 @@ def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSam
 def same_kernels_per_call(recorded: RecordedSample, replayed: Counter[str], replayed_calls: int) -> bool:
     """Whether one replayed call launches, on average, exactly the kernels one recorded call did.
 
-    Compared without division: ``replayed[k] * recorded.calls == recorded.kernels[k] * replayed_calls``
-    for every kernel name ``k`` of either side (two calls that launch nothing match).
-
-    Parameters
-    ----------
-    recorded:
-        The sample's recorded calls.
-    replayed:
-        Kernel name -> launches over ``replayed_calls`` replayed calls.
-    replayed_calls:
-        How many calls ``replayed`` counts.
-
-    Returns
-    -------
-    bool
-        True when the per-call multisets are equal.
+    ``replayed`` counts launches per kernel name over ``replayed_calls`` calls; compared without division.
     """
     names = set(recorded.kernels) | set(replayed)
     return all(

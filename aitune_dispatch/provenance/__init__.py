@@ -1,10 +1,8 @@
 """Provenance: compiled kernels and CUDA graph replays attributed to the calls they came from.
 
-The capture calls it through :class:`ProvenanceCapture` (one per ``profile()``, around the warm-up and
-the recorded pass) and the two questions it asks first, :func:`uses_compile` and :func:`stand_ins`.
-Inside: :mod:`.inductor` observes Inductor's kernel call sites, :mod:`.graphs` the graph nodes created
-during captures, :mod:`.attribution` applies both to the joined activity; ``docs/design.md``,
-"torch.compile and CUDA graphs".
+The capture uses :class:`ProvenanceCapture`, :func:`uses_compile` and :func:`stand_ins`; :mod:`.inductor`
+observes kernel call sites, :mod:`.graphs` captured graph nodes, :mod:`.attribution` applies both
+(``docs/design.md``, "torch.compile and CUDA graphs").
 """
 
 from .capture import ProvenanceCapture, stand_ins, uses_compile

@@ -1,40 +1,9 @@
 """Joining, continued: compiled kernels and CUDA graph replays attributed to module, functional call and op.
 
-Pure functions over Arrow tables (no torch), applied to the joined activity (``joining.join``).
-Three kinds of rows get an attribution the tracer could not see at launch time:
-
-**Replayed CUDA graph kernels** (``graph_id != 0``). Where the graph was captured while the profiler
-traced (the recorded pass, or a warm-up pass: ``torch.compile(mode="reduce-overhead")`` captures on
-its first calls), :func:`captured_nodes` has resolved each graph node to the op, module and
-functional call its launch ran in at capture; a replayed kernel takes them (``attribution =
-"graph_capture"``). A replay of a graph captured where the profiler could not see it keeps the
-replaying module and gets the op ``cudaGraphLaunch`` (``"graph_launch"``).
-
-**Inductor kernels.** Each kernel call site of a compiled graph (``provenance/inductor.py``: ``SITES``,
-``SITE_SOURCES``) is matched to the launches it made: a Triton kernel by its name, an extern call by
-the aten op it dispatched at run time (``aten::mm``). Only launches outside any ``torch.nn.functional``
-call are matched (eager attribution always wins; with ``functions="all"``, the torch-level calls the
-compiled code itself makes, ``torch.addmm`` or ``aten.mm.default``, do not count), and only those
-that ran in the module the compiled code belongs to or one of its ancestors (above the lowest common
-ancestor of the site's modules), so an eager raw op elsewhere in the model is never taken for one. A
-name or op that several sites share (Inductor reuses one Triton kernel for identical blocks) is
-matched in launch order: the k-th launch of a name goes to the (k mod n)-th of its n sites, and
-belongs to the (k div n)-th run of the graph; sites of graphs compiled during this ``profile()`` are
-preferred over remembered ones. In a CUDA graph replay, a run is one replay.
-
-**The rule for a kernel fused from several calls.** A kernel is attributed to the call whose result
-it computes: among its sources that are functional calls, the latest in graph order (a pointwise
-epilogue fused into a reduction, or ``gelu`` fused after the bias add of ``linear``, goes to the
-later call). Where none of its sources is a functional call, the latest source gives the module and
-the op, and the kernel has no functional call (as a raw op in eager mode). The module is that
-source's (its ``nn_module_stack``), mapped onto the profiled hierarchy; a source at the compiled
-frame's own level keeps the module the kernel was launched in. The op is the aten op the launch
-dispatched where the tracer saw one (extern calls), else the source's ``original_aten``. Every source
-is kept in ``kernel_sources``: rank 0 the one attributed, then the others, latest first.
-
-Attributed compiled kernels and graph replays get functional calls of their own, appended to
-``calls`` (``start_ns = end_ns = 0``: not timed; ``sample = -1``): one per (graph run, call) for
-compiled kernels, one per (replay, capture-time call) for graph replays.
+Pure functions over Arrow tables (no torch) applied to the joined activity: replayed kernels take
+their capture's attribution, Inductor kernels are matched to their call sites, and a fused kernel
+goes to the call whose result it computes; the rules: ``docs/design.md``, "Compiled and graph
+attribution".
 """
 
 from __future__ import annotations
@@ -60,19 +29,7 @@ def _objects(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 # -- the fusion rule -------------------------------------------------------------------------------------
 def ranked_sources(site_sources: pa.Table) -> pd.DataFrame:
-    """Every source of every site, ranked by the rule above: rank 0 is the one the kernel is attributed to.
-
-    Parameters
-    ----------
-    site_sources:
-        Schema ``SITE_SOURCES``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        The same rows plus ``rank``, sorted by ``site_id`` and ``rank``: rank 0 is the latest source
-        that is a functional call (else the latest source), the others follow latest first.
-    """
+    """``SITE_SOURCES`` plus ``rank``: 0 the latest functional source (else the latest), then latest first."""
     frame = site_sources.to_pandas()
     if frame.empty:
         return frame.assign(rank=pd.Series([], dtype=np.int64))
@@ -109,22 +66,10 @@ def _site_lists(sites: pd.DataFrame, extern: bool) -> tuple[dict[str, int], np.n
 
 
 def match_in_order(keys: np.ndarray, sites: pd.DataFrame, extern: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The site and graph run of each launch, given launches in launch order.
+    """``(site_id, graph run)`` of each launch's key (None: no candidate), launches in launch order.
 
-    Parameters
-    ----------
-    keys:
-        One key per launch (kernel name or aten op), in launch order; None where not a candidate.
-    sites:
-        ``SITES`` as a DataFrame.
-    extern:
-        Match extern sites (by op) or kernel sites (by name).
-
-    Returns
-    -------
-    tuple[numpy.ndarray, numpy.ndarray]
-        ``site_id`` (NO_SITE where unmatched) and the run number (the k-th launch of a key shared by
-        n sites is the (k div n)-th run of its graph; -1 where unmatched).
+    The k-th launch of a key shared by n sites goes to the (k mod n)-th, in run k div n; unmatched:
+    NO_SITE and -1.
     """
     count = len(keys)
     site = np.full(count, schema.NO_SITE, np.int64)
@@ -155,13 +100,9 @@ def _chain(module_id: int, parents: dict[int, int]) -> list[int]:
 def key_scopes(
     sites: pd.DataFrame, site_sources: pd.DataFrame, modules: pa.Table, extern: bool
 ) -> dict[str, frozenset[int] | None]:
-    """The runtime modules a launch of each key may run in: the compiled code's module or one of its ancestors.
+    """Per key, the modules its launches may run in: the lowest common ancestor of its sources' and above.
 
-    Compiled code runs under the module whose forward was compiled (or, where its hooks were
-    compiled away, under that module's parent), which encloses every module its sources name: the
-    lowest common ancestor of those. A launch in a module outside that chain (an eager raw op of the
-    same name elsewhere in the model) is not the compiled code's. None: no module of the key's
-    sources was found, any module may run it.
+    None where no module of the key's sources was found: any module may run it.
     """
     chosen = _best_sites(sites, extern)
     if chosen.empty:
@@ -186,8 +127,8 @@ def in_scope(
 ) -> np.ndarray:
     """``keys`` with None where the launch ran outside its key's scope (:func:`key_scopes`).
 
-    ``outside_ok``: a launch outside the hierarchy is in scope too (a root compiled in place,
-    ``model.compile()``, runs its hooks compiled, so its launches have no module).
+    ``outside_ok``: a launch outside the hierarchy is in scope too (a root compiled in place runs its
+    hooks compiled, so its launches have no module).
     """
     known = pd.Series(keys, dtype=object).notna().to_numpy()
     if not known.any():
@@ -258,27 +199,10 @@ def captured_nodes(
     modules: pa.Table | None = None,
     outside_ok: bool = False,
 ) -> pa.Table:
-    """What launched each graph node created while one traced pass ran (schema ``CAPTURED_NODES``).
+    """What launched each graph node created while one traced pass ran (``CAPTURED_NODES``), clones included.
 
-    Parameters
-    ----------
-    graph_rows:
-        The graph observer's rows of that pass (schema ``GRAPH_NODES``).
-    ops, calls, contexts:
-        That pass's trace (op ids and scope ids are its row numbers).
-    capture:
-        The pass's number (0: warm-up, 1: the recorded pass), kept in the ``capture`` column.
-    sites, site_sources, modules:
-        Compiled-kernel sites and their sources, and the hierarchy: a node launched by an extern call
-        of compiled code gets its site (as :func:`attribute` matches ops).
-    outside_ok:
-        As for :func:`attribute`.
-
-    Returns
-    -------
-    pyarrow.Table
-        One row per node id a replayed kernel can carry: nodes created during a capture, and the
-        clones an instantiation made of them (replayed kernels carry the clone's ids).
+    Op and scope ids are row numbers of the pass's trace; ``capture`` is 0 for a warm-up pass, 1 for
+    the recorded one; a node of a compiled extern call gets its site, as :func:`attribute` matches ops.
     """
     rows = graph_rows.to_pandas()
     created = rows[(rows["event"] == schema.GRAPH_NODE_CREATED) & (rows["external_id"] >= 0)]
@@ -365,27 +289,7 @@ def attribute(
     captured: pa.Table | None = None,
     outside_ok: bool = False,
 ) -> Attribution:
-    """Attribute compiled kernels and graph replays of a joined activity table (the rules above).
-
-    Parameters
-    ----------
-    activity:
-        ``joining.join``'s output (schema ``ACTIVITY``).
-    calls, modules:
-        The recorded pass's functional calls and the profiled hierarchy.
-    sites, site_sources:
-        Compiled-kernel sites and their sources (``provenance/inductor.py``); None: none.
-    captured:
-        Graph nodes resolved to their capture (:func:`captured_nodes`); None: none observed.
-    outside_ok:
-        Launches outside the hierarchy may be compiled code's (see :func:`in_scope`).
-
-    Returns
-    -------
-    Attribution
-        ``activity`` in the same rows and schema, ``calls`` with the synthesized calls appended, and
-        ``kernel_sources`` (schema ``KERNEL_SOURCES``).
-    """
+    """Attribute compiled kernels and graph replays of ``joining.join``'s table: same rows, calls appended."""
     count = activity.num_rows
     in_graph = _ints(activity["graph_id"]) != schema.NOT_IN_GRAPH
     sites_frame = sites.to_pandas() if sites is not None and sites.num_rows else pd.DataFrame()
@@ -411,9 +315,8 @@ def attribute(
     site = np.where(from_capture, cap["site_id"], schema.NO_SITE)
     run = np.full(count, _NONE, np.int64)
 
-    # 2. Inductor kernels by name, then extern calls by op, where no functional call was seen; a
-    # torch-level call (functions="all": ``torch.addmm``, ``aten.mm.default``) is how the compiled code's
-    # own calls look, so it does not count as one
+    # 2. Inductor kernels by name, then extern calls by op, where no functional call was seen (a
+    # torch-level call is how the compiled code's own calls look under functions="all")
     torch_level = _torch_level(activity["function_name"])
     free = ((call_id < 0) | torch_level) & ~(from_capture & (cap["call_id"] >= 0))
     if not sites_frame.empty:

@@ -1,23 +1,9 @@
 """What ``profile()`` records for compiled and graphed models, from its first warm-up pass to the join.
 
-One :class:`ProvenanceCapture` brackets a whole ``profile()``:
-
-* **Inductor provenance** (``provenance/inductor.py``) is observed throughout, so a graph compiled on
-  the first call (a warm-up pass, usually) has its kernel call sites recorded.
-* **Warm-up passes run traced**: under the same modes, gates and hooks as the recorded pass, with
-  their rows discarded (no samples collected). Whatever happens once therefore happens where the
-  profiler sees it, and the recorded pass is steady state: Dynamo compiles (or recompiles, since it
-  guards on the function-mode stack) under our modes, CUDA graphs are captured
-  (``torch.compile(mode="reduce-overhead")`` captures on its second call), Triton autotunes.
-* **CUDA graph captures** are observed on CUDA (``provenance/graphs.py``): each graph node created
-  while a traced pass runs is resolved, with that pass's trace, to the op, module and functional
-  call its launch ran in; the op and scope ids are pushed as CUPTI external correlation ids during
-  warm-up too (the activity records themselves are only collected in the recorded pass).
-
-:meth:`ProvenanceCapture.attribute` then applies ``provenance.attribute`` to the joined activity and
-says, in the result's metadata and warnings, what could not be attributed and why. Everything is
-removed on exit, also on exceptions; what remains is a bounded record of compiled graphs' sites
-(strings), so that later ``profile()`` calls, which do not recompile, are attributed too.
+One :class:`ProvenanceCapture` brackets a whole ``profile()``: it observes Inductor throughout, runs
+the warm-up passes traced while graph captures are observed, and attributes the joined activity,
+saying in metadata and warnings what could not be attributed and why (``docs/design.md``,
+"torch.compile and CUDA graphs").
 """
 
 from __future__ import annotations
@@ -83,25 +69,13 @@ def _is_compiled(module: Any) -> bool:
 def stand_ins(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
     """The wrappers whose forwards stand for a module of ``root``'s hierarchy while ``function`` runs.
 
-    Parameters
-    ----------
-    function:
-        What is profiled: ``root`` itself (none), a ``torch.compile`` wrapper of it (that wrapper), or
-        a pipeline function or module, which may call a compiled wrapper of ``root``'s modules
-        (``tracing.wrappers.reachable_wrappers``: profiled with ``module=model``, what ran compiled is
-        attributed to ``model``).
-    root:
-        The profiled hierarchy's root.
-
-    Returns
-    -------
-    tuple[nn.Module, ...]
-        What ``ModuleTracker`` takes as ``aliases`` (those wrapping no module of the hierarchy are ignored there).
+    None for ``root`` itself, the wrapper for a ``torch.compile`` of it, else the compiled wrappers a
+    pipeline may call (``tracing.wrappers.reachable_wrappers``); ``ModuleTracker``'s ``aliases``.
     """
     if function is root:
         return ()
     direct = (function,) if isinstance(function, nn.Module) else ()
-    if direct and hasattr(function, "_orig_mod"):  # the wrapper is what runs: no other one is called through it
+    if direct and hasattr(function, "_orig_mod"):  # no other wrapper is called through this one
         return direct
     return (*direct, *reachable_wrappers(function, root))
 
@@ -119,12 +93,10 @@ def uses_compile(function: Any, root: nn.Module) -> bool:
 def _shared_graphs(
     current: list[Program], earlier: list[Program], hierarchy: Hierarchy, tracker: ModuleTracker, activity: pa.Table
 ) -> dict[str, list[str]]:
-    """Compiled modules of the hierarchy that run a graph compiled for another of its modules, unattributed.
+    """By the module a graph was compiled for, the wrappers of its twins running that graph unattributed.
 
-    Dynamo runs the graph compiled for one module for every module whose guards pass (two
-    ``torch.compile(MLP())`` children of one model): the graph's sources name the first, so the
-    second's launches, in its own wrapper, are outside the graph's scope. Returns, by the name of the
-    module a graph was compiled for, the wrappers running it too whose modules got no compiled kernel.
+    Two ``torch.compile(MLP())`` children of one model run the graph compiled for the first; its
+    sources name the first, so the second's launches are outside the graph's scope.
     """
     attributed = activity.filter(pc.equal(activity["attribution"], schema.ATTRIBUTION_INDUCTOR))
     attributed_modules = set(attributed["module_id"].to_pylist())
@@ -147,27 +119,16 @@ def _shared_graphs(
 
 
 def _native_decoder() -> Any | None:
-    """The compiled decoder module with libcupti resolved, or None where it is not built or cannot load."""
+    """The compiled decoder module with libcupti resolved, or None."""
     return loaded_decoder()
 
 
 class ProvenanceCapture:
     """Context manager around one ``profile()``: compile and graph-capture observation; single-use.
 
-    Parameters
-    ----------
-    device:
-        ``"cuda"`` (graph captures are observed) or ``"cpu"``.
-    source:
-        The run's activity source: where op and scope ids are pushed while warm-up passes capture graphs.
-    backend:
-        The tracing backend (``"native"`` or ``"python"``).
-    all_functions:
-        The profiler's ``functions="all"``.
-    compiled:
-        Whether the profiled code is known to run compiled code (:func:`uses_compile`): only then are
-        graphs compiled during earlier ``profile()`` calls matched (an eager run of the same model
-        must not be attributed to its compiled graph's sites).
+    ``source`` is where op and scope ids are pushed while warm-up passes capture graphs. Only where
+    ``compiled`` (:func:`uses_compile`) are graphs of earlier ``profile()`` calls matched: an eager
+    run of the same model must not be attributed to its compiled graph's sites.
     """
 
     def __init__(
@@ -209,17 +170,7 @@ class ProvenanceCapture:
 
     # -- passes --------------------------------------------------------------------------------------
     def warm_up(self, run: Callable[[], Any], iterations: int, root: nn.Module, aliases: tuple[nn.Module, ...]) -> None:
-        """Run ``iterations`` warm-up passes traced (rows discarded), observing graph captures.
-
-        Parameters
-        ----------
-        run:
-            One pass (the profiler's ``run_pass(function, samples)``).
-        iterations:
-            How many; 0 runs nothing.
-        root, aliases:
-            The profiled hierarchy and the wrappers that stand for its root, as for the recorded pass.
-        """
+        """Run ``iterations`` passes of ``run`` traced as the recorded pass is (rows discarded), observing captures."""
         if iterations <= 0:
             return
         modules = ModuleTracker(root, aliases)
@@ -245,23 +196,10 @@ class ProvenanceCapture:
     def attribute(
         self, activity: pa.Table, calls: pa.Table, modules_table: pa.Table, tracker: ModuleTracker
     ) -> tuple[Attribution, dict[str, str], tuple[str, ...]]:
-        """Attribute compiled kernels and graph replays of the recorded pass's joined activity.
-
-        Parameters
-        ----------
-        activity, calls, modules_table:
-            The joined activity, the recorded pass's calls and the hierarchy table.
-        tracker:
-            The recorded pass's module tracker (module objects by id).
-
-        Returns
-        -------
-        tuple[Attribution, dict[str, str], tuple[str, ...]]
-            The attribution, metadata entries (``schema.META_*``) and warnings, in words.
-        """
+        """Attribute the recorded pass's compiled kernels and graph replays: the attribution, metadata, warnings."""
         hierarchy = Hierarchy.of(tracker.modules, tracker.names)
         current = self._inductor.programs()
-        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())  # the wrappers standing in too
+        compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())  # stand-in wrappers included
         earlier = remembered_programs() if self._compiled or compiled else []
         sites, site_sources = site_tables(current, earlier, hierarchy)
         # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module

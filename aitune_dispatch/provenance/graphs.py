@@ -1,21 +1,9 @@
 """The CUDA graph observer: which launch created each graph node, so that replays can be attributed.
 
-A CUDA graph replay dispatches no aten op, and CUPTI tags its kernels with the correlation id of
-the ``cudaGraphLaunch`` that replayed them (``docs/design.md``, "torch.compile and CUDA graphs").
-What launched each kernel is known only while the graph is captured: every launch recorded into
-the graph creates a graph node, on the capturing thread, inside the launch call, where our op /
-scope id is on top of CUPTI's external-correlation stack. The compiled decoder
-(``native_shims/cupti_decoder.c``) subscribes to CUPTI's two graph-node resource callbacks and
-records, without Python:
-
-* a node *created* (during a capture): its graph and node ids and that external id;
-* a node *cloned* (when a graph is instantiated): the clone's ids, which replayed kernels carry,
-  and the ids of the node it was cloned from.
-
-``provenance.captured_nodes`` turns these rows and the trace of the pass that captured the graph
-into the module, functional call and op of each replayed node. CUPTI serves one callback
-subscriber per process; where another tool holds it (or the compiled decoder is not built), the
-observer says why in :attr:`GraphNodeObserver.unavailable` and replays keep today's attribution.
+The compiled decoder (``native_shims/cupti_decoder.c``) records each node created during a capture
+with the external id on top of the stack, and each clone with its original; where CUPTI's one
+callback subscription is taken, :attr:`GraphNodeObserver.unavailable` says so (``docs/design.md``,
+"torch.compile and CUDA graphs").
 """
 
 from __future__ import annotations
@@ -34,14 +22,7 @@ _MULTIPLE_SUBSCRIBERS = "error 39"
 
 
 def loaded_decoder() -> Any | None:
-    """The compiled decoder module with libcupti resolved (the observer runs in it), or None.
-
-    Returns
-    -------
-    module or None
-        ``aitune_dispatch.collection._cupti_native`` after ``load()``; None where it is not built or libcupti
-        cannot be loaded (the observer then reports itself unavailable).
-    """
+    """The compiled decoder module with libcupti resolved (the observer runs in it), or None."""
     try:
         native = loaded_module()
     except (ImportError, OSError, RuntimeError):
@@ -50,19 +31,7 @@ def loaded_decoder() -> Any | None:
 
 
 def graph_rows_table(raw: tuple[Any, ...]) -> pa.Table:
-    """The raw columns of ``_cupti_native.graph_observer_take()`` as a table of schema :data:`schema.GRAPH_NODES`.
-
-    Parameters
-    ----------
-    raw:
-        ``(event, graph_id, node_id, external_id, original_graph_id, original_node_id, node_type, counters)``,
-        each column little-endian bytes (int8, int64 x 5, int32).
-
-    Returns
-    -------
-    pyarrow.Table
-        One row per graph-node event, in the order CUPTI reported them.
-    """
+    """``graph_observer_take()``'s little-endian byte columns (int8, int64 x 5, int32) as :data:`schema.GRAPH_NODES`."""
     event, graph, node, external, original_graph, original_node, node_type = raw[:7]
     arrays = [
         pa.array(np.frombuffer(event, np.int8), pa.int8()),
@@ -76,20 +45,14 @@ def graph_rows_table(raw: tuple[Any, ...]) -> pa.Table:
 class GraphNodeObserver:
     """Records CUDA graph nodes created and cloned while it runs; single-use, idempotent ``stop``.
 
-    Parameters
-    ----------
-    external_kind:
-        The CUPTI external-correlation kind our op and scope ids are pushed with.
-    native:
-        The compiled decoder module (``aitune_dispatch.collection._cupti_native``, already ``load()``-ed), or
-        None where it is not built.
+    ``external_kind`` is the CUPTI kind our ids are pushed with; ``native`` the loaded decoder, or None.
     """
 
     def __init__(self, external_kind: int, native: Any | None) -> None:
         self._kind = int(external_kind)
         self._native = native
         self._running = False
-        self.unavailable: str | None = None  # why captures are not observed, in words; None when they are
+        self.unavailable: str | None = None  # why captures are not observed, in words
         self.lost = 0
 
     def start(self) -> bool:

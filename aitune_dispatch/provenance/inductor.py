@@ -1,34 +1,9 @@
 """Inductor provenance: which FX nodes, modules, functional calls and ops each compiled kernel comes from.
 
-A ``torch.compile``'d region runs no Python of the model: its Triton kernels are launched outside
-any aten op and any functional call, and its extern kernels (``extern_kernels.mm``, fallbacks such
-as ``aten._scaled_dot_product_efficient_attention``) dispatch their aten op from the compiled
-code, under the compiled module only. What each kernel computes is known while Inductor generates
-it: every kernel call site is handed, with its name, the FX nodes it was generated from (their
-``origins``), and those nodes carry Dynamo's metadata: ``nn_module_stack`` (the modules the call was
-made in, keyed by the module object's ``id``), ``source_fn_stack`` (the function or built-in module
-class that made the node) and ``original_aten`` (the aten op it was decomposed from).
-
-:class:`InductorProvenance`, active for the whole of ``profile()`` (warm-up included), observes
-the one function Inductor calls for every kernel call site with those two things,
-``torch._inductor.debug.set_kernel_post_grad_provenance_tracing(node_schedule, kernel_name,
-is_extern)`` (it does nothing unless Inductor's own provenance tracking is on, and we call it
-unchanged). Each call becomes a :class:`Site`: the kernel name (what CUPTI reports for a Triton
-kernel) or the aten op an extern call dispatches, and its :class:`Source` s as plain strings, in
-the order the compiled code launches them. Inductor's FX graph and AOTAutograd caches are bypassed
-while ``profile()`` runs, so a graph compiled there is generated (and seen) rather than loaded.
-Nothing of Inductor is imported for this: the hook and the caches are attached when Inductor is
-already loaded, else the moment the profiled code first imports it (``import_watch.py``), so an
-eager model never loads the compiler stack.
-Graphs compiled during an earlier ``profile()`` are remembered (a bounded, process-wide record of
-strings), so that later runs, which no longer compile, are attributed too: those of the same module
-objects, and those of another instance of the same modules (Dynamo runs one compiled graph for
-every instance whose guards pass, so a second ``torch.compile(MLP())`` compiles nothing), matched by
-path and type while Dynamo still holds the graph's compiled code.
-
-Where this torch lacks the hook, nothing is patched and :attr:`InductorProvenance.unavailable`
-says why; compiled kernels then stay on the compiled module, as before. Everything patched is
-restored on exit, also on exceptions, including in Inductor modules imported during the run.
+:class:`InductorProvenance` observes Inductor's per-call-site provenance hook while ``profile()``
+runs and turns each call into a :class:`Site` with its :class:`Source` s as plain strings;
+graphs are remembered for later runs, and resolved against the profiled :class:`Hierarchy`
+(``docs/design.md``, "torch.compile and CUDA graphs" and "Compiled and graph attribution").
 """
 
 from __future__ import annotations
@@ -67,26 +42,22 @@ _NO_POSITION = -1
 
 @dataclass(frozen=True)
 class Source:
-    """One FX source of a compiled kernel: a functional call (or other call) of the compiled model.
+    """One FX source of a compiled kernel: a call of the compiled model.
 
     Attributes
     ----------
     order:
-        Graph position (in the post-grad FX graph) of the source's last node.
-    module_key:
-        Dynamo's ``nn_module_stack`` key of the innermost module (``str(id(module))``, maybe with
-        ``@N``), ``""`` at the compiled frame's own level.
-    module_path:
-        That module's path relative to the compiled frame (``blocks.0.fc1``), ``""`` at its level.
-    module_type:
-        The module's class ``__qualname__``, ``""`` at the frame's level.
+        Post-grad graph position of the source's last node.
+    module_key, module_path, module_type:
+        The innermost module's ``nn_module_stack`` key (``str(id(module))``, maybe ``@N``), path from
+        the compiled frame (``blocks.0.fc1``) and class name; all ``""`` at the frame's own level.
     function_name:
-        The ``torch.nn.functional`` name (``linear`` for an ``nn.Linear`` call), None otherwise.
+        The functional name (``linear`` for an ``nn.Linear`` call), else None.
     op:
-        The aten op the nodes were decomposed from (``aten::gelu``), None if unknown.
+        The aten op the nodes were decomposed from (``aten::gelu``), else None.
     source:
-        The call, readable and unique in its graph: the module path of a built-in module's call
-        (``blocks.0.fc1``, ``@1`` for a second call of it), else Dynamo's name for the call (``relu_1``).
+        The call, unique in its graph: a built-in module's path (``blocks.0.fc1@1`` for a second
+        call), else Dynamo's name for it (``relu_1``).
     """
 
     order: int
@@ -100,11 +71,7 @@ class Source:
 
 @dataclass(frozen=True)
 class Site:
-    """One kernel call site of a compiled graph, in launch order.
-
-    ``key`` is what a launch is matched by: the kernel name (a Triton or C++ kernel), or, for an
-    extern call (``extern=True``), the aten op it dispatches (``aten::mm`` for ``extern_kernels.mm``).
-    """
+    """One kernel call site of a compiled graph; ``key``: the kernel name, or an extern call's aten op."""
 
     position: int
     extern: bool
@@ -117,16 +84,10 @@ class Site:
 class Program:
     """The kernel call sites of one compiled graph, in the order its compiled code runs them.
 
-    ``bound`` (remembered programs only): weak references to the module objects its sources named,
-    by ``id``, taken when it was compiled; a later run matches it by identity only where they are
-    still the objects it profiles (an ``id`` alone can be reused by another module once one is freed).
-
-    ``frame``: the code object Dynamo compiled (the frame's, ``wrap_inline``'s ``inner`` for every
-    ``torch.compile(module)``), where known. ``code`` (remembered programs only): Dynamo's compiled code
-    for ``label`` in that frame's cache, and ``tree``: the ``(path, type)`` of every module below the
-    frame's module, root first (``("", "MLP")``). Another instance of the same modules is matched by
-    path and type below a module of that same tree, and only while Dynamo still holds ``code``: the
-    graph it runs for every instance whose guards pass (:meth:`Hierarchy.frame_root`).
+    Remembered programs also keep ``bound`` (weak references to the modules their sources named, by
+    ``id``: an ``id`` alone can be reused once a module is freed), ``code`` (Dynamo's compiled code for
+    ``label`` in ``frame``'s cache) and ``tree`` (``(path, type)`` of every module below the frame's,
+    root first), by which another instance is matched (:meth:`Hierarchy.frame_root`).
     """
 
     label: str
@@ -151,18 +112,7 @@ _INDEX_ITEM = re.compile(r"\[(\d+)\]")
 
 
 def module_path(source_name: str) -> str:
-    """``blocks.0.fc1`` for Dynamo's ``L['self'].blocks[0]._modules['fc1']``: the path below the frame's local.
-
-    Parameters
-    ----------
-    source_name:
-        The first element of an ``nn_module_stack`` value.
-
-    Returns
-    -------
-    str
-        Dotted attribute path relative to the frame's local (``""`` for the local itself).
-    """
+    """``blocks.0.fc1`` for Dynamo's ``L['self'].blocks[0]._modules['fc1']``: the path below the frame's local."""
     path = _FRAME_LOCAL.sub("", source_name, count=1)
     path = _SELF_LOCAL.sub("", path, count=1)
     path = _CONTAINER_ITEM.sub(r".\2", path)
@@ -172,18 +122,7 @@ def module_path(source_name: str) -> str:
 
 
 def module_type_name(module_class: Any) -> str:
-    """``Linear`` for ``nn.Linear`` and for the ``"torch.nn.modules.linear.Linear"`` some torch versions store.
-
-    Parameters
-    ----------
-    module_class:
-        The second element of an ``nn_module_stack`` value: a class, or its qualified name.
-
-    Returns
-    -------
-    str
-        The class's own name (the last part of its qualified name); ``""`` where there is none.
-    """
+    """``Linear`` for ``nn.Linear`` and for the ``"torch.nn.modules.linear.Linear"`` some torch versions store."""
     name = module_class if isinstance(module_class, str) else getattr(module_class, "__qualname__", "")
     return str(name).rpartition(".")[2]
 
@@ -202,19 +141,7 @@ _OPS_CALL = re.compile(r"^(?:torch\.ops\.)?(?P<ns>\w+)\.(?P<op>\w+)(?:\.\w+)?$")
 
 
 def extern_op(kernel_name: str) -> str | None:
-    """The aten op an extern kernel call dispatches at run time: ``aten::mm`` for ``extern_kernels.mm``.
-
-    Parameters
-    ----------
-    kernel_name:
-        What Inductor names the call (``extern_kernels.addmm``,
-        ``torch.ops.aten._scaled_dot_product_efficient_attention.default``).
-
-    Returns
-    -------
-    str or None
-        The dispatcher name of the op, None where the call is not an operator (a user Triton kernel).
-    """
+    """The aten op an extern kernel call dispatches: ``aten::mm`` for ``extern_kernels.mm``; None for no operator."""
     found = _EXTERN_CALL.match(kernel_name)
     if found:
         return f"aten::{found['op']}"
@@ -245,18 +172,7 @@ _MODULE_FUNCTIONALS = {
 
 
 def module_functional(module_class: type) -> str | None:
-    """The ``torch.nn.functional`` call a built-in module class makes: ``linear`` for ``nn.Linear``.
-
-    Parameters
-    ----------
-    module_class:
-        An ``nn.Module`` subclass; the first ``torch.nn`` class in its MRO that names a functional is used.
-
-    Returns
-    -------
-    str or None
-        A functional the profiler intercepts, None where the class has none (``nn.Sequential``).
-    """
+    """The functional a built-in module class (its MRO's first ``torch.nn`` class) calls: ``linear`` for ``Linear``."""
     names = {name.replace("_", ""): name for name in functional_registry().values()}
     for klass in getattr(module_class, "__mro__", ()):
         if klass is nn.Module:
@@ -291,24 +207,7 @@ def functional_of(target: Any, all_functions: bool = False) -> str | None:
 
 
 def source_of(node: Any, position: int, all_functions: bool = False) -> Source:
-    """The :class:`Source` of one FX node, from its ``nn_module_stack``, ``source_fn_stack`` and ``original_aten``.
-
-    Parameters
-    ----------
-    node:
-        A ``torch.fx.Node`` (of Inductor's post-grad graph, or any graph with Dynamo's metadata).
-    position:
-        Its position in its graph.
-    all_functions:
-        As for :func:`functional_of`.
-
-    Returns
-    -------
-    Source
-        The innermost module (key, path, type), the innermost functional of ``source_fn_stack`` and
-        the op; the call is named by its module path for a built-in module's call, else by the name
-        Dynamo gave it (the nodes it was decomposed into share it).
-    """
+    """The :class:`Source` of one FX node, from its ``nn_module_stack``, ``source_fn_stack`` and ``original_aten``."""
     meta = getattr(node, "meta", None) or {}
     stack = meta.get("nn_module_stack") or {}
     key, path, kind = "", "", ""
@@ -335,10 +234,7 @@ def _module_call(key: str, path: str) -> str:
 
 
 def merge_sources(sources: Iterable[Source]) -> tuple[Source, ...]:
-    """One :class:`Source` per call (the nodes of one call share module, function and identity), latest first.
-
-    A call's order is its latest node's; sources are returned latest first.
-    """
+    """One :class:`Source` per call (module, function and name), ordered by its latest node; latest first."""
     merged: dict[tuple[str, str | None, str], Source] = {}
     for source in sources:
         identity = (source.module_key, source.function_name, source.source)
@@ -378,28 +274,7 @@ def site_from_nodes(
     all_functions: bool = False,
     positions: dict[str, int] | None = None,
 ) -> Site:
-    """The :class:`Site` of a kernel call generated from ``nodes`` (FX nodes of one graph).
-
-    Parameters
-    ----------
-    position:
-        The call's place in its graph's launch order.
-    kernel_name:
-        Inductor's name for the call (``triton_poi_fused_gelu_0``, ``extern_kernels.mm``).
-    nodes:
-        The FX nodes it was generated from.
-    is_extern:
-        An extern kernel call: matched at run time by the aten op it dispatches.
-    all_functions:
-        As for :func:`functional_of`.
-    positions:
-        Graph position of every node of their graph by name (computed from ``nodes`` when None).
-
-    Returns
-    -------
-    Site
-        With one source per call among ``nodes``, latest in graph order first.
-    """
+    """The :class:`Site` at ``position`` of a kernel call generated from FX ``nodes`` (``positions``: by name)."""
     if positions is None:
         positions = _positions(nodes)
     sources = merge_sources(
@@ -450,18 +325,9 @@ def remembered_programs() -> list[Program]:
 
 
 def remember(programs: Iterable[Program], modules: Sequence[nn.Module], names: Sequence[str] = ()) -> None:
-    """Keep ``programs`` for later ``profile()`` calls (the :data:`MEMO_PROGRAMS` most recent).
+    """Keep ``programs`` for later ``profile()`` calls (the :data:`MEMO_PROGRAMS` most recent), bound to ``modules``.
 
-    Parameters
-    ----------
-    programs:
-        Graphs compiled during a ``profile()``.
-    modules:
-        That run's profiled modules: the ones the programs' sources name are bound by weak reference.
-    names:
-        Their names (``ModuleTracker.names``): with them, each program also keeps the tree of the
-        module its frame compiled and Dynamo's compiled code, so that another instance of the same
-        modules is matched too (:class:`Program`).
+    With ``names`` each also keeps its frame's module tree and compiled code, to match another instance.
     """
     hierarchy = Hierarchy.of(modules, names) if len(names) == len(modules) and names else None
     objects = {id(m): m for m in modules}
@@ -524,13 +390,7 @@ def forget_programs() -> None:
 class InductorProvenance:
     """Observes Inductor's kernel call sites while it is entered; single-use, not reentrant.
 
-    Parameters
-    ----------
-    all_functions:
-        The profiler's ``functions="all"``: torch-level calls that are not functionals get their API name.
-    bypass_caches:
-        Turn Inductor's FX graph cache and AOTAutograd's cache off while entered, so that graphs are
-        generated (and seen) instead of loaded; their generated code is the same.
+    ``bypass_caches`` turns Inductor's and AOTAutograd's caches off meanwhile, so graphs are generated (and seen).
     """
 
     def __init__(self, all_functions: bool = False, bypass_caches: bool = True) -> None:
@@ -559,7 +419,6 @@ class InductorProvenance:
         watched: dict[str, AfterImport] = {_DEBUG: self._attach}
         if self._bypass:
             watched.update({name: self._bypass_caches for name in _CACHE_CONFIGS})
-        # attached now where Inductor is loaded, else when the profiled code first imports it
         self._watch = ImportWatch(watched)
         try:
             self._watch.__enter__()
@@ -744,13 +603,10 @@ class Hierarchy:
         )
 
     def resolve(self, source: Source, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> tuple[int, int]:
-        """``(module_id, strength)`` of a source's module; ``(NO_MODULE, 0)`` where it is not found.
+        """``(module_id, strength)`` of a source's module; ``(NO_MODULE, 0)`` where not found.
 
-        By object identity (the ``nn_module_stack`` key is the module's ``id``; its type must match,
-        and for a remembered program, ``bound``, the object must be the one it was compiled for);
-        else by path relative to the root; else by the one module whose name ends with that path
-        and whose type matches. A source at the compiled frame's own level has no module here: the
-        kernel keeps the module it was launched in.
+        By identity (same type; for a remembered program, the ``bound`` object), else by path from
+        the root, else by the one module of that type whose name ends with the path.
         """
         if not source.module_type:
             return schema.NO_MODULE, 0
@@ -776,10 +632,7 @@ class Hierarchy:
         return schema.NO_MODULE, 0
 
     def subtree(self, module_id: int, limit: int | None = None) -> tuple[tuple[str, str], ...]:
-        """``(path below it, type)`` of a module and every module below it, itself first (``("", "MLP")``).
-
-        ``limit``: stop after that many modules plus one (enough to tell a tree of ``limit`` apart).
-        """
+        """``(path below it, type)`` of a module and those below it, itself first; ``limit``: at most that plus one."""
         prefix = self.names[module_id]
         below = prefix + "." if prefix else ""
         tree = [("", self.types[module_id])]
@@ -791,12 +644,10 @@ class Hierarchy:
         return tuple(tree)
 
     def compiled_for(self, program: Program, bound: dict[int, weakref.ref[nn.Module]] | None = None) -> int | None:
-        """The module ``program``'s frame compiled, found from its sources by identity; None where unknown.
+        """The module ``program``'s frame compiled, from its sources' identities and paths; None where unknown.
 
-        Each source's path is relative to that module (the frame's local): a source of ``tail._orig_mod.1``
-        with path ``1`` puts it at ``tail._orig_mod``. None where the sources name no module of this
-        hierarchy (for a remembered program, ``bound``: no object it was compiled for) or disagree (a
-        frame with several module locals).
+        A source of ``tail._orig_mod.1`` with path ``1`` puts it at ``tail._orig_mod``; sources that
+        disagree (a frame with several module locals) give None.
         """
         roots = set()
         for site in program.sites:
@@ -829,12 +680,10 @@ class Hierarchy:
         ]
 
     def frame_root(self, program: Program) -> int | None:
-        """The one module of this hierarchy that ``program`` can be running for although compiled for another.
+        """The one module whose :meth:`subtree` is ``program``'s tree, while Dynamo still holds its code; else None.
 
-        Dynamo runs the graph compiled for one instance for every instance whose guards pass (with
-        ``torch.compile(MLP())`` twice, the second compiles nothing). Such an instance is the module
-        whose :meth:`subtree` is the program's ``tree``, while Dynamo still holds the program's compiled
-        code (:func:`still_compiled`); None where no module, or more than one, has that tree (not guessed).
+        That module runs the graph although it was compiled for another instance; with two such
+        modules none is guessed.
         """
         tree = program.tree
         if not tree:
@@ -856,26 +705,11 @@ class Hierarchy:
 def site_tables(
     current: Sequence[Program], earlier: Sequence[Program], hierarchy: Hierarchy
 ) -> tuple[pa.Table, pa.Table]:
-    """The sites of ``current`` (compiled during this profile()) and ``earlier`` programs, resolved.
+    """``SITES`` and ``SITE_SOURCES`` of ``current`` and ``earlier`` programs resolved against ``hierarchy``.
 
-    Parameters
-    ----------
-    current:
-        Programs compiled while this ``profile()`` ran: priority :data:`CURRENT`.
-    earlier:
-        Programs remembered from earlier runs, skipped when the same as a current one. Kept
-        (:data:`REMEMBERED`) when one of their modules is one of ``hierarchy``'s objects; else
-        (:data:`ANOTHER_INSTANCE`) where they run for a module of this hierarchy although compiled for
-        another instance of it (:meth:`Hierarchy.frame_root`: the same tree of modules, and Dynamo
-        still holds their compiled code), resolved by path and type below that module. Names alone
-        could be another model's: others are skipped.
-    hierarchy:
-        The profiled modules.
-
-    Returns
-    -------
-    tuple[pyarrow.Table, pyarrow.Table]
-        ``SITES`` and ``SITE_SOURCES`` (schema.py).
+    A remembered program is kept where one of its modules is one of the hierarchy's objects
+    (:data:`REMEMBERED`), or where it runs for another instance (:data:`ANOTHER_INSTANCE`); names
+    alone could be another model's, so others are skipped.
     """
     sites: dict[str, list[Any]] = {name: [] for name in schema.SITES.names}
     sources: dict[str, list[Any]] = {name: [] for name in schema.SITE_SOURCES.names}
