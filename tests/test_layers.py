@@ -552,9 +552,15 @@ def test_only_the_root_imports_modules_of_ours_by_a_string():
 LAYOUT_STAGES = {"below all": "base", "package root": "root"}  # the other rows are named as BELOW
 
 
+def layout_table() -> str:
+    """The table of the Layout section that starts with ``| stage |`` (the section has others)."""
+    section = LAYOUT_DOC.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    return "| stage |" + section.split("| stage |", 1)[1].split("\n\n", 1)[0]
+
+
 def layout_modules() -> dict[str, str]:
     """``module name -> stage`` from the Layout table; a row's first name gives the folder of the rest."""
-    text = LAYOUT_DOC.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    text = layout_table()
     listed: dict[str, str] = {}
     for row in re.findall(r"^\| ([^|]+) \| [^|]+ \| ([^|]+) \|", text, flags=re.MULTILINE):
         label, cell = row[0].strip(), row[1]
@@ -583,7 +589,7 @@ def test_the_layout_lists_every_module_in_its_stage():
 
 
 def test_the_layout_says_what_each_stage_stands_on():
-    text = LAYOUT_DOC.read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    text = layout_table()
     rows = re.findall(r"^\| ([^|]+) \| ([^|]+) \| [^|]+ \|", text, flags=re.MULTILINE)
     def stage(label: str) -> str:
         return LAYOUT_STAGES.get(label.strip(), label.strip())
