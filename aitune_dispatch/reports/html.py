@@ -81,20 +81,8 @@ def value_text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Page:
-    """One report's shared state: the result, its summary, one time unit and the function colours.
-
-    Attributes
-    ----------
-    result:
-        The result being rendered.
-    title:
-        The page title.
-    summary:
-        ``result.describe()`` over every function (not only a top-k).
-    unit:
-        The one time unit of every chart and table on the page.
-    colors:
-        ``function_name -> colour``, shared by the bar chart, the summary table and the icicle.
+    """One report's shared state: the result, its full summary (not a top-k), the one time unit of every
+    chart and table, and ``function_name -> colour`` shared by the bar chart, the summary table and the icicle.
     """
 
     result: ProfileResult
@@ -599,18 +587,7 @@ NOTEBOOK_ROWS = 8
 
 
 def notebook_html(result: ProfileResult) -> str:
-    """A notebook cell's view of ``result``: headline, the top functions, coverage and what to do.
-
-    Parameters
-    ----------
-    result:
-        The result to show.
-
-    Returns
-    -------
-    str
-        An HTML fragment (no script, inline style) that Jupyter shows for ``ProfileResult``.
-    """
+    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: headline, functions, coverage."""
     page = Page.of(result, "")
     head = views.headline(result)
     coverage = NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}"
