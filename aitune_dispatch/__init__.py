@@ -1,15 +1,9 @@
 """aitune_dispatch: which CUDA kernels each torch.nn.functional call launches, and why.
 
-A drop-in replacement for NVIDIA AITune's ``ModuleFunctionKernelProfiler``.
-
-Attributes load lazily (PEP 562): ``import aitune_dispatch`` imports neither torch nor the
-profiler, so saved results can be loaded, described and compared on a machine without torch.
-``aitune_dispatch.ModuleFunctionKernelProfiler``, ``benchmark`` and ``activate`` import torch on first
-access.
-
-Phases and backend choices are logged on ``logging.getLogger("aitune_dispatch")`` (INFO: the
-activity source and tracer of each run; DEBUG: seconds per phase); problems a user must act on
-stay warnings. ``logging.basicConfig(level=logging.INFO)`` shows them.
+A drop-in replacement for NVIDIA AITune's ``ModuleFunctionKernelProfiler``. Attributes load lazily
+(PEP 562), so saved results load, describe and compare on a machine without torch; the profiler,
+``benchmark`` and ``activate`` import torch on first access. Runs log to ``logging.getLogger("aitune_dispatch")``
+(INFO: each run's activity source and tracer; DEBUG: seconds per phase); what a user must act on stays a warning.
 """
 
 from __future__ import annotations

@@ -128,7 +128,6 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-# -- building a workload ----------------------------------------------------------------------------
 def _parse_target(spec: str) -> tuple[str, str]:
     module_ref, _, attribute = spec.rpartition(":")
     if not module_ref or not attribute or not all(part.isidentifier() for part in attribute.split(".")):
@@ -224,7 +223,6 @@ def _workload(value: Any, spec: str) -> Workload:
     return Workload(function, _samples(samples, spec), module)
 
 
-# -- running it -------------------------------------------------------------------------------------
 def _pick_device(requested: str) -> str:
     import torch
 
@@ -291,7 +289,6 @@ def _record(workload: Workload, device: str, args: argparse.Namespace, label: st
     return result
 
 
-# -- outputs ----------------------------------------------------------------------------------------
 def _width() -> int:
     return max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40)
 
@@ -352,7 +349,6 @@ def _write_requested(result: ProfileResult, args: argparse.Namespace) -> None:
         _write(result, path)
 
 
-# -- subcommands ------------------------------------------------------------------------------------
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
     result = _record(workload, device, args, label)
     _print_summary(
@@ -544,7 +540,6 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     bench.set_defaults(run=cmd_bench)
 
 
-# -- parser -----------------------------------------------------------------------------------------
 def _non_negative(value: str) -> int:
     try:
         number = int(value)
@@ -733,18 +728,8 @@ def _one_line_warnings() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script.
-
-    Parameters
-    ----------
-    argv:
-        The arguments after the program name; None reads ``sys.argv``.
-
-    Returns
-    -------
-    int
-        The exit status: 0, 1 for bad input (one line on stderr), 130 when interrupted, 141 when
-        stdout was closed early (a pipe into ``head``), with no traceback.
+    """The console script: exit status 0, 1 for bad input (one line on stderr), 130 when interrupted,
+    141 when stdout closed early (``| head``); ``argv`` None reads ``sys.argv``.
     """
     args = build_parser().parse_args(argv)
     try:

@@ -1,9 +1,7 @@
 """Reports: a finished result as a Perfetto (Chrome trace) timeline, a self-contained HTML page or text.
 
-One renderer per file (``perfetto.py``, ``html.py``, ``text.py``), all from ``base.Renderer``, each
-declaring the file extension it writes. ``RENDERERS`` is the registry of file formats: :func:`renderer_for`
-picks one of them by an output file's name, and the CLI writes every file through it, so a format
-added here (a module and its entry below) is one the CLI writes (``--write FILE``). No torch import.
+``RENDERERS`` registers the file formats and the CLI writes every file through :func:`renderer_for`, so a
+format added here is one the CLI writes (``docs/design.md``, "Layout"). No torch import.
 """
 
 from __future__ import annotations

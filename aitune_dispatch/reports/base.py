@@ -1,9 +1,8 @@
 """What every renderer shares: the ``Renderer`` base, short kernel names and time units.
 
-Renderers are pure functions of a :class:`~aitune_dispatch.results.ProfileResult` (no torch import),
-one output format per file, each declaring its file extension so a caller can pick one by the
-output's name (as pyinstrument's renderers do). What they show is computed by
-:mod:`aitune_dispatch.results.views`; they only lay it out.
+A renderer is a pure function of a result (no torch import) that lays out what
+:mod:`aitune_dispatch.results.views` computes, one format per file, declaring its extension so a caller
+picks one by the output's name (as pyinstrument's renderers do); ``docs/design.md``, "Layout".
 """
 
 from __future__ import annotations
@@ -24,10 +23,7 @@ __all__ = ["Renderer", "TimeUnit", "human_time", "short_kernel_name", "time_unit
 
 
 class Renderer(ABC):
-    """Turns a result into the text of one file format.
-
-    ``extension`` is the file ending a renderer writes; ``extensions`` every ending it accepts
-    (the first is ``extension``). :meth:`check_path` refuses any other before work is done.
+    """Turns a result into the text of one file format; :meth:`check_path` refuses other endings before work is done.
 
     Attributes
     ----------
@@ -184,20 +180,9 @@ def _collapse_templates(text: str, keep_depth: int) -> str:
 def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
     """A demangled C++ kernel name cut to what tells kernels apart, at most ``limit`` characters.
 
-    Parameters
-    ----------
-    name:
-        The kernel name as recorded (``void at::native::elementwise_kernel<128, 2, ...>(int, ...)``).
-    limit:
-        The most characters returned; a longer name first loses its deepest template arguments,
-        then its end (``…``).
-
-    Returns
-    -------
-    str
-        The name without return type, parameter lists, namespaces and lambdas
-        (``elementwise_kernel<128, 2, gpu_kernel_impl_nocast<CUDAFunctor_add<float>>>``). Names that
-        are not C++ (``Memset (Device)``, ``cpu::aten::addmm``) are only cut to ``limit``.
+    Return type, parameter lists, namespaces and lambdas go, then (while too long) the deepest template
+    arguments, then the end (``…``): ``elementwise_kernel<128, 2, gpu_kernel_impl_nocast<…>>``. Names that
+    are not C++ (``Memset (Device)``, ``cpu::aten::addmm``) are only cut to ``limit``.
     """
     text = " ".join(name.split())
     if not text.startswith((schema.CPU_KERNEL_PREFIX, "Memcpy", "Memset")):
@@ -225,21 +210,7 @@ class TimeUnit:
         return f"{us / self.scale:,.{digits}f}"
 
     def decimals(self, us: float) -> int:
-        """Decimals for ``us`` in this unit: 1 in µs; in ms and s 2, more below 0.1 (two significant digits).
-
-        A column in one unit keeps its small values readable: 40 µs on a page in ms is ``0.040``,
-        not ``0.0`` (at most 6 decimals: 1 µs in seconds).
-
-        Parameters
-        ----------
-        us:
-            The value, microseconds.
-
-        Returns
-        -------
-        int
-            Decimals for ``self(us, digits)``.
-        """
+        """Decimals for ``us``: 1 in µs; in ms and s 2, more below 0.1 so 40 µs in ms reads ``0.040`` (at most 6)."""
         if self.scale == 1.0:
             return 1
         value = float(f"{abs(us) / self.scale:.2g}")  # as shown: 9.96 µs in ms is 0.010, not 0.0100

@@ -1,22 +1,9 @@
-"""A self-contained HTML report: one file, inline CSS, JS and SVG, data embedded as JSON.
+"""The self-contained HTML report: one file, inline CSS, JS and SVG, the chart data embedded as JSON.
 
-The page is a sequence of sections, each a small function of a :class:`Page` (the result plus
-what every section shares: the summary, one time unit, the function colours); ``SECTIONS`` lists
-them in order, and ``HtmlRenderer(sections=...)`` takes another sequence, so a section is added
-without touching the others. Sections: headline numbers; kernel time per functional call (bar
-chart beside the summary table, both in one unit and both as shares of **all** kernel time);
-the top kernels with their op, functional call and module; a module table with repeated layers
-grouped by name pattern (``blocks.*.qkv``) and an icicle of the module tree; coverage (the
-largest unattributed ops, why, and what to do); for a merged result of several ranks only, the
-per-rank view (``reports/ranks.py``); the distinct input samples; the run in words.
-
-Tables are rendered here (escaped); the two charts are drawn by the inline script from the
-embedded JSON, redrawn when the window is resized, which writes ``<div id="render-ok">`` when done
-(its ``data-overflow`` lists sections wider than the window, normally none) and
-``<div id="render-error">`` on failure. Below 1,100 px the side-by-side panels stack; the tables fit
-windows from 800 px up (names wrap at their ``.``, ``_``, ``::`` break points; short ones only at
-960 px and below), narrower ones scroll inside their section.
-No torch import: sample tensors are read by duck typing (``shape``, ``dtype``, ``stride``).
+The page is a sequence of section functions of one :class:`Page` (the result, its summary, one time unit,
+the function colours), so a section is added without touching the others; no torch import (sample tensors
+are read by duck typing). Sections, charts and the window widths the layout was fitted to:
+``docs/design.md``, "The HTML report".
 """
 
 from __future__ import annotations
@@ -67,7 +54,6 @@ def _number(value: Any, digits: int = 1) -> str:
     return f"{int(round(float(value))):,}" if digits == 0 else f"{float(value):,.{digits}f}"
 
 
-# -- sample values as text (duck typing: torch tensors and saved tensor metadata alike) ------------------
 def tensor_text(value: Any) -> str:
     """``float32[4, 64] stride (64, 1)``: dtype, shape and strides of a tensor-like value."""
     dtype = str(value.dtype).removeprefix("torch.")
@@ -93,23 +79,10 @@ def value_text(value: Any) -> str:
     return _clip(repr(value))
 
 
-# -- what every section shares ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Page:
-    """One report's shared state: the result, its summary, one time unit and the function colours.
-
-    Attributes
-    ----------
-    result:
-        The result being rendered.
-    title:
-        The page title.
-    summary:
-        ``result.describe()`` over every function (not only a top-k).
-    unit:
-        The one time unit of every chart and table on the page.
-    colors:
-        ``function_name -> colour``, shared by the bar chart, the summary table and the icicle.
+    """One report's shared state: the result, its full summary (not a top-k), the one time unit of every
+    chart and table, and ``function_name -> colour`` shared by the bar chart, the summary table and the icicle.
     """
 
     result: ProfileResult
@@ -146,7 +119,6 @@ class Page:
 Section = Callable[[Page], str]
 
 
-# -- data for the charts -----------------------------------------------------------------------------
 def function_colors(summary: pd.DataFrame) -> dict[str, str]:
     """One palette colour per function, in order of kernel time (shared by both charts and the table)."""
     return {str(name): PALETTE[rank % len(PALETTE)] for rank, name in enumerate(summary["function_name"])}
@@ -172,7 +144,6 @@ def embed_json(value: Any) -> str:
     return text
 
 
-# -- HTML pieces ----------------------------------------------------------------------------------------
 def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[Iterable[str]], css: str = "") -> str:
     """An HTML table; ``headers`` are (title, numeric), cells are HTML already escaped."""
     heads = list(headers)
@@ -205,13 +176,7 @@ def _breakable(value: Any, title: str | None = None, css: str | None = None) -> 
 
 
 def _maybe_code(value: Any) -> str:
-    """A name in a table cell; ``—`` for none.
-
-    Long names (over ``BREAK_CHARS``) may always wrap at their break points. Short ones
-    (``blocks.*.norm1``, ``layer_norm``) stay whole in a wide window (``code.name``: the stylesheet
-    hides their ``<wbr>``, which ``white-space: nowrap`` would not stop) and wrap only at 960 px
-    and below, where whole they kept the kernel table wider than a 900 px window.
-    """
+    """A name in a table cell (``—`` for none); short ones stay whole in a wide window (``code.name``)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NO_VALUE
     return _breakable(value) if len(str(value)) > BREAK_CHARS else _breakable(value, css="name")
@@ -233,7 +198,6 @@ def _swatch(color: str) -> str:
     return f'<span class="swatch" style="background:{color}"></span>'
 
 
-# -- sections -------------------------------------------------------------------------------------------
 def header_section(page: Page) -> str:
     """The title and the run in one line: device, activity source, torch."""
     result = page.result
@@ -623,18 +587,7 @@ NOTEBOOK_ROWS = 8
 
 
 def notebook_html(result: ProfileResult) -> str:
-    """A notebook cell's view of ``result``: headline, the top functions, coverage and what to do.
-
-    Parameters
-    ----------
-    result:
-        The result to show.
-
-    Returns
-    -------
-    str
-        An HTML fragment (no script, inline style) that Jupyter shows for ``ProfileResult``.
-    """
+    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: headline, functions, coverage."""
     page = Page.of(result, "")
     head = views.headline(result)
     coverage = NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}"

@@ -1,49 +1,7 @@
-"""Chrome trace JSON in Kineto's conventions: opens in Perfetto, chrome://tracing and HTA.
+"""The run as a Chrome trace in Kineto's conventions, so that Perfetto, chrome://tracing and HTA read it.
 
-Host side, one process ``CPU``, one track per profiled thread: module forwards (``cat: "module"``),
-functional calls (``cat: "functional"``), aten ops (``cat: "cpu_op"``, args ``External id`` = op
-id) and the CUDA API calls that launched the GPU work (``cat: "cuda_runtime"`` / ``"cuda_driver"``,
-named as Kineto names them, ``cudaLaunchKernel``; args ``cbid``, ``correlation``, ``External id``
-where an op claimed the launch, ``os_thread``) as nested complete ("X") slices. A launch goes on
-the track of the thread whose op launched it; a launch no op claimed goes on the track its CUPTI
-thread id maps to through the other launches, else on a track of its own (``os thread <id>``).
-Device side, one process ``GPU <device>`` per device, one track per stream: kernels (``cat:
-"kernel"``), memcpys (``"gpu_memcpy"``) and memsets (``"gpu_memset"``), each with the args Kineto
-writes and HolisticTraceAnalysis reads: ``device``, ``stream``, ``correlation`` (the CUPTI
-correlation id) and ``External id`` (the launching op's id), plus ours (``op``, ``module``,
-``function``): which op launched a kernel is in its args. A flow arrow (``cat: "ac2g"``, ``s`` →
-``f`` with ``bp: "e"``, Kineto's convention) leads from each launch slice's start to the start of
-each kernel / memcpy / memset of the same correlation id. Launch and kernel are both CUPTI
-timestamps, so an arrow never goes back in time; one that would (an explicit clock offset that
-disagrees) is left out and counted in ``otherData.flows_skipped``. Results without launch records
-(the CPU source, results saved before the ``launches`` table) have no launch slices and no arrows.
-``deviceProperties`` lists the GPUs whose properties the result's metadata names
-(``gpu_name``, ``gpu_compute_capability``, ``gpu_memory_bytes``, ``gpu_sm_count``; per device from
-``gpu_properties`` when the run used several GPUs). A rank's own result (metadata ``rank``, saved
-by each process of a torch.distributed job) carries Kineto's ``distributedInfo`` (``rank``,
-``world_size``, ``backend``), by which HTA tells the files of a trace directory apart (without it,
-it takes every file for rank 0 and keeps one).
-
-Several GPUs in one process: one process (track group) ``GPU <device>`` per device. A merged
-result (:func:`aitune_dispatch.merge`, a ``rank`` column) lays every rank out as its own processes:
-``rank <r> CPU`` (pid ``r * RANK_PID_STRIDE + 1``) and ``rank <r> GPU <device>`` (pid
-``r * RANK_PID_STRIDE + 100 + device``), sorted by rank. Ranks on one host share its monotonic
-clock, so their timelines line up; ranks on other hosts are each on their own host's clock.
-
-With the CPU activity source each op is written once, as its ``cpu_op`` slice on its thread (the
-op's measured time; the activity row's name is in ``args.kernel``), with no GPU tracks and no
-arrows. Timestamps are µs (floats) after the earliest event. A path ending in ``.gz`` is written
-gzip-compressed.
-
-What the trace draws is computed by :mod:`aitune_dispatch.results.views.trace` (the host spans, which
-launch goes on which thread's track); this writer only lays it out.
-
-Clocks: module, call and op times are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), and
-collection puts CUDA activity on that clock too (``docs/design.md``, "The clock"). This writer
-corrects nothing: it asks the clock's owner, ``results.views.clock.activity_minus_host_ns``, how far
-device (and launch) timestamps sit from host ones (0 for every run recorded since; the argument, the result's
-``metadata[GPU_CLOCK_OFFSET_KEY]``, or what a result that never said implies) and subtracts that.
-``otherData`` says where the offset came from.
+What the trace draws (host spans, launch threads) is computed by :mod:`aitune_dispatch.results.views.trace`;
+this writer only lays it out. Tracks, args, flows, pids and clocks: ``docs/design.md``, "The trace".
 """
 
 from __future__ import annotations
@@ -114,7 +72,6 @@ def _is_gpu_pid(pid: int) -> bool:
     return pid % RANK_PID_STRIDE >= GPU_PID_BASE
 
 
-# -- host slices (results.views.trace's spans) -----------------------------------------------------------
 def _module_slices(result: ProfileResult) -> list[Slice]:
     spans = module_spans(result).to_pydict()
     columns = (spans[name] for name in schema.MODULE_SPANS.names)
@@ -153,7 +110,6 @@ def _op_slices(spans: dict[str, list[Any]], rows: list[dict[str, Any]]) -> list[
     return out
 
 
-# -- device slices -------------------------------------------------------------------------------------
 _ACTIVITY_COLUMNS = [
     "correlation_id",
     "kernel",
@@ -180,13 +136,12 @@ def _activity_rows(result: ProfileResult) -> list[dict[str, Any]]:
 def _activity_slices(
     rows: list[dict[str, Any]], offset_ns: int, op_rows: set[int], labels: dict[int, tuple[str, str]]
 ) -> list[Slice]:
-    """One slice per GPU row (and per CPU-source row that is not its op's slice, ``op_rows``); ``module``
-    as the module slices name it (the root ``<Type> (root)``, not its empty name)."""
+    """One slice per activity row that is not its op's slice; ``module`` named as the module slices name it."""
     out = []
     for index, row in enumerate(rows):
         gpu = _is_gpu(row["kind"], row["device"])
         if index in op_rows:
-            continue  # already the op's slice
+            continue
         shift = offset_ns if gpu else 0
         rank = row.get(RANK_COLUMN)
         pid = _pid(rank, GPU_PID_BASE + row["device"] if gpu else CPU_PID)
@@ -206,13 +161,11 @@ def _activity_slices(
     return out
 
 
-# -- launch slices (CUDA runtime / driver API records) ---------------------------------------------------
 _LAUNCH_COLUMNS = ["correlation_id", "api", "cbid", "api_name", "start_ns", "end_ns", "os_thread"]
 
 
 def _launch_slices(result: ProfileResult, offset_ns: int) -> list[Slice]:
-    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track
-    (``results.views.trace.launch_threads``; CUPTI clock shifted)."""
+    """One ``cuda_runtime`` / ``cuda_driver`` slice per launch record, on its thread's track."""
     if result.launches.num_rows == 0:
         return []
     columns = _LAUNCH_COLUMNS + ([RANK_COLUMN] if RANK_COLUMN in result.launches.column_names else [])
@@ -234,7 +187,6 @@ def _launch_slices(result: ProfileResult, offset_ns: int) -> list[Slice]:
     return out
 
 
-# -- clock offset --------------------------------------------------------------------------------------
 def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = None) -> tuple[int, str]:
     """``(activity − host offset in ns, where it came from)`` for this result's GPU timestamps.
 
@@ -243,7 +195,7 @@ def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = No
     result:
         The result to lay out.
     gpu_clock_offset_ns:
-        An offset the caller knows; None asks the result (``results.views.clock.activity_minus_host_ns``).
+        An offset the caller knows; None asks the result.
 
     Returns
     -------
@@ -253,7 +205,6 @@ def gpu_clock_offset(result: ProfileResult, gpu_clock_offset_ns: int | None = No
     return activity_minus_host_ns(result.activity, result.ops, result.metadata, gpu_clock_offset_ns)
 
 
-# -- events --------------------------------------------------------------------------------------------
 def _complete(piece: Slice, origin_ns: int) -> dict[str, Any]:
     return {
         "ph": "X",
@@ -360,16 +311,13 @@ def device_properties(result: ProfileResult) -> list[dict[str, Any]]:
     Parameters
     ----------
     result:
-        The result; its ``metadata`` may hold ``gpu_name``, ``gpu_compute_capability`` (``"9.0"``),
-        ``gpu_memory_bytes`` and ``gpu_sm_count`` (written by the profiler on CUDA runs), and, for a
-        run on several GPUs, ``gpu_properties`` (the same facts per device, JSON).
+        The result; its ``gpu_*`` metadata (per device in ``gpu_properties``) names the GPUs.
 
     Returns
     -------
     list[dict]
-        One entry per GPU device in the activity (``id`` plus the known fields, a device's own
-        where ``gpu_properties`` has them); empty when the metadata names none of them (results
-        recorded before these keys existed, CPU runs).
+        One entry per GPU device in the activity (``id`` plus the known fields); empty when the
+        metadata names none (CPU runs, results recorded before these keys).
     """
     if result.activity.num_rows == 0:
         return []
@@ -392,8 +340,7 @@ def distributed_info(result: ProfileResult) -> dict[str, Any] | None:
     Returns
     -------
     dict or None
-        ``{"rank": r, "world_size": n, "backend": "nccl"}`` (the keys the metadata has; ``rank``
-        always). A merged result holds several ranks in one trace, which HTA cannot read as one rank.
+        ``{"rank": r, "world_size": n, "backend": "nccl"}`` (the keys the metadata has; ``rank`` always).
     """
     rank = result.metadata.get(schema.RANK_KEY)
     if rank is None or RANK_COLUMN in result.activity.column_names or not str(rank).isdigit():
@@ -415,7 +362,7 @@ def perfetto_events(result: ProfileResult, *, gpu_clock_offset_ns: int | None = 
     result:
         The result to lay out.
     gpu_clock_offset_ns:
-        CUPTI time minus host time; None takes it from the metadata or estimates it (module docstring).
+        CUPTI time minus host time; None takes it from the result.
 
     Returns
     -------
@@ -458,7 +405,7 @@ class PerfettoRenderer(Renderer):
     Parameters
     ----------
     gpu_clock_offset_ns:
-        CUPTI time minus host time; None takes it from the result (see the module docstring).
+        CUPTI time minus host time; None takes it from the result.
     """
 
     extension = ".json"
@@ -469,11 +416,7 @@ class PerfettoRenderer(Renderer):
         self.gpu_clock_offset_ns = gpu_clock_offset_ns
 
     def render(self, result: ProfileResult) -> str:
-        """The trace as compact JSON text, ``distributedInfo`` (where there is one) first, as Kineto writes it.
-
-        HTA finds a file's rank with the first match of ``"rank":\\s+(\\d+)`` in its text, so that
-        key goes first and keeps the space after its colon (compact JSON has none, and HTA took
-        every such file for rank 0).
+        """The trace as compact JSON text, ``distributedInfo`` first with a space after ``"rank":`` (HTA's regex).
 
         Parameters
         ----------

@@ -1,12 +1,6 @@
-"""The per-rank view of a merged result, as an HTML report section and as terminal text.
-
-Renders :func:`~aitune_dispatch.results.views.ranks.rank_summary` (each rank's host, devices, kernel
-time, coverage and time in collectives), :func:`~aitune_dispatch.results.views.ranks.function_ranks`
-(each functional call's mean, min and max kernel time across ranks and the slowest rank) and
-:func:`~aitune_dispatch.results.views.ranks.collectives` (the collective kernels with the module and op
-that launched them). A result that is not a merge has no per-rank view: the section and the text
-are empty, so single-rank reports are unchanged. Hooked into the page by one line of ``html.py``'s
-``SECTIONS``. No torch.
+"""The per-rank view of a merged result (``results.views.ranks``' rank summary, functions across ranks and
+collectives) as an HTML report section and as terminal text; empty for any other result, so single-rank
+reports are unchanged.
 """
 
 from __future__ import annotations
@@ -133,18 +127,8 @@ COLLECTIVE_HEADERS = (
 
 
 def ranks_section(result: ProfileResult) -> str:
-    """The ``<section id="ranks">`` of a merged result; ``""`` for any other result.
-
-    Parameters
-    ----------
-    result:
-        The result the page shows.
-
-    Returns
-    -------
-    str
-        Escaped HTML: the per-rank table, the per-function table across ranks (the top
-        ``TOP_FUNCTIONS`` by their slowest rank) and the collectives (the top ``TOP_COLLECTIVES``).
+    """The ``<section id="ranks">`` of a merged result (ranks, the top functions by slowest rank, the top
+    collectives); ``""`` for any other result.
     """
     if not ranks.is_merged(result):
         return ""
@@ -171,22 +155,7 @@ def ranks_section(result: ProfileResult) -> str:
 
 
 def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
-    """The per-rank table and the per-function table across ranks, as terminal text; ``""`` unless merged.
-
-    Parameters
-    ----------
-    result:
-        The result.
-    top:
-        The most functions listed.
-    width:
-        The most characters per line.
-
-    Returns
-    -------
-    str
-        Two tables, each under a title line.
-    """
+    """The per-rank table and the top ``top`` functions across ranks, as terminal text; ``""`` unless merged."""
     if not ranks.is_merged(result):
         return ""
     summary = ranks.rank_summary(result)

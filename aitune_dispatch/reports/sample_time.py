@@ -1,9 +1,5 @@
-"""The HTML report's per-sample table: the distinct input samples that cost the most kernel time.
-
-A section of its own (``ProfileResult.samples()``, top rows), hooked into the page by one line of
-``html.py``. Self-contained markup in the page's table style; no torch. Times are in the page's
-one unit and shares are of all kernel time, as everywhere on the page (``samples()``'s own
-``time_spent_pct`` is the spec's share of the profiled functions' time, another base).
+"""The HTML report's per-sample section: the distinct input samples that cost the most kernel time, in the
+page's unit and as shares of all kernel time like the rest of the page (``docs/design.md``, "The HTML report").
 """
 
 from __future__ import annotations
@@ -60,23 +56,7 @@ def _time(us: float, unit: TimeUnit) -> str:
 
 
 def sample_time_section(result: ProfileResult, top: int = TOP_SAMPLES, unit: TimeUnit | None = None) -> str:
-    """The ``<section id="sample-time">`` of the ``top`` samples by kernel time.
-
-    Parameters
-    ----------
-    result:
-        The result the page shows.
-    top:
-        How many samples to list.
-    unit:
-        The page's one time unit; None picks one for the largest sample.
-
-    Returns
-    -------
-    str
-        Escaped HTML; a note instead of the table where no sample was collected or the result's
-        calls carry no sample links. Shares are of all kernel time (``result.total_us``).
-    """
+    """The ``<section id="sample-time">`` of the ``top`` samples by kernel time (a note where none were linked)."""
     table = result.samples()
     if unit is None:
         unit = time_unit(float(table["kernel_us"].max()) if table["kernel_us"].notna().any() else 0.0)

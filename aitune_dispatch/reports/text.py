@@ -1,12 +1,7 @@
-"""Plain-text tables for a terminal: the summary, the coverage line and a comparison.
+"""Plain-text tables for a terminal, returned as text so that the CLI only prints.
 
-Pure functions of a result (or of ``compare()``'s table) that return text, so the CLI only prints;
-:class:`TextRenderer` is the one of a result that the CLI prints (the summary a run ends with).
-Times are in one human unit per column (µs, ms or s, chosen by the column's largest value; small
-values in ms or s keep two significant digits, ``0.040``), counts
-have thousands separators, kernel names are shortened (:func:`~.base.short_kernel_name`) and the
-one flexible column of a table (the function or kernel name) is cut with ``…`` so that every line
-fits ``width`` characters. No colour and no box drawing: the text pastes anywhere.
+Each time column has one unit (µs, ms or s, by its largest value), the one flexible column is cut with
+``…`` so every line fits ``width``, and there is no colour or box drawing, so the text pastes anywhere.
 """
 
 from __future__ import annotations
@@ -55,23 +50,10 @@ def cut_middle(text: str, width: int) -> str:
 
 
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
-    """Rows of cell text as aligned columns under a title line and a rule.
+    """Rows of cell text as aligned columns under a title line and a rule, at most ``width`` per line.
 
-    Parameters
-    ----------
-    columns:
-        The columns, in order; the ``flexible`` ones (names) may be cut.
-    rows:
-        Cell text, one sequence per row, as many cells as columns.
-    width:
-        The most characters per line. The widest flexible column is cut (``…``) first, a character
-        at a time, so that several share the room left; none below its title or 8 characters, so a
-        line of many fixed columns can still be wider.
-
-    Returns
-    -------
-    str
-        The table, lines joined with ``\\n`` (no trailing newline).
+    The widest flexible column is cut (``…``) a character at a time, none below its title or 8 characters,
+    so a line of many fixed columns can still be wider.
     """
     widths = [max([len(c.title), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
@@ -104,22 +86,7 @@ def _unit_column(values: Sequence[float]) -> tuple[str, list[str]]:
 
 
 def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
-    """``describe(top_k)`` as a readable table, shares over all kernel time, then the coverage line.
-
-    Parameters
-    ----------
-    result:
-        The result to summarise.
-    top_k:
-        The most functions listed.
-    width:
-        The most characters per line.
-
-    Returns
-    -------
-    str
-        The table and one line ``coverage …``.
-    """
+    """``describe(top_k)`` as a table, shares over all kernel time, then the coverage line."""
     summary = result.describe(top_k)
     total = result.total_us
     symbol, times = _unit_column([float(v) for v in summary["time_spent_us"]])
@@ -159,23 +126,7 @@ def coverage_line(result: ProfileResult) -> str:
 
 
 def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_WIDTH) -> str:
-    """The largest unattributed ops, one line each, then what to do, once per reason; empty at full coverage.
-
-    Parameters
-    ----------
-    result:
-        The result.
-    top:
-        The most ops listed.
-    width:
-        The most characters per line (hints wrap).
-
-    Returns
-    -------
-    str
-        Lines such as ``not attributed: aten::add in blocks.0, 6.7 µs (2.9%): a raw torch op …`` and
-        ``hint: profile with functions="all" …``.
-    """
+    """The largest unattributed ops, one line each, then a hint per reason; empty at full coverage."""
     table = views.unattributed_table(result, top=top)
     lines = []
     for r in table.itertuples():
@@ -238,25 +189,7 @@ def _change(before: float, after: float) -> str:
 
 
 def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int = DEFAULT_WIDTH) -> str:
-    """One level of ``compare()``'s table (``function`` or ``kernel``) as text, largest change first.
-
-    Parameters
-    ----------
-    table:
-        ``compare(a, b)``.
-    level:
-        ``"function"`` or ``"kernel"``.
-    top:
-        The most rows listed.
-    width:
-        The most characters per line; kernel names are shortened, then cut to fit.
-
-    Returns
-    -------
-    str
-        A title line ``per kernel, largest change first (20 of 31):`` and the table, with the
-        time before and after, the difference and the change in percent (``new`` when absent before).
-    """
+    """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first."""
     rows_of_level = table[table["level"] == level]
     shown = rows_of_level.head(top)
     values = [float(v) for column in ("before_us", "after_us", "delta_us") for v in shown[column]]
@@ -288,19 +221,7 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
 def mismatch_warning(a: ProfileResult, b: ProfileResult) -> str | None:
     """A one-line warning when two results come from different activity sources or devices, else None.
 
-    Devices differ when one ran on CUDA and the other on the CPU, or when both name their GPU
-    (``metadata["gpu_name"]``) and the names differ: another GPU runs other kernels at other speeds.
-
-    Parameters
-    ----------
-    a, b:
-        The results compared (before, after).
-
-    Returns
-    -------
-    str or None
-        One line ``comparing <source> on <device> with <source> on <device>: ...`` saying why the
-        difference is not a like-for-like change; None when sources and devices agree.
+    Devices differ when one ran on CUDA and the other on the CPU, or both name their GPU and the names differ.
     """
 
     def where(result: ProfileResult) -> str:
@@ -336,24 +257,7 @@ def _error(value: float) -> str:
 
 
 def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
-    """``benchmark()``'s table as text: one row per (function, sample, implementation).
-
-    Parameters
-    ----------
-    table:
-        A table returned by :func:`aitune_dispatch.benchmark` (``schema.BENCHMARK_COLUMNS``).
-    width:
-        The most characters per line; function and implementation names are cut to fit.
-
-    Returns
-    -------
-    str
-        The table; ``variant`` is the ``implementation`` (``torch``: the original), the recorded
-        and replayed times and the replayed calls' spread (``IQR``: ``replay_iqr_us``) share one
-        unit (µs, ms or s), speedups read ``1.25x``, ``kernels``
-        (``kernels_match``) reads ``same`` / ``differ`` and ``ok`` ``yes`` / ``no`` (``-`` where not
-        applicable).
-    """
+    """``benchmark()``'s table as text: one row per (function, sample, implementation), times in one unit."""
     if table.empty:
         return "(no samples replayed)"
     times = ("recorded_us_per_call", "us_per_call", "replay_iqr_us")
@@ -396,20 +300,7 @@ def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
 
 
 def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
-    """``weighted_totals()`` as text: per function and implementation, Σ calls × time per call.
-
-    Parameters
-    ----------
-    totals:
-        A table returned by :func:`aitune_dispatch.benchmarking.weighted_totals`.
-    width:
-        The most characters per line; the function name is cut to fit.
-
-    Returns
-    -------
-    str
-        The table, its weighted time in one unit.
-    """
+    """``weighted_totals()`` as text: per function and implementation, Σ calls × time per call."""
     if totals.empty:
         return "(no samples replayed)"
     symbol, times = _unit_column([float(v) for v in totals["weighted_us"]])
@@ -430,24 +321,11 @@ def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     return format_table(columns, rows, width)
 
 
-# ns resolution; ratios to 6 places
 BENCH_CSV_DIGITS = {"recorded_us_per_call": 3, "us_per_call": 3, "replay_iqr_us": 3, "speedup": 6}
 
 
 def bench_csv_frame(table: pd.DataFrame) -> pd.DataFrame:
-    """``benchmark()``'s table with its floats rounded for CSV (``164.153``, not ``164.15300000000002``).
-
-    Parameters
-    ----------
-    table:
-        A table returned by :func:`aitune_dispatch.benchmark`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        A copy: times to the ns (3 decimals of µs), speedups to 6 places, ``max_abs_error`` to 6
-        significant digits (it is often far below 1e-6).
-    """
+    """``benchmark()``'s table rounded for CSV: times to the ns, speedups to 6 places, errors to 6 digits."""
     frame = table.round(BENCH_CSV_DIGITS)
     frame["max_abs_error"] = [v if v != v else float(f"{v:.6g}") for v in frame["max_abs_error"].astype(float)]
     return frame
