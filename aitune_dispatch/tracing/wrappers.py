@@ -83,20 +83,8 @@ def _filled(cell: types.CellType) -> bool:
 
 
 def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
-    """The torch.compile wrappers of ``root``'s modules that ``function`` can reach without running code.
-
-    Parameters
-    ----------
-    function:
-        The profiled callable (a pipeline function, a bound method, a callable object or module).
-    root:
-        The profiled hierarchy's root (``module=``).
-
-    Returns
-    -------
-    tuple[nn.Module, ...]
-        Each ``OptimizedModule`` whose ``_orig_mod`` is a module of the hierarchy and that is not one, once.
-    """
+    """Each torch.compile wrapper of ``root``'s modules, outside the hierarchy, that ``function`` can reach
+    without running code, once."""
     classes = _optimized_classes()
     if not classes:
         return ()
