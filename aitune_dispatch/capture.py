@@ -1,17 +1,6 @@
-"""One recorded run, start to finish: the lock, warm-up, start/stop, phases, decode, join, metadata.
-
-:func:`record` is the whole pipeline behind ``ModuleFunctionKernelProfiler.profile()``: it takes a
-validated :class:`~.config.ProfileConfig`, the callable, its samples (checked by :mod:`.arguments`)
-and the root module, and returns the immutable :class:`~.results.ProfileResult`. A
-:class:`~.provenance_capture.ProvenanceCapture` brackets the whole run (compiled and graphed
-models): it runs the warm-up passes traced, with their rows discarded (under ``torch.no_grad()``,
-like the recorded pass), so that compiles and CUDA graph captures happen where the profiler sees
-them; the recorded pass is bracketed with the activity source and the trace session, decoded and
-joined, and the capture then attributes compiled kernels and graph replays. It keeps the
-seconds of every phase in ``metadata["seconds_<phase>"]`` (``schema.PHASES``). Whoever wants to
-follow it passes ``on_progress``: a :class:`Step` at the start of every phase and after every
-warm-up pass and recorded sample. One run at a time per process (activity sources are global).
-"""
+"""One recorded run behind ``profile()``, start to finish: the lock, traced warm-up so compiles and
+graph captures are seen, start/stop, decode, join, attribution and metadata with each phase's seconds
+(``docs/design.md``, "What a pass pays once" and "torch.compile and CUDA graphs")."""
 
 from __future__ import annotations
 
@@ -46,16 +35,13 @@ from .tracing import (
     unseen,
 )
 
-_log = logging.getLogger(__name__)  # a child of the "aitune_dispatch" logger: phases and backend choices
+_log = logging.getLogger(__name__)
 _process_lock = threading.Lock()  # activity sources are process-global: one capture at a time
 
 
 class Step(NamedTuple):
-    """Where a capture is: ``done`` of ``total`` units of ``phase`` (one of ``schema.PHASES``).
-
-    ``done == 0`` announces the phase; ``warmup`` then counts passes and ``pass`` recorded
-    samples (calls of the function); the other phases are one unit each.
-    """
+    """Where a capture is: ``done`` of ``total`` units of ``phase`` (``done == 0`` announces it; ``warmup``
+    counts passes, ``pass`` samples, the others one unit)."""
 
     phase: str
     done: int
@@ -68,21 +54,8 @@ OnProgress = Callable[[Step], object]
 def run_pass(
     function: Callable[..., Any], samples: list[Sample] | None, after_each: Callable[[int, int], object] | None = None
 ) -> None:
-    """One pass: ``function(*args, **kwargs)`` for every sample, or ``function()`` without samples.
-
-    Parameters
-    ----------
-    function:
-        What is profiled.
-    samples:
-        What :func:`.arguments.normalize_samples` returned.
-    after_each:
-        Called as ``after_each(done, total)`` after each call, when given.
-
-    Returns
-    -------
-    None
-    """
+    """One pass: ``function(*args, **kwargs)`` for every sample (``function()`` without any), each
+    followed by ``after_each(done, total)``."""
     calls: list[Sample] = [((), {})] if samples is None else samples
     for done, (args, kwargs) in enumerate(calls, start=1):
         with interrupts.delivered():  # Ctrl-C reaches the user's code; ours runs with it held
@@ -148,41 +121,15 @@ def record(
 ) -> ProfileResult:
     """Warm up, then record one pass of ``function`` over ``samples`` while ``root``'s hierarchy is observed.
 
-    Parameters
-    ----------
-    config:
-        The validated options (an unresolved ``op_tracer=None`` is resolved here).
-    function:
-        The callable profiled (``root`` itself, a wrapper standing for it, or a pipeline function).
-    samples:
-        What :func:`.arguments.normalize_samples` returned.
-    root:
-        The ``nn.Module`` whose hierarchy is profiled.
-    on_progress:
-        Told a :class:`Step` as each phase begins and after each warm-up pass and recorded sample.
-    warmup_iterations:
-        Passes before the recorded one (the caller validated it: an int >= 0), traced with their rows
-        discarded, so that compiles and CUDA graph captures happen where the profiler sees them.
-
-    Returns
-    -------
-    ProfileResult
-        Every recorded kernel, attributed or not, with the trace, the samples and the metadata.
-
-    Raises
-    ------
-    RuntimeError
-        Another capture is running, CUDA is unavailable on ``device="cuda"``, or another CUPTI
-        client took the activity callbacks; the message says what to do.
+    The warm-up passes are traced with their rows discarded. RuntimeError where another capture runs,
+    CUDA is unavailable or another CUPTI client took the callbacks; the message says what to do.
     """
     compiled = uses_compile(function, root)
     config = backends.for_run(config, compiled)
     with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
-        # threads running now are not the profiled function's; those it starts, in warm-up passes too, are
         running_before = other_threads_running()
         source = collection.make_source(config)
         clock = PhaseClock(on_progress)
-        # compiled and graphed models: compiles and graph captures are observed from the first warm-up pass
         provenance = ProvenanceCapture(
             config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
         )
@@ -192,8 +139,7 @@ def record(
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
-    """Wrappers that stand for modules of the profiled hierarchy (torch.compile's OptimizedModule), also
-    those a pipeline function calls (``provenance_capture.stand_ins``); read again for each traced pass."""
+    """Wrappers that stand for modules of the hierarchy, those a pipeline calls too; read again each pass."""
     return stand_ins(function, root)
 
 
@@ -249,28 +195,8 @@ def post_process(
     *,
     called: bool = True,
 ) -> ProfileResult:
-    """Everything after the recorded pass: decode the trace and the activity, join them, attribute, build the result.
-
-    Parameters
-    ----------
-    config:
-        The run's options (``op_tracer`` resolved).
-    session:
-        The recorded pass's trace session, after it has ended (its tracer holds the trace).
-    source:
-        The activity source that collected the pass, after ``stop()``.
-    clock:
-        The run's phase clock: ``decode`` and ``join`` are timed here.
-    provenance:
-        The capture bracketing the run (compiled kernels and CUDA graph replays).
-    called:
-        Whether the pass called the function (False for empty ``data``: no "never ran" warning).
-
-    Returns
-    -------
-    ProfileResult
-        The run's result (``benchmarks/post_memory.py`` measures this function on synthetic records).
-    """
+    """Everything after the recorded pass: decode, join, attribute, build the result
+    (``benchmarks/post_memory.py`` measures it on synthetic records)."""
     modules = session.modules
     clock.tell("decode", 0)
     trace = session.tables()
@@ -321,13 +247,7 @@ def _traced_pass(
     clock: PhaseClock,
     cuda: bool,
 ) -> None:
-    """The recorded pass, timed as the user's calls alone (``seconds_pass``).
-
-    Everything per ``profile()`` is outside that lap: the activity source starts and the session
-    installs its hooks, modes, gates and op recorder, in ``start``; the session removes them and hands its columns
-    over, and the source stops, in ``flush``. Our own torch calls there (the source's canary) are
-    hidden from a user's modes.
-    """
+    """The recorded pass, timed as the user's calls alone (``docs/design.md``, "What a pass pays once")."""
     if cuda:
         torch.cuda.synchronize()
     clock.tell("start", 0)
@@ -358,22 +278,7 @@ def run_metadata(
     clock: PhaseClock,
     provenance: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The run's facts in words: versions, options, backends, GPUs, ranks, clock and phase seconds.
-
-    Parameters
-    ----------
-    config, source, trace, activity, joined, clock:
-        The run's options, activity source, traced tables, decoded activity, joined activity
-        (the GPUs its kernels ran on) and phase clock.
-    provenance:
-        How compiled kernels and CUDA graph replays were attributed (``ProvenanceCapture.attribute``'s
-        ``schema.META_INDUCTOR`` ... entries), or None.
-
-    Returns
-    -------
-    dict[str, str]
-        ``ProfileResult.metadata`` (keys ``schema.META_*`` and ``seconds_<phase>``).
-    """
+    """``ProfileResult.metadata``: versions, options, backends, GPUs, ranks, clock and phase seconds."""
     return {
         schema.META_TORCH: torch.__version__,
         schema.META_DEVICE: config.device,

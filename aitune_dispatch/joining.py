@@ -1,14 +1,5 @@
-"""Joining: kernels ⋈ correlation ⋈ ops ⋈ calls ⋈ modules, vectorised, one row per kernel.
-
-Pure functions over Arrow tables (no torch, no per-row Python), unit-tested on synthetic tables.
-One launch has at most one correlation record of our kind, so a key's first value is its value.
-Every join is a sorted-key lookup (``numpy.searchsorted``) followed by Arrow ``take``: no hash
-tables to build, so the cost is a few array passes whatever the size. A kernel whose correlation
-id no op claimed keeps a null ``op_id``; its module and functional call then come from the scope
-its launch ran in (when known), else the sentinels ``module_id = call_id = -1``. String columns stay
-dictionary-encoded (``schema.STRING``): ``take`` moves codes, so the joined ``kernel``, ``op``,
-``module_name`` and ``function_name`` share the dictionaries of the tables they come from.
-"""
+"""Joins kernels ⋈ correlation ⋈ ops ⋈ calls ⋈ modules into one row per kernel, as pure vectorised
+functions over Arrow tables (``docs/design.md``, "Correlation: what CUPTI needs" and "Strings in memory")."""
 
 from __future__ import annotations
 
@@ -40,7 +31,7 @@ class TracedTables(Protocol):
     """What the join reads of the traced pass (``tracing.contract.TraceTables``)."""
 
     @property
-    def ops(self) -> pa.Table: ...  # schema OPS (the join reads op_id, op, module_id, call_id, thread)
+    def ops(self) -> pa.Table: ...  # schema OPS
 
     @property
     def calls(self) -> pa.Table: ...  # schema CALLS
@@ -92,12 +83,8 @@ def _pick(values: np.ndarray, rows: np.ndarray, default: int) -> np.ndarray:
 
 
 def join(activity: DecodedActivity, trace: TracedTables, modules: pa.Table) -> pa.Table:
-    """One row per kernel with its op, module and innermost functional call (schema ACTIVITY).
-
-    A kernel launched outside any aten op (a Triton kernel, a CUDA graph replay) has no op; where
-    ``activity.scope_correlation`` names the scope context its launch ran in, it still gets that
-    context's module and functional call. ``modules`` is the profiled hierarchy (schema MODULES).
-    """
+    """One row per kernel with its op, module and innermost functional call (schema ACTIVITY); a kernel
+    launched outside any op gets the module and call of the scope its launch ran in."""
     kernels, correlation, scope_correlation = activity.kernels, activity.correlation, activity.scope_correlation
     ops, calls, contexts = trace.ops, trace.calls, trace.contexts
     starts = _ints(kernels["start_ns"])

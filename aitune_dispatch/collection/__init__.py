@@ -1,8 +1,5 @@
-"""Collection: activity sources that turn a recorded pass into kernel and correlation tables.
-
-:func:`make_source` picks the source of a run (``sources.py``, the registry). Collection owns the
-clock (:mod:`.clock`): activity timestamps leave collection on the host clock.
-"""
+"""Collection: the activity sources that turn a recorded pass into kernel and correlation tables on
+the host clock (``docs/design.md``, "The clock")."""
 
 from ..config import DECODERS
 from ..schema import CPU_KERNEL_PREFIX

@@ -20,13 +20,11 @@ class Activity:
     source: str
     dropped_records: int = 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
-    # activity timestamps are on the host clock (``time.perf_counter_ns()``); this is the rate of
-    # the source's own clock that was converted (1.0: CUPTI counted nanoseconds)
+    # the rate of the source's clock converted onto the host clock (1.0: CUPTI counted nanoseconds)
     clock_ticks_per_ns: float = 1.0
-    # launches made outside any op, tagged with the trace's scope context (schema SCOPE_CORRELATION)
+    # launches outside any op, tagged with their scope context
     scope_correlation: pa.Table = field(default_factory=lambda: schema.empty(schema.SCOPE_CORRELATION))
-    # the runtime / driver API calls that launched them (schema LAUNCHES, host clock); empty for
-    # sources without API records (the CPU source)
+    # empty for sources without API records (the CPU source)
     launches: pa.Table = field(default_factory=lambda: schema.empty(schema.LAUNCHES))
 
 
@@ -34,7 +32,7 @@ class ActivitySource(Protocol):
     """An activity source; ``start``/``stop`` bracket the recorded pass, ``stop`` always runs."""
 
     name: str
-    # CUPTI external-correlation kind under which op ids are pushed; -1 where nothing is pushed
+    # -1 where nothing is pushed
     correlation_kind: int
 
     def start(self) -> None:
@@ -53,8 +51,7 @@ class ActivitySource(Protocol):
         """The innermost scope of this thread ended."""
 
     def correlation_functions(self) -> tuple[int, int] | None:
-        """``(push, pop)`` C function addresses the native tracer pushes and pops ids with; None where
-        nothing is pushed (see ``tracing.CorrelationTarget``)."""
+        """``(push, pop)`` C function addresses for the native tracer, as ``tracing.CorrelationTarget``."""
 
     def stop(self) -> None:
         """Stop collecting and restore every global state touched by ``start``; idempotent."""
@@ -64,12 +61,8 @@ class ActivitySource(Protocol):
 
 
 def torch_profiler_active() -> bool:
-    """True while torch.profiler (Kineto) or the autograd profiler is collecting on this thread.
-
-    Both sources refuse to start then and fail at stop where it began during the pass: CUPTI serves
-    one activity client at a time, and on the CPU its RecordFunction callbacks run inside the op
-    timer's brackets, so every op's time would include them.
-    """
+    """True while torch.profiler or the autograd profiler collects on this thread (``docs/design.md``,
+    "Coexistence with torch.profiler")."""
     import torch  # here: the reports read collection without torch installed
 
     try:

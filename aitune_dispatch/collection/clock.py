@@ -1,9 +1,5 @@
-"""The clock: activity timestamps put on the host clock during collection (``docs/design.md``, "The clock").
-
-The CUDA source converts CUPTI timestamps onto ``time.perf_counter_ns()`` with :class:`HostClock` and
-records ``activity_minus_host_ns = 0`` in the result's metadata, so nothing downstream corrects
-clocks; ``results.views.clock`` answers for results that carry no such fact.
-"""
+"""Puts activity timestamps on the host clock during collection, so nothing downstream corrects clocks
+(``docs/design.md``, "The clock")."""
 
 from __future__ import annotations
 
@@ -15,13 +11,8 @@ import pyarrow as pa
 
 @dataclass(frozen=True)
 class HostClock:
-    """Maps CUPTI timestamps onto the host's ``perf_counter_ns``: ``host = host0 + (ts - ts0) / rate``.
-
-    CUPTI's timestamps are nanoseconds unless a client registered a timestamp callback: Kineto
-    (torch.profiler) registers one that counts TSC ticks, and it stays registered after it stops.
-    Two clock pairs taken around the pass give the rate, so durations are nanoseconds either way and
-    every timestamp lands on the host clock of the trace.
-    """
+    """Maps CUPTI timestamps onto ``perf_counter_ns``: ``host = host0 + (ts - ts0) / rate``, the rate from
+    two clock pairs around the pass (Kineto may leave CUPTI counting TSC ticks)."""
 
     host0: int
     ts0: int

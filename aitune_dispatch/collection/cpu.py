@@ -1,8 +1,5 @@
-"""CPU activity source: each aten op, timed by the tracer, is one "kernel" row.
-
-Opt-in through ``device="cpu"``; it is what CI exercises end to end. The kernel name is the op's
-name prefixed with ``cpu::`` so it can never be mistaken for a CUDA kernel.
-"""
+"""The CPU activity source (``device="cpu"``, what CI runs end to end): each op the tracer times is one
+"kernel" row named ``cpu::<op>``, never mistaken for a CUDA kernel."""
 
 from __future__ import annotations
 
@@ -18,13 +15,9 @@ __all__ = ["CPU_KERNEL_PREFIX", "CpuOpTimer", "activity_from_ops"]
 
 
 class CpuOpTimer:
-    """The CPU activity source: the tracer times every op it records, and each op becomes one row.
+    """The CPU activity source; it correlates nothing, as the op rows are the activity."""
 
-    It correlates nothing (``correlation_kind = -1``): the op rows themselves are the activity. Not
-    while torch.profiler collects (:func:`~.base.torch_profiler_active`): its callbacks would be timed too.
-    """
-
-    label = "CPU op timer"  # as the log names it
+    label = "CPU op timer"
 
     name = "cpu"
     correlation_kind = schema.NO_CORRELATION

@@ -1,20 +1,6 @@
-"""CUDA activity source: CUPTI activity records joined to ops through external correlation ids.
-
-What CUPTI needs (``docs/design.md``, "Correlation: what CUPTI needs"): external-correlation
-records are only emitted alongside runtime/driver API records, so RUNTIME and DRIVER are enabled
-too, but restricted to the launch / copy / set callback ids (every other API id is switched off
-while we collect and switched back on afterwards). The op id is pushed as an external correlation
-id around each aten op. Buffer callbacks are process-global (last registration wins), so they are
-registered again at every start, and a run that shares them with torch.profiler fails instead of
-returning a short table (``docs/design.md``, "Coexistence with torch.profiler"); the decoder
-backend that owns them is a :class:`RecordSink`.
-Timestamps are converted onto the host clock here (:mod:`.clock`; ``docs/design.md``, "The clock").
-
-Several GPUs (:mod:`.devices`): one session records every device. Devices other than the current
-one that have a CUDA context are synchronised before collection starts and at its end, and each
-gets its own canary kernel, so a device whose records were lost fails the run by name. With one
-GPU none of that adds a call.
-"""
+"""The CUDA activity source: CUPTI activity records joined to ops through external correlation ids,
+with only the launch / copy / set API records enabled, on the host clock (``docs/design.md``,
+"Correlation: what CUPTI needs", "Coexistence with torch.profiler" and "The clock")."""
 
 from __future__ import annotations
 
@@ -47,7 +33,6 @@ __all__ = [
     "libcupti_correlation_functions",
     "load_cupti",
 ]
-# the two clock pairs that calibrate CUPTI's timestamps are at least this far apart
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
@@ -85,9 +70,8 @@ def load_cupti() -> Any:
 
 
 def libcupti_correlation_functions() -> tuple[int, int]:
-    """``(push, pop)``: the addresses of ``cuptiActivityPush/PopExternalCorrelationId`` in the libcupti
-    already in the process (torch's or cupti-python's, found by soname with ``RTLD_NOLOAD``: never a
-    second copy), for the native tracer; RuntimeError where none is loaded or it lacks them."""
+    """``(push, pop)``: ``cuptiActivityPush/PopExternalCorrelationId`` in the libcupti already loaded,
+    for the native tracer; RuntimeError where none is loaded or it lacks them."""
     for soname in _LIBCUPTI_SONAMES:
         try:
             # RTLD_NOLOAD: a handle only to a copy already loaded (it stays loaded by its owner)
@@ -122,20 +106,8 @@ def _api_callback_ids(enum: Any) -> tuple[tuple[int, ...], frozenset[int]]:
 
 @functools.lru_cache(maxsize=4)
 def callback_names(cupti: Any) -> dict[tuple[int, int], str]:
-    """``(API_RUNTIME | API_DRIVER, cbid) -> name`` of the callback ids we enable, as Kineto names them.
-
-    Parameters
-    ----------
-    cupti:
-        The ``cupti.cupti`` bindings (their ``runtime_api_trace_cbid`` / ``driver_api_trace_cbid`` enums).
-
-    Returns
-    -------
-    dict
-        One entry per launch / copy / set callback id (a few hundred), the runtime API's version
-        suffix dropped (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; the driver API's
-        ``_v2`` names are real function names and stay).
-    """
+    """``(API_RUNTIME | API_DRIVER, cbid) -> name`` of the callback ids we enable, as Kineto names them
+    (the runtime's ``_v7000`` suffix dropped; the driver's ``_v2`` names are real and stay)."""
     names: dict[tuple[int, int], str] = {}
     for api, enum in ((API_RUNTIME, cupti.runtime_api_trace_cbid), (API_DRIVER, cupti.driver_api_trace_cbid)):
         for name, member in enum.__members__.items():

@@ -1,9 +1,5 @@
-"""Decoded CUPTI records as columns, and their conversion to the package's Arrow schemas.
-
-Both decoder backends (the compiled one in ``native_shims/`` and the pure ``cupti-python`` one)
-produce :class:`DecodedRecords`; everything after that is shared, so the two backends can only
-differ in what they decode, which the GPU tests compare.
-"""
+"""Decoded CUPTI records as columns and their conversion to the Arrow schemas, shared by both decoders
+so they can differ only in what they decode, which the GPU tests compare."""
 
 from __future__ import annotations
 
@@ -82,18 +78,9 @@ def demangle(name: str) -> str:
 
 @dataclass(frozen=True)
 class DecodedRecords:
-    """Columns decoded from CUPTI buffers.
-
-    Activity rows: ``correlation_id, start_ns, end_ns, device, stream`` (int64), ``kind_code``
-    (int8, ``KIND_*``) and ``name_index`` (int32) into ``names``. Correlation rows:
-    ``ext_correlation_id`` (CUPTI id) and ``ext_id`` (our op id), already filtered to our kind.
-    API rows (runtime / driver records of the launch / copy / set callback ids we enable):
-    ``api_correlation_id, api_start_ns, api_end_ns, api_thread`` (int64; the thread is CUPTI's
-    ``threadId``), ``api_kind`` (int8, ``API_*``) and ``api_cbid`` (int32). ``records`` counts
-    every record seen. ``graph_id`` / ``graph_node_id`` (int64, one per activity row; empty where a
-    decoder predates them, which reads as 0) are the CUDA graph a row was replayed from, 0 outside
-    graphs.
-    """
+    """Columns decoded from CUPTI buffers: activity rows (``name_index`` into ``names``; ``graph_id`` /
+    ``graph_node_id`` empty where a decoder predates them, read as 0), correlation rows already filtered
+    to our kind, and API rows; ``records`` counts every record seen."""
 
     correlation_id: np.ndarray
     start_ns: np.ndarray
@@ -121,8 +108,7 @@ class DecodedRecords:
 
     def kernels_table(self) -> pa.Table:
         """Activity rows in the schema :data:`schema.KERNELS_WITH_GRAPHS` (``name`` and ``kind`` dictionary-encoded)."""
-        # names stay codes into the decoder's name table (demangled once per name, two mangled names
-        # that demangle alike become one value): no per-row string
+        # codes into the decoder's name table: no per-row string
         names = encoded.from_codes(self.name_index, [demangle(n) for n in self.names])
         kinds = encoded.from_codes(self.kind_code, KIND_NAMES)
         return pa.Table.from_arrays(
@@ -148,20 +134,8 @@ class DecodedRecords:
         )
 
     def launches_table(self, callback_names: Mapping[tuple[int, int], str] | None = None) -> pa.Table:
-        """API rows in the schema :data:`schema.LAUNCHES` (timestamps as CUPTI gave them).
-
-        Parameters
-        ----------
-        callback_names:
-            ``(API_RUNTIME | API_DRIVER, cbid) -> name`` (see ``cupti_source.callback_names``); a
-            callback id it lacks is named ``"<api> cbid <n>"``. Only the distinct (api, cbid) pairs
-            are looked up: there is no per-row Python work.
-
-        Returns
-        -------
-        pyarrow.Table
-            One row per API record, in delivery order (``api`` and ``api_name`` dictionary-encoded).
-        """
+        """API rows in the schema :data:`schema.LAUNCHES`, in CUPTI's clock; only the distinct (api, cbid)
+        pairs are named, so no per-row Python work."""
         names = callback_names or {}
         keys = self.api_kind.astype(np.int64) << 32 | self.api_cbid.astype(np.int64)
         distinct, index = np.unique(keys, return_inverse=True)

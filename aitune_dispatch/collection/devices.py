@@ -1,16 +1,5 @@
-"""Several GPUs in one process: which devices a pass used, their properties, and one clock for all.
-
-CUPTI is one per process: one activity session records the kernels of every device, each record
-carrying its ``deviceId`` (the CUDA ordinal, as in ``cuda:<n>``), and CUPTI puts the timestamps of
-every device on one clock, the one ``cuptiGetTimestamp`` reads. So one pair of clock readings
-calibrates every device, and what must cover every device is the rest of the run's bracket:
-synchronising before and after the pass, the canary kernel that proves our callbacks still own
-CUPTI, and the check that each device's records lie inside the calibrated interval.
-
-A device is *in use* when its primary CUDA context exists (torch creates it on the device's first
-allocation or launch); asking never creates one. With one GPU in use everything here reduces to
-the current device, so a single-GPU run does exactly what it did before.
-"""
+"""Several GPUs in one process: which devices a pass used (a primary context exists), their properties,
+and the checks that one CUPTI clock covers them all (``docs/design.md``, "The clock")."""
 
 from __future__ import annotations
 
@@ -24,20 +13,12 @@ import torch
 
 from .. import schema
 
-# a device's records may start or end this far outside the calibrated interval before we warn
-# (CUPTI converts GPU timestamps to its clock with an error of a few microseconds)
+# CUPTI converts GPU timestamps to its clock with an error of a few microseconds
 CLOCK_TOLERANCE_NS = 100_000
 
 
 def devices_in_use() -> tuple[int, ...]:
-    """The CUDA devices of this process that have a context, the current device first.
-
-    Returns
-    -------
-    tuple[int, ...]
-        Device ordinals (as in ``cuda:<n>``); empty where CUDA is unavailable. Where this torch
-        cannot say which devices have a context, only the current device.
-    """
+    """Ordinals of the CUDA devices that have a context, the current first (only it where torch cannot say)."""
     if not torch.cuda.is_available():
         return ()
     current = int(torch.cuda.current_device())
@@ -68,9 +49,7 @@ def activity_devices(kernels: pa.Table) -> list[int]:
 
 
 def _properties(device: int) -> dict[str, str]:
-    """A GPU's name, compute capability, memory and SM count (the trace's deviceProperties), under
-    the metadata keys ``schema.META_GPU_NAME``, ``META_GPU_CAPABILITY`` (``"9.0"``), ``META_GPU_MEMORY``
-    (bytes) and ``META_GPU_SMS``."""
+    """A GPU's name, compute capability, memory and SM count under the ``schema.META_GPU_*`` keys."""
     props = torch.cuda.get_device_properties(device)
     return {
         schema.META_GPU_NAME: str(props.name),
@@ -89,19 +68,7 @@ def current_gpu_metadata() -> dict[str, str]:
 
 
 def device_metadata(activity: pa.Table) -> dict[str, str]:
-    """``result.metadata`` entries for a pass whose kernels ran on more than one GPU.
-
-    Parameters
-    ----------
-    activity:
-        The joined activity of the pass (a ``device`` column).
-
-    Returns
-    -------
-    dict[str, str]
-        ``gpu_devices`` (``"0,1"``) and ``gpu_properties`` (JSON ``{"0": {"gpu_name": ...}, ...}``);
-        empty when at most one GPU ran kernels (the single-GPU keys ``gpu_name``... describe it).
-    """
+    """``gpu_devices`` and ``gpu_properties`` (JSON) metadata where kernels ran on more than one GPU."""
     devices = activity_devices(activity)
     if len(devices) <= 1:
         return {}
@@ -118,26 +85,8 @@ def device_metadata(activity: pa.Table) -> dict[str, str]:
 def clock_coverage_warnings(
     kernels: pa.Table, start_ts: int, end_ts: int, tolerance_ns: int = CLOCK_TOLERANCE_NS
 ) -> list[str]:
-    """Warnings for devices whose records lie outside the calibrated interval (several GPUs only).
-
-    Parameters
-    ----------
-    kernels:
-        Activity records in CUPTI's clock, before conversion (schema ``KERNELS``).
-    start_ts, end_ts:
-        The CUPTI timestamps of the two calibration readings: before the pass, and after every
-        device was synchronised at its end.
-    tolerance_ns:
-        How far outside the interval (in CUPTI ticks, nanoseconds unless a client changed the clock)
-        a record may lie.
-
-    Returns
-    -------
-    list[str]
-        One sentence per device whose earliest start or latest end falls outside
-        ``[start_ts - tolerance, end_ts + tolerance]``; empty with one device, since every device's
-        timestamps are then on the clock that was calibrated.
-    """
+    """One warning per device whose records, in CUPTI's clock, lie over ``tolerance_ns`` outside
+    ``[start_ts, end_ts]``; none with one device."""
     devices = activity_devices(kernels)
     if len(devices) <= 1:
         return []

@@ -1,9 +1,5 @@
-"""Who recorded a pass under torch.distributed: rank, world size, host, backend.
-
-Read once per ``profile()`` after the pass; nothing is installed and no collective is issued (the
-values come from the default process group this process already joined). Without an initialised
-process group, or in a torch built without distributed support, there is nothing to say.
-"""
+"""Who recorded a pass under torch.distributed (rank, world size, host, backend), read from the default
+process group after the pass: nothing installed, no collective issued."""
 
 from __future__ import annotations
 
@@ -14,15 +10,8 @@ from .. import schema
 
 
 def rank_metadata() -> dict[str, str]:
-    """``result.metadata`` entries naming this process's place in the default process group.
-
-    Returns
-    -------
-    dict[str, str]
-        ``rank``, ``world_size``, ``host`` (``socket.gethostname()``), ``distributed_backend`` and,
-        where the ``LOCAL_RANK`` environment variable is set (torchrun), ``local_rank``
-        (keys in :mod:`aitune_dispatch.schema`); empty when no process group is initialised.
-    """
+    """``result.metadata`` entries for this process's rank (``local_rank`` where ``LOCAL_RANK`` is set);
+    empty without a process group."""
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch without distributed support

@@ -1,13 +1,6 @@
-"""The compiled decoder backend: CUPTI buffers decoded into columns in C (``native_shims/``).
-
-The extension ``aitune_dispatch.collection._cupti_native`` owns the CUPTI buffer callbacks; its callback
-copies kernel / memcpy / memset / external-correlation / runtime and driver API fields into C arrays
-and returns, without
-Python or the GIL. :meth:`NativeRecordSink.take` wraps those arrays with ``np.frombuffer``; the only
-Python loop is over the few distinct names. :func:`decode_buffer_py` is the pure-Python twin of the
-extension's ``decode_buffer`` (same signature, same output), built from the record dtypes that
-cupti-python publishes: the tests run every decoding case through both.
-"""
+"""The compiled decoder backend, whose CUPTI buffer callback copies records into C arrays without
+Python or the GIL, and :func:`decode_buffer_py`, its pure-Python twin that the tests run every decoding
+case through (``docs/design.md``, "Correlation: what CUPTI needs")."""
 
 from __future__ import annotations
 
@@ -75,10 +68,7 @@ def _wheel_libcupti() -> str | None:
 
 
 def loaded_module() -> ModuleType:
-    """The compiled extension with libcupti resolved (its graph observer and decoder run in it).
-
-    Raises ImportError, OSError or RuntimeError where it is not built or libcupti cannot be loaded.
-    """
+    """The compiled extension with libcupti resolved; raises where it is not built or libcupti will not load."""
     module = native_module()
     module.load(_wheel_libcupti())
     return module
@@ -111,19 +101,7 @@ class NativeRecordSink:
 
 
 def incomplete_messages(counters: Mapping[str, int]) -> list[str]:
-    """The decoder's counters of what it could not decode, as messages (the one place that words them).
-
-    Parameters
-    ----------
-    counters:
-        ``undecodable`` (buffers not walked to their end), ``lost`` (records dropped for want of
-        memory) and ``layout_mismatches`` (records whose size disagreed with the compiled layout).
-
-    Returns
-    -------
-    list[str]
-        One message per non-zero counter, saying what it means and what to do.
-    """
+    """One message per non-zero counter of what the decoder could not decode (the one place that words them)."""
     messages = []
     if counters.get("undecodable"):
         messages.append(

@@ -1,9 +1,5 @@
-"""The pure ``cupti-python`` decoder backend: one Python object per record, decoded after the pass.
-
-The fallback when the compiled decoder in ``native_shims/`` is unavailable; it is measured against
-it by the benchmarks (cupti-python builds a Python object per record, 7-12 us each on an H200).
-The buffer callback only keeps the records we decode, and returns.
-"""
+"""The pure ``cupti-python`` decoder backend, the fallback where the compiled decoder is not built: one
+Python object per record (``docs/design.md``, "Correlation: what CUPTI needs")."""
 
 from __future__ import annotations
 

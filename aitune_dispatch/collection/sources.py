@@ -1,8 +1,5 @@
-"""Which activity source collects a run: one factory per ``config.device``, registered here.
-
-A new source (ROCm, say) is a module of this folder with an :class:`~.base.ActivitySource` and one
-:func:`register_source` call below; ``config.DEVICES`` names its device. ``docs/design.md``, "Layout".
-"""
+"""The registry of activity sources, one factory per ``config.device``, so a new source (ROCm, say) is a
+module here and one :func:`register_source` call (``docs/design.md``, "Layout")."""
 
 from __future__ import annotations
 
@@ -20,34 +17,15 @@ _SOURCES: dict[str, SourceFactory] = {}
 
 
 def register_source(device: str, factory: SourceFactory) -> SourceFactory | None:
-    """Make ``factory(config)`` the activity source of runs on ``device`` (one of ``config.DEVICES``).
-
-    Returns the factory it replaces (None: the first for ``device``), so that a caller can put it back.
-    """
+    """Make ``factory(config)`` the source of runs on ``device``; returns the factory it replaces, or None."""
     previous = _SOURCES.get(device)
     _SOURCES[device] = factory
     return previous
 
 
 def make_source(config: ProfileConfig) -> ActivitySource:
-    """The activity source for one run of ``config``: CUPTI on ``"cuda"``, the CPU op timer on ``"cpu"``.
-
-    Parameters
-    ----------
-    config:
-        The run's options; on CUDA ``config.decoder`` names the decoder (None: the native one).
-
-    Returns
-    -------
-    ActivitySource
-        A source for one pass.
-
-    Raises
-    ------
-    RuntimeError
-        CUDA unavailable on ``device="cuda"`` (the message names ``device='cpu'``), cupti-python missing,
-        or the decoder unavailable; the message says what to install or pass.
-    """
+    """The activity source for one run of ``config``; RuntimeError, saying what to install or pass, where
+    it cannot be made."""
     if config.device not in _SOURCES:
         raise ValueError(f"no activity source is registered for device {config.device!r}; known: {sorted(_SOURCES)}")
     source = _SOURCES[config.device](config)
@@ -56,11 +34,7 @@ def make_source(config: ProfileConfig) -> ActivitySource:
 
 
 def make_cuda_source(decoder: str | None = "native") -> ActivitySource:
-    """The CUDA activity source (CUPTI) with the decoder named (``config.DECODERS``; None: native).
-
-    Raises RuntimeError where cupti-python is missing or the decoder cannot be loaded; the message says what
-    to install or pass.
-    """
+    """The CUPTI source with the decoder named (None: native); RuntimeError where it cannot load."""
     from .cupti_source import CuptiSource, load_cupti
 
     cupti = load_cupti()

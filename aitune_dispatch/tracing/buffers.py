@@ -1,12 +1,6 @@
-"""Append-only columnar buffers for what tracing sees: ops, functional calls, module calls.
-
-The buffers are the only state shared by the module hooks and the two modes. Each thread has its
-own module stack and functional-call stack, so a module run by another thread never encloses the
-ops of the profiling thread. Threads that were already running when ``profile()`` began (other
-than the profiling thread) were not started by the profiled function: their module forwards are
-counted, not recorded; threads it started in a warm-up pass are its own. Buffers are
-``array('q')`` columns, turned into Arrow tables once at the end without per-row Python work.
-"""
+"""Append-only ``array('q')`` columns of ops, functional calls and module calls, the one state the
+pure-Python hooks and modes share, with per-thread stacks, turned into Arrow tables once at the end
+(``docs/design.md``, "Threads")."""
 
 from __future__ import annotations
 
@@ -34,10 +28,7 @@ def other_threads_running() -> dict[int, threading.Thread | None]:
 
 
 def still_running(before: Mapping[int, threading.Thread | None]) -> dict[int, threading.Thread | None]:
-    """The threads of ``before`` (an :func:`other_threads_running` snapshot) that run now as the same thread.
-
-    An ident that a thread started since reuses (the one it had has ended) is not among them.
-    """
+    """The threads of ``before`` that run now as the same thread (not a reused ident)."""
     return {
         ident: thread
         for ident, thread in other_threads_running().items()
@@ -51,10 +42,9 @@ class ThreadStacks:
 
     index: int
     name: str = ""
-    # False on threads that were running before the pass: their module forwards are not recorded
     traced: bool = True
     skipped_forwards: int = 0  # forwards of profiled modules on an untraced thread
-    native_id: int = 0  # threading.get_native_id() of the thread
+    native_id: int = 0
     modules: list[int] = field(default_factory=lambda: [schema.NO_MODULE])
     calls: list[int] = field(default_factory=lambda: [schema.NO_CALL])
     module_rows: list[int] = field(default_factory=lambda: [-1])  # parallel to ``modules``
@@ -123,11 +113,8 @@ class TraceBuffers:
         self.scope_exited: Callable[[], object] | None = None
 
     def begin_pass(self, running_before: Mapping[int, threading.Thread | None] | None = None) -> None:
-        """Call on the profiling thread as the pass begins: the threads of ``running_before`` (an
-        :func:`other_threads_running` snapshot taken when ``profile()`` began; None: the threads
-        running now, except this one) are not the profiled function's (their module forwards are
-        counted in ``skipped_forwards``).
-        """
+        """Call on the profiling thread as the pass begins; ``running_before`` (None: those running now)
+        are not the profiled function's threads."""
         self._running_before = dict(other_threads_running() if running_before is None else running_before)
         self.stacks()
 
@@ -176,11 +163,7 @@ class TraceBuffers:
 
     # -- functional calls -------------------------------------------------------------------------
     def begin_call(self, name_id: int, stacks: ThreadStacks, sample: int = schema.NO_SAMPLE) -> int:
-        """Open a functional call on this thread and return its call id.
-
-        ``sample`` is the call's index into ``function_data[name]`` (what
-        ``SampleCollector.observe`` returned), ``schema.NO_SAMPLE`` where none was collected.
-        """
+        """Open a functional call on this thread; ``sample`` indexes ``function_data[name]``; returns its id."""
         call_id = len(self.call_name)
         self.call_name.append(name_id)
         self.call_parent.append(stacks.calls[-1])

@@ -1,9 +1,5 @@
-"""What a finished trace says the user must be told: work that ran but could not be recorded.
-
-Pure functions over the finished trace (either backend's :class:`~.contract.TraceTables`) and the
-module tracker; each returns messages (the profiler warns them and keeps them in
-``ProfileResult.warnings``), never raises.
-"""
+"""Warnings about work a finished trace ran but could not record, as pure functions returning messages
+(``docs/design.md``, "Threads")."""
 
 from __future__ import annotations
 
@@ -51,14 +47,8 @@ def thread_warnings(trace: TraceTables) -> list[str]:
 
 
 def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
-    """A message when no module of the hierarchy ran during the pass, on any thread.
-
-    Forwards left out because they ran on threads that were running before ``profile()`` did run:
-    :func:`thread_warnings` says so, and this says nothing. A module that runs compiled is seen
-    through the forward of its ``torch.compile`` wrapper, where the pass began with that wrapper
-    reachable from the profiled function (``wrappers.reachable_wrappers``); where a live wrapper was
-    not (:func:`.wrappers.live_wrappers`), or none is left, the message says what to pass instead.
-    """
+    """A message when no module of the hierarchy ran on any thread (:func:`thread_warnings` covers
+    skipped threads), saying what to pass where a live compile wrapper was unreachable."""
     if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
@@ -107,10 +97,6 @@ def scripted_warning(tracker: ModuleTracker) -> list[str]:
 
 
 def trace_warnings(trace: TraceTables, tracker: ModuleTracker, *, called: bool = True) -> list[str]:
-    """Every message for one finished pass, in a stable order.
-
-    ``called``: whether the pass called the function at all (False for empty ``data``, which is
-    warned of up front: then no module running is no surprise).
-    """
+    """Every message for one finished pass, in a stable order; ``called`` False for empty ``data``."""
     never_ran = never_ran_warning(trace, tracker) if called else []
     return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran]

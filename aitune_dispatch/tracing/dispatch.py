@@ -1,10 +1,5 @@
-"""The ``TorchDispatchMode`` that gives every dispatched aten op an op id.
-
-The op id is the key that joins activity to tracing: the buffers store which module and
-functional call enclosed each op and times it, and the activity source is told when each op starts
-and ends (the CUDA source pushes the id as a CUPTI external correlation id), except for view ops,
-which only compute metadata and launch nothing.
-"""
+"""The pure-Python ``TorchDispatchMode`` that gives every aten op an op id, the key joining activity
+to tracing, and brackets it for the activity source (``docs/design.md``, "Correlation: what CUPTI needs")."""
 
 from __future__ import annotations
 
@@ -27,11 +22,8 @@ class OpObserver(Protocol):
 
 
 def op_name(func: Any) -> str:
-    """``aten::addmm`` for ``aten.addmm.default``: the name torch.profiler reports.
-
-    A higher-order operator (``torch.ops.higher_order.flex_attention``) has no schema: it is named
-    ``higher_order::flex_attention``.
-    """
+    """``aten::addmm`` for ``aten.addmm.default``, as torch.profiler names it; ``higher_order::flex_attention``
+    for a higher-order operator, which has no schema."""
     schema = getattr(func, "_schema", None)
     if schema is not None:
         return schema.name
@@ -40,13 +32,8 @@ def op_name(func: Any) -> str:
 
 
 def _skip_dynamo_frames(code: Any) -> bool:
-    """Tell Dynamo never to compile this code or what it calls, at no per-call cost.
-
-    TorchDispatchMode otherwise wraps ``__torch_dispatch__`` in ``torch._disable_dynamo``, which
-    costs several microseconds per op and imports ``torch._dynamo`` (over a second) on the first
-    one. The strategy is set through torch's C extension, which Dynamo's Python package reads too,
-    so nothing of ``torch._dynamo`` is imported. False where this torch has no such switch.
-    """
+    """Tell Dynamo never to compile this code, at no per-call cost (``docs/design.md``, "torch.compile
+    and CUDA graphs"); False where this torch has no such switch."""
     try:
         from torch._C._dynamo import eval_frame
 
@@ -58,11 +45,10 @@ def _skip_dynamo_frames(code: Any) -> bool:
 
 
 class OpMode(TorchDispatchMode):
-    """Records one op row per dispatched aten op and brackets it for the activity source.
+    """Records one op row per aten op and brackets it for the activity source; one instance per pass.
 
-    Not reentrant: one instance serves one profiled pass. Higher-order operators (eager
-    ``flex_attention``) reach it as themselves (torch refuses to run them under a mode that does not
-    say so): each is one op, run as it is, the ops inside it unseen (the native tracer records those).
+    A higher-order operator (eager ``flex_attention``) is one op, the ops inside it unseen (the native
+    tracer records those); torch refuses to run one under a mode that does not declare support.
     """
 
     supports_higher_order_operators = True

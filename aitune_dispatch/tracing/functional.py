@@ -1,15 +1,7 @@
-"""The ``TorchFunctionMode`` that opens a functional call for every ``torch.nn.functional`` function.
-
-Nested functional calls are seen (``docs/design.md``, "Nested functional calls"): a Python-level
-functional runs as a gate-free copy (see gates.py) with this mode re-armed, so the functionals it
-calls reach the mode again, and an op is attributed to the innermost one. When a functional calls
-back through its own public name (boolean-dispatch wrappers such as ``max_pool2d``, or a tensor
-subclass asking for its override: the copy's gates stay honest for subclasses), the nested
-request runs the original function as-is.
-
-Every call is recorded; only calls made inside the profiled hierarchy (a module of it on the
-thread's module stack) are counted and sampled, as the spec's samples are module-scoped.
-"""
+"""The ``TorchFunctionMode`` that records a call for every ``torch.nn.functional`` function; a
+Python-level functional runs as a gate-free copy with the mode re-armed so its nested functionals
+are seen, and only calls inside the profiled hierarchy are sampled (``docs/design.md``, "Nested
+functional calls")."""
 
 from __future__ import annotations
 
@@ -35,11 +27,7 @@ _mode_count = torch._C._len_torch_function_stack  # inside __torch_function__ ou
 
 
 def routing_mode_below() -> bool:
-    """Whether a TorchFunctionMode below ours may want a functional call itself (``activate``, a user's).
-
-    ``with torch.device(...)`` (DeviceContext) only fills in factory devices, which the gate-free copy
-    leaves intact, so it does not count.
-    """
+    """Whether a TorchFunctionMode below ours may want the call itself; DeviceContext does not count."""
     if not _mode_count():
         return False
     return any(type(mode) is not DeviceContext for mode in _get_current_function_mode_stack())
@@ -52,7 +40,7 @@ def _hands_itself_over(value: Any) -> bool:
 
 
 def _wrapped_chain(value: Any) -> list[Any]:
-    """``value`` and what it wraps (``__wrapped__``, as ``functools.wraps`` sets it), outermost first."""
+    """``value`` and its ``__wrapped__`` chain, outermost first."""
     chain = [value]
     while len(chain) < 16 and (inner := getattr(chain[-1], "__wrapped__", None)) is not None:
         if any(inner is seen for seen in chain):
@@ -62,7 +50,7 @@ def _wrapped_chain(value: Any) -> list[Any]:
 
 
 def _torch_builtin(value: Any, name: str) -> bool:
-    """A torch builtin of that name (they all dispatch to a mode unless torch ignores them)."""
+    """A torch builtin of that name that torch does not ignore."""
     return (
         isinstance(value, types.BuiltinFunctionType)
         and getattr(value, "__name__", None) == name
@@ -78,11 +66,8 @@ _registered: dict[Callable[..., Any], str] = {}
 
 @functools.lru_cache(maxsize=1)
 def functional_registry() -> dict[Callable[..., Any], str]:
-    """Every public ``torch.nn.functional`` function that dispatches to a function mode, by name.
-
-    A public name the user wrapped (``functools.wraps``: ``F.linear = shim``) registers the function it
-    wraps, which is what reaches the mode; :func:`refresh_functionals` re-reads the namespace.
-    """
+    """Every public ``torch.nn.functional`` function that dispatches to a function mode (a wrapped name
+    registers what it wraps), by name."""
     overridable: set[Any] = set()
     for functions in torch.overrides.get_overridable_functions().values():
         overridable.update(functions)
@@ -128,12 +113,8 @@ def api_name(func: Callable[..., Any]) -> str | None:
 
 
 def may_call_functional(root: types.FunctionType) -> bool:
-    """Whether a Python functional's body can reach another functional (so nested calls need the mode).
-
-    Follows global names and closure cells to other Python functions, transitively; a name that
-    resolves to the root itself (its own ``handle_torch_function`` call) does not count. Anything it
-    cannot resolve (``torch.nn.functional`` reached as an attribute) counts, to stay on the safe side.
-    """
+    """Whether a Python functional can reach another through its globals and closures, transitively;
+    ``torch.nn.functional`` reached as an attribute counts, to stay safe."""
     registry = functional_registry()
     seen: set[int] = {id(root)}
     pending: list[types.FunctionType] = [root]
@@ -175,24 +156,15 @@ _rearm_copies = GateFreeCopies()
 
 @functools.cache
 def rearmed_copy(func: Callable[..., Any]) -> types.FunctionType | None:
-    """The gate-free copy a Python functional runs as (mode re-armed), or None to run ``func`` as it is.
-
-    Only Python functionals that can reach another functional need the mode again inside them.
-    """
+    """The gate-free copy a Python functional that reaches another runs as, or None to run ``func``."""
     if type(func) is types.FunctionType and may_call_functional(func):
         return _rearm_copies.copy(func)
     return None
 
 
 def refresh_functionals() -> None:
-    """Re-read ``torch.nn.functional`` before a pass, so the pass runs what the namespace holds when it begins.
-
-    A user may wrap or replace functionals between passes (``F.scaled_dot_product_attention = ...``):
-    the registry learns the wrapped originals, and the gate-free copies' globals take the new values
-    (a copy that kept the old ones would call the old function, which the bare run does not). A
-    replacement made during the pass itself is not seen by the copies: live lookups would cost every
-    global a copy reads (``docs/design.md``, "Nested functional calls").
-    """
+    """Re-read ``torch.nn.functional`` before a pass, so replacements made between passes are what the
+    copies call (``docs/design.md``, "Nested functional calls")."""
     before = functional_registry()
     functional_registry.cache_clear()
     if functional_registry().keys() != before.keys():
@@ -208,12 +180,9 @@ def functional_names() -> frozenset[str]:
 def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Callable[..., Any]]]:
     """The ``(name, function)`` pairs whose calls the profiler intercepts, sorted by name.
 
-    ``ModuleFunctionKernelProfiler.get_functions_to_patch()``, as the reference's method of that
-    name (and signature), but informational: nothing is patched (calls are seen through a
-    ``TorchFunctionMode``). Every public ``torch.nn.functional`` function that dispatches to a
-    function mode, whatever ``function_names`` says (that only selects samples); the names are the
-    ``function_name`` values of ``profiling_df``. ``functions="all"`` also intercepts torch-level
-    APIs, which this leaves out.
+    The reference's ``get_functions_to_patch()``, informational: nothing is patched (a
+    ``TorchFunctionMode`` sees the calls), whatever ``function_names`` says; torch-level APIs that
+    ``functions="all"`` adds are left out.
 
     Parameters
     ----------
@@ -223,7 +192,7 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
     Returns
     -------
     list[tuple[str, Callable]]
-        ``(name, function)`` pairs sorted by name, e.g. ``("linear", torch.nn.functional.linear)``.
+        Sorted by name, e.g. ``("linear", torch.nn.functional.linear)``.
 
     Raises
     ------
@@ -247,10 +216,7 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
 
 
 class FunctionalMode(TorchFunctionMode):
-    """Records one functional call per intercepted ``torch.nn.functional`` function.
-
-    Not reentrant: one instance serves one profiled pass.
-    """
+    """Records one functional call per intercepted function; one instance serves one pass."""
 
     def __init__(self, buffers: TraceBuffers, samples: SampleCollector, all_functions: bool = False) -> None:
         super().__init__()

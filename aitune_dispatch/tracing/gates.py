@@ -1,22 +1,7 @@
-"""``has_torch_function`` gates that do not see our torch-function mode.
-
-Two problems share this tool (``docs/design.md``, "Nested functional calls" and "Fast paths and
-the has_torch_function gate"):
-
-* inside ``__torch_function__`` our mode is popped, so the functional calls nested in a
-  Python-level functional are invisible; running a gate-free copy of the functional
-  (:class:`GateFreeCopies`) with the mode re-armed makes them visible without recursing into the
-  handler again. The copies' gates stay honest for tensor subclasses and other objects that define
-  ``__torch_function__``: only the contribution of modes is removed.
-* an active mode makes ``has_torch_function`` true, which switches modules such as
-  ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` off their fast path. Their forwards
-  read the gate as ``torch.overrides.has_torch_function`` at call time, so for the recorded pass
-  :class:`ModeBlindGates` puts gates there that answer as they would without our mode (other
-  modes, subclasses and the torch-function state still count). Wherever that forward code runs
-  (through the class, a user's instance wrapper, a bound method captured earlier, ``super()`` from
-  a subclass) it takes the path it takes without the profiler; no module attribute is touched.
-  Functionals bind the gates by name at import, so they still dispatch to our mode.
-"""
+"""``has_torch_function`` gates that do not see our mode: gate-free copies of functionals, so nested
+functional calls reach the mode (``docs/design.md``, "Nested functional calls"), and mode-blind gates
+in ``torch.overrides``, so forwards keep their fast path (``docs/design.md``, "Fast paths and the
+has_torch_function gate")."""
 
 from __future__ import annotations
 
@@ -118,10 +103,7 @@ class GateFreeCopies:
         return found[1]
 
     def refresh(self) -> None:
-        """Give every copy its module's globals as they are now (a name the user replaced since).
-
-        Updated in place, name by name: the copies hold these dicts, and no name is ever missing.
-        """
+        """Give every copy its module's globals as they are now, in place: the copies hold these dicts."""
         for (_, view_torch), (original, patched) in self._globals.items():
             fresh = self._patched(original, view_torch)
             patched.update(fresh)
@@ -149,11 +131,7 @@ class GateFreeCopies:
 
 # -- gates that do not see one mode ------------------------------------------------------------------
 def _remove_from_stack(mode: object) -> list[Any] | None:
-    """Take ``mode`` off this thread's torch-function stack; the popped entries (top first), or None.
-
-    Modes above it are pushed back in their order, so the stack reads as if ``mode`` were never
-    entered; :func:`_restore_stack` undoes it.
-    """
+    """Take ``mode`` off this thread's stack, modes above it pushed back; the popped entries, or None."""
     depth = _C._len_torch_function_stack()
     lowest = next((i for i in range(depth) if _C._get_function_stack_at(i) is mode), None)
     if lowest is None:
@@ -198,11 +176,9 @@ def _blind_gate(previous: Callable[..., bool], mode: object) -> Callable[..., bo
 
 
 class ModeBlindGates:
-    """Context manager: ``torch.overrides``' gates do not see ``mode`` while it is entered.
+    """Context manager: ``torch.overrides``' gates do not see ``mode`` while entered; single-use.
 
-    Whatever ``torch.overrides`` held (torch's gates, or a replacement of the user's) is what the
-    new gates ask, and what is put back on exit, also when the pass raises; a gate that someone
-    else replaced during the pass is left as they set it. Single-use, not reentrant.
+    The new gates ask what was there before, which is put back on exit unless someone replaced it meanwhile.
     """
 
     def __init__(self, mode: object) -> None:

@@ -1,14 +1,6 @@
-"""Run a callback when a module finishes importing, while a watch is entered: hooks into what is not loaded yet.
-
-torch's compiler stack (``torch._dynamo``, ``torch._inductor``) takes over a second to import, and
-an eager model never loads it. What ``profile()`` must observe there (Inductor's kernel call sites,
-its caches) is attached by :class:`ImportWatch` when the module is already loaded, or the moment
-the profiled code first imports it (a compile inside the profiled function), never by importing
-it ourselves. The finder it puts first on ``sys.meta_path`` only answers for the watched names,
-hands the import to the finders after it, and wraps the loader for that one module; the module's
-``__loader__`` and ``__spec__.loader`` are the real loader's again before its code runs. Everything
-is removed on exit, also on exceptions. See ``docs/design.md``, "torch.compile and CUDA graphs".
-"""
+"""Runs a callback once a watched module is loaded, at once or the moment the profiled code imports
+it, so the compiler stack is observed without our importing it (``docs/design.md``, "torch.compile
+and CUDA graphs")."""
 
 from __future__ import annotations
 
@@ -70,10 +62,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 class ImportWatch:
     """Context manager: ``callbacks[name](module)`` once module ``name`` is loaded; single-use.
 
-    A module already imported when the watch is entered gets its callback at once; one imported
-    while it is entered gets it right after its code has run (before the import statement that
-    loaded it returns); one never imported gets none. A callback that raises is recorded in
-    :attr:`errors` (an import of the user's never fails because of us).
+    A callback that raises is recorded in :attr:`errors`: a user's import never fails because of us.
 
     Parameters
     ----------

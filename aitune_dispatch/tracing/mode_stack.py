@@ -1,11 +1,5 @@
-"""Taking our own mode off torch's mode stack, whatever the profiled function left entered above it.
-
-torch's ``__exit__`` of a mode pops whatever is on top of its stack. A profiled function that enters
-a ``TorchFunctionMode`` or ``TorchDispatchMode`` and never exits it leaves that mode above ours, so
-exiting ours the usual way would pop theirs and leave ours installed for good. Instead, the entries
-above ours are popped, ours exits, and theirs are pushed back in their order: the user's modes are
-theirs and stay where the profiled function left them, and a RuntimeWarning names them.
-"""
+"""Takes our own mode off torch's mode stacks from beneath any mode the profiled function left
+entered, since torch's ``__exit__`` pops whatever is on top (``docs/design.md``, "Nested functional calls")."""
 
 from __future__ import annotations
 
@@ -26,12 +20,8 @@ _OUR_PACKAGE = __name__.partition(".")[0]
 def exit_function_mode(
     mode: Any, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
 ) -> None:
-    """Exit ``mode`` (ours, a TorchFunctionMode) and take it off this thread's function-mode stack.
-
-    Modes entered above it and never exited stay on the stack in their order, and a RuntimeWarning
-    names them; where ``mode`` is no longer on the stack (the profiled function exited a mode it had
-    not entered, which popped ours) nothing is popped and a RuntimeWarning says so.
-    """
+    """Exit our TorchFunctionMode ``mode``, leaving modes above it in place; warns of them, or that ours
+    was already popped."""
     depth = _C._len_torch_function_stack()
     position = next((i for i in reversed(range(depth)) if _C._get_function_stack_at(i) is mode), None)
     if position is None:
@@ -53,13 +43,8 @@ def exit_dispatch_mode(
     exc: BaseException | None,
     tb: TracebackType | None,
 ) -> None:
-    """Exit ``mode`` (ours, a TorchDispatchMode) and take it off this thread's dispatch-mode stack.
-
-    As :func:`exit_function_mode`. torch also keeps flags ("a dispatch mode is active") that each
-    mode's ``__enter__`` saves and its ``__exit__`` restores; the modes put back are re-entered so
-    that their saved flags are those they would hold had ours never been entered, and their own
-    ``__exit__`` later leaves the flags as they were before them.
-    """
+    """As :func:`exit_function_mode` for our TorchDispatchMode; the modes put back are re-entered so the
+    flags they saved are those they would hold had ours never been entered."""
     stack = _get_current_dispatch_mode_stack()
     position = next((i for i in reversed(range(len(stack))) if stack[i] is mode), None)
     if position is None:
@@ -94,7 +79,7 @@ def _flag_lists(entry: Any) -> list[Any]:
 
 
 def _forget_entry_flags(entry: Any) -> bool:
-    """Drop the flags ``entry`` saved when it was last entered; False where it saved none (a raw push)."""
+    """Drop the flags ``entry`` saved when last entered; False where it saved none (a raw push)."""
     lists = _flag_lists(entry) if isinstance(entry, TorchDispatchMode) else []
     if not lists or not all(lists):
         return False
@@ -131,7 +116,7 @@ def _warn_removed(ours: Any, stack: str) -> None:
 
 
 def _callers_level() -> int:
-    """The ``stacklevel`` of the first frame outside aitune_dispatch and contextlib: profile()'s caller."""
+    """The ``stacklevel`` of profile()'s caller (the first frame outside us and contextlib)."""
     frame, level = sys._getframe(2), 2  # the frame that called the warning helper
     while frame is not None and (
         frame.f_globals.get("__name__", "").startswith(_OUR_PACKAGE) or frame.f_globals.get("__name__") == "contextlib"

@@ -1,20 +1,6 @@
-"""Module-hierarchy tracking: global forward hooks that only react to the profiled hierarchy.
-
-Global hooks (``register_module_forward_*_hook``) rather than per-module ones, because some fast
-paths (``nn.TransformerEncoderLayer``) are switched off by hooks found on the module itself.
-
-No module attribute is set: the hooks live in torch's global hook dicts and are removed by
-:meth:`ModuleTracker.remove`. (Fast paths gated on ``has_torch_function`` are kept by
-``gates.ModeBlindGates``, not here.)
-
-The hooks add no frame that stays on the stack (each returns before the forward runs or after it
-returned), but any forward hook sends every forward through the slow path of
-``Module._call_impl``, which runs it inside a nested ``inner()``: one more frame per nesting level,
-and profile() calls the function through a few frames of its own. So that the profiled code nests
-as deeply as bare, the recursion limit is raised by exactly that while the hooks are installed
-(:class:`_RecursionAllowance`). ``inner()`` is a plain Python call, which CPython runs without a C
-stack frame of its own, so the C stack a nesting depth costs is what it costs bare.
-"""
+"""Module-hierarchy tracking through global forward hooks that react only to the profiled hierarchy,
+with the recursion limit raised by the frames they add (``docs/design.md``, "Fast paths and the
+has_torch_function gate"; fixed hook keys: "torch.compile and CUDA graphs")."""
 
 from __future__ import annotations
 
@@ -36,16 +22,13 @@ def _ignore(module: nn.Module) -> None:
     """What the hooks report to while no pass is traced."""
 
 
-# The hooks are the same two functions in every profile() call: Dynamo guards on the global hooks,
-# so new closures per call would recompile a torch.compile'd model each time until it hits the
-# recompile limit and runs eagerly for good. What they report to is swapped in these two names.
+# the same two hooks in every profile(): Dynamo guards on them, so only their targets are swapped
 _entered: Callable[[nn.Module], object] = _ignore
 _exited: Callable[[nn.Module], object] = _ignore
 _installed: list[object] = []  # the ModuleTracker whose hooks are installed
 
 
-# Dynamo also guards on the hooks' keys in the global hook dicts, which are handle ids that grow
-# with every registration: ours are moved to these fixed keys (negative: handle ids never are).
+# Dynamo guards on the hook dicts' keys too, which grow per registration (negative: handle ids never are)
 _PRE_HOOK_KEY = -0x41D15_0001
 _HOOK_KEY = -0x41D15_0002
 
@@ -75,7 +58,7 @@ def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
 
 
 def _frames_of_ours() -> int:
-    """How many frames of aitune_dispatch's are on this thread's stack: profile() and what it calls."""
+    """How many frames of aitune_dispatch's are on this thread's stack."""
     package = __name__.partition(".")[0]
     frame, count = sys._getframe(1), 0
     while frame is not None:
@@ -85,7 +68,7 @@ def _frames_of_ours() -> int:
 
 
 class _RecursionAllowance:
-    """The recursion limit raised by ``extra`` frames until :meth:`remove` (unless someone set it meanwhile)."""
+    """The recursion limit raised by ``extra`` frames until :meth:`remove`."""
 
     def __init__(self, extra: int) -> None:
         self._previous = sys.getrecursionlimit()
@@ -99,7 +82,7 @@ class _RecursionAllowance:
 
 
 def _nesting(parents: list[int]) -> int:
-    """How many forwards of the hierarchy nest at most: its depth (1 for a root without children)."""
+    """The hierarchy's depth (1 for a root without children)."""
     depths: list[int] = []
     for parent in parents:  # a parent comes before its children (named_modules order)
         depths.append(1 if parent == schema.NO_MODULE else depths[parent] + 1)
@@ -121,7 +104,6 @@ class ModuleTracker:
             self.names.append(name)
             parent = ids_by_name[name.rpartition(".")[0]] if name else schema.NO_MODULE
             self.parents.append(parent)
-        # wrappers that stand for a module of the hierarchy (torch.compile's OptimizedModule)
         self._aliases: list[tuple[nn.Module, int]] = []
         for alias in aliases:
             original = getattr(alias, "_orig_mod", None)
@@ -145,7 +127,6 @@ class ModuleTracker:
             _entered, _exited = entered, exited
             self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
             self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
-            # torch's inner() per nesting level and profile()'s frames above the function (see above)
             self._allowance = _RecursionAllowance(_nesting(self.parents) + _frames_of_ours())
         except BaseException:
             self.remove()

@@ -1,16 +1,6 @@
-"""The native tracing backend: function mode, module stacks, op tracer and sample keys in C++.
-
-``aitune_dispatch.tracing._tracer`` (``native_shims/tracer/``) keeps the per-thread module and
-functional-call stacks, appends every row to C++ columns, pushes op and scope ids as CUPTI external
-correlation ids, records aten ops with a thread-local ``at::RecordFunction`` callback (the ops a
-``TorchDispatchMode`` would see), keys samples, and answers torch's ``__torch_function__`` lookup
-on :class:`NativeFunctionMode` with a C function: a torch call that is not an intercepted
-functional costs one dictionary lookup and no Python frame of ours. Same rows, same semantics and
-the same schemas as the pure-Python backend (``tracing/python.py``); ``docs/design.md``, "The
-native tracing backend". Its configuration crosses into C++ by name: :class:`NativePass` holds
-every keyword ``start()`` takes, the C push / pop functions the activity source hands over
-(``CorrelationTarget.correlation_functions``) among them.
-"""
+"""The native tracing backend: the compiled ``_tracer`` does the per-event work of a pass in C++ with
+the rows and schemas of ``tracing/python.py``, configured through :class:`NativePass`
+(``docs/design.md``, "The native tracing backend")."""
 
 from __future__ import annotations
 
@@ -68,11 +58,8 @@ def _mode_base() -> type:
 
 
 class NativeFunctionMode(_mode_base(), TorchFunctionMode):  # type: ignore[misc]
-    """A TorchFunctionMode whose handler, as torch dispatch looks it up, is the C++ one.
-
-    The method below is what torch.compile's tracer sees (it reads attributes from the class
-    statically): compiled regions run as compiled, as with the pure-Python mode.
-    """
+    """A TorchFunctionMode whose C base answers torch's handler lookup; the method below is what
+    torch.compile's tracer reads statically."""
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -92,35 +79,12 @@ def _none(*_: Any) -> None:
 
 @dataclass(frozen=True)
 class NativePass:
-    """Everything ``_tracer.start()`` takes, by name; validated here, handed over as keywords.
+    """Everything ``_tracer.start()`` takes, validated here and handed over as keywords.
 
-    Attributes
-    ----------
-    correlation_kind:
-        The CUPTI external-correlation kind op and scope ids are pushed with, or None: nothing is
-        pushed (the CPU activity source).
-    correlation_push, correlation_pop:
-        Where ``correlation_kind`` is set: the addresses of the C functions that push and pop the
-        ids (``CorrelationTarget.correlation_functions``: CUPTI's for the CUDA source); else None.
-    log_pushes:
-        Log every push and pop into ``take()["push_log"]`` instead (tests without a GPU).
-    modules:
-        ``(module, module_id)`` of every module of the hierarchy (and wrappers standing for one).
-    functions:
-        ``{functional: name}``: the functions the mode opens calls for.
-    sample_names:
-        The function names whose samples are collected; None: every function's.
-    all_functions:
-        Torch-level API calls count as calls too (``functions="all"``).
-    rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below:
-        The Python helpers the mode calls: a functional's gate-free copy, a torch-level API's name,
-        torch's function-mode stack push / pop, and whether a mode below ours wants a call itself.
-    sample_key:
-        The Python keyer of samples the C++ keyer does not decide.
-    singletons:
-        ``(torch.dtype, torch.layout, torch.memory_format)``: types keyed by identity.
-    running_before:
-        Idents of the threads (other than this one) already running: not the profiled function's.
+    ``correlation_kind`` None pushes nothing; otherwise ``correlation_push`` / ``correlation_pop`` are
+    the C functions' addresses (``CorrelationTarget.correlation_functions``). ``log_pushes`` logs into
+    ``take()["push_log"]`` instead (tests without a GPU); ``singletons`` are keyed by identity;
+    ``running_before`` are idents of threads that are not the profiled function's.
     """
 
     correlation_kind: int | None
@@ -164,9 +128,7 @@ class NativePass:
         correlation_functions: tuple[int, int] | None = None,
         **mode: Any,
     ) -> NativePass:
-        """A pass for a correlation target's ``correlation_kind``: >= 0 pushes through
-        ``correlation_functions`` (``(push, pop)``), ``LOG_PUSHES`` logs, ``schema.NO_CORRELATION``
-        pushes nothing; ``mode`` gives the function-mode fields."""
+        """A pass for ``kind``: >= 0 pushes, ``LOG_PUSHES`` logs, ``schema.NO_CORRELATION`` pushes nothing."""
         push, pop = correlation_functions if correlation_functions is not None else (None, None)
         return cls(
             correlation_kind=kind if kind >= 0 else None,
@@ -209,7 +171,7 @@ def _int64(data: bytes) -> pa.Array:
 
 
 def _names(ids: bytes, names: list[str]) -> pa.Array:
-    """The C++ tracer's name codes into its interned names, as a dictionary column (no per-row string)."""
+    """Name codes as a dictionary column (no per-row string)."""
     return encoded.from_codes(np.frombuffer(ids, dtype=np.int32), names)
 
 
@@ -227,13 +189,8 @@ class NativeTracer:
         running_before: Mapping[int, threading.Thread | None] | None = None,
         correlation_functions: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
-        """One pass over ``modules`` (``(module, module_id)`` pairs); ``correlation_kind`` as
-        ``CorrelationTarget.correlation_kind`` (or ``LOG_PUSHES``), ``function_names`` selects samples;
-        ``running_before``: the threads that are not the profiled function's (an
-        ``other_threads_running()`` snapshot taken when ``profile()`` began; None: those running when
-        the pass begins); ``correlation_functions``: the target's method of that name, asked as the pass
-        starts (the source or the graph observer has loaded libcupti by then), where
-        ``correlation_kind >= 0``."""
+        """``running_before``: a snapshot from when ``profile()`` began (None: when the pass begins);
+        ``correlation_functions`` is asked as the pass starts, once libcupti is loaded."""
         self._native = load()
         self._correlation_functions = correlation_functions
         self._running_before = running_before
@@ -248,12 +205,8 @@ class NativeTracer:
 
     @classmethod
     def ended(cls, modules: Iterable[tuple[nn.Module, int]], taken: dict[str, Any]) -> NativeTracer:
-        """A tracer whose pass has already ended with ``taken``, what ``_tracer.take()`` returned.
-
-        Its tables, samples and push log are decoded from ``taken`` as after a pass it recorded
-        itself, and it records nothing (entering it raises). ``benchmarks/post_memory.py`` measures
-        the post-processing this way on synthetic rows, without a pass and without a GPU.
-        """
+        """A tracer decoding ``taken`` (what ``_tracer.take()`` returned) without a pass
+        (``benchmarks/post_memory.py``)."""
         tracer = cls(modules, None, schema.NO_CORRELATION)
         tracer._taken = taken
         return tracer
@@ -299,8 +252,6 @@ class NativeTracer:
             routing_mode_below=routing_mode_below,
             sample_key=sample_pair_key,
             singletons=_SINGLETON_TYPES,
-            # threads running before profile() began (and still the same threads), except this one,
-            # are not the profiled function's
             running_before=list(
                 other_threads_running() if self._running_before is None else still_running(self._running_before)
             ),

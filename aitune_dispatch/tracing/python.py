@@ -1,10 +1,5 @@
-"""The pure-Python tracing backend: the fallback where the native one (``tracing/native.py``) is not built.
-
-A :class:`~.buffers.TraceBuffers` keeps the per-thread stacks and columns, a
-:class:`~.functional.FunctionalMode` opens functional calls, an :class:`~.dispatch.OpMode`
-(a TorchDispatchMode) records aten ops, and a :class:`~.samples.SampleCollector` keys samples.
-Same rows, semantics and schemas as the native backend; every test runs on both.
-"""
+"""The pure-Python tracing backend, the fallback where the native one is not built, with the same rows
+and schemas; every test runs on both (``docs/design.md``, "The native tracing backend")."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ class PythonTracer:
         all_functions: bool = False,
         running_before: Mapping[int, threading.Thread | None] | None = None,
     ) -> None:
-        """One pass over ``modules`` (``(module, module_id)`` pairs); ``running_before`` as for
-        ``TraceBuffers.begin_pass`` (None: the threads running when the pass begins)."""
+        """One pass over ``(module, module_id)`` pairs; ``running_before`` as for ``TraceBuffers.begin_pass``."""
         self._running_before = running_before
         self.buffers = TraceBuffers()
         self.samples = SampleCollector(function_names)

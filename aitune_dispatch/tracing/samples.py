@@ -1,9 +1,5 @@
-"""Distinct input samples of functional calls, with their call counts.
-
-Two calls are the same sample when their argument structure, every tensor's shape, dtype, layout,
-device and strides, and every non-tensor value agree. The first call of each sample keeps its
-``(args, kwargs)``, tensors included, until the collector is dropped.
-"""
+"""Distinct input samples of functional calls with their call counts: two calls are one sample when
+their structure, tensor metadata and other values agree (``docs/design.md``, "Samples")."""
 
 from __future__ import annotations
 
@@ -25,9 +21,7 @@ _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch
 
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
     if value.is_nested:
-        # no shape of its own: its parts' shapes (the native keyer hands these over). unbind() and a
-        # jagged tensor's metadata reads dispatch ops: the keyer's, not the pass's, so hidden from every
-        # dispatch mode, ours and the user's (the native tracer hides them from its callback)
+        # its parts' shapes; unbind() and jagged metadata reads dispatch ops, hidden from every mode
         with _disable_current_modes():
             return (_Tensor, nested_parts(value), value.dtype, value.layout, value.device, True)
     return (_Tensor, value.shape, value.dtype, value.layout, value.device, tensor_strides(value))
@@ -83,12 +77,7 @@ def sample_key(value: Any) -> Any:
 
 
 def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The key of one call's ``(args, kwargs)``: equal for two calls exactly when they are the same sample.
-
-    Its metadata reads (``shape``, ``stride()``, ...) are the keyer's, not the profiled code's: a
-    user's TorchFunctionMode or tensor subclass does not see them (both backends key through here
-    wherever a user's object may see a read).
-    """
+    """The key of one call's ``(args, kwargs)``, its metadata reads unseen by a user's mode or subclass."""
     with calls_unseen():
         return (sample_key(args), sample_key(kwargs))
 
@@ -109,12 +98,7 @@ class SampleCollector:
         return self._wanted is not None and function_name in self._wanted
 
     def observe(self, function_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-        """Count one call, keep its inputs if they are a new sample, and return the sample's index.
-
-        The index is the sample's position in ``function_data()[function_name]`` (samples are
-        numbered in order of first appearance, from 0); -1 (``schema.NO_SAMPLE``) when calls of
-        ``function_name`` are not collected. The functional-call row stores it as its ``sample``.
-        """
+        """Count one call, keep its inputs if new; its index in ``function_data()[function_name]``, or -1."""
         if self._wanted is not None and function_name not in self._wanted:
             return -1
         per_function = self._samples.get(function_name)

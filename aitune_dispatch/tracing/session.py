@@ -14,11 +14,7 @@ from .modules import ModuleTracker
 
 
 class TraceSession:
-    """Context manager around the recorded pass; not reentrant, one instance per pass.
-
-    ``tracer`` is the backend's tracer for this pass (``tracers.make_tracer``); the session
-    installs what it is handed and removes everything on exit, also on exceptions.
-    """
+    """Context manager around the recorded pass, one instance per pass; removes all it installed on exit."""
 
     def __init__(self, modules: ModuleTracker, tracer: Tracer) -> None:
         self.modules = modules

@@ -1,7 +1,4 @@
-"""A tracer of the chosen backend for one pass (``backends.py`` at the package root chooses it).
-
-The backends' names are ``config.OP_TRACERS``; see ``docs/design.md``, "The native tracing backend".
-"""
+"""A tracer of the backend ``backends.py`` chose, for one pass (``docs/design.md``, "The native tracing backend")."""
 
 from __future__ import annotations
 
@@ -24,16 +21,8 @@ def make_tracer(
     all_functions: bool,
     running_before: Mapping[int, threading.Thread | None] | None = None,
 ) -> Tracer:
-    """A single-use tracer of ``backend`` for one pass over ``modules`` (``(module, module_id)`` pairs).
-
-    ``running_before``: the threads that are not the profiled function's, as
-    ``other_threads_running()`` said when ``profile()`` began (so that threads the function starts in
-    a warm-up pass count as its own); None: the threads running when the pass begins.
-    The native backend pushes through the target's ``correlation_functions`` (asked as the pass
-    starts), the Python one calls its callbacks. The pass runs what ``torch.nn.functional`` holds
-    now (functionals the user wrapped or replaced since the last pass included; see
-    ``functional.refresh_functionals``).
-    """
+    """A single-use tracer of ``backend`` for one pass; ``running_before`` is the snapshot taken when
+    ``profile()`` began, so threads a warm-up pass starts count as the function's own."""
     refresh_functionals()
     if backend == "native":
         kind = target.correlation_kind

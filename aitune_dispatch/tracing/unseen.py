@@ -1,11 +1,6 @@
-"""Torch calls of our own that a user's TorchFunctionMode or tensor subclass must not see.
-
-A mode the user entered around ``profile()`` (or a tensor subclass among the inputs) sees every torch
-call made while it is active, ours included: the recorded pass's ``no_grad`` switch, a metadata read
-that keys a sample, a torch module imported on first use. What it sees must be the profiled code's
-calls alone, as without the profiler, so our own run under :data:`calls_unseen` (torch-function dispatch
-disabled: modes and subclasses alike). The profiled function itself never runs under it.
-"""
+"""Runs our own torch calls (``no_grad``, sample-key metadata reads, lazy imports) with torch-function
+dispatch disabled, so a user's mode or tensor subclass sees only the profiled code's calls, as without
+the profiler."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""torch.compile wrappers that stand for modules of the profiled hierarchy when a pipeline calls them.
-
-A pipeline that calls ``compiled = torch.compile(model)`` runs ``model`` inside ``compiled``'s forward.
-For a built-in container (``nn.Sequential``) Dynamo compiles the call itself, hooks included, so
-``model``'s forward hooks never run and only the wrapper's forward is seen; profiled with
-``module=model``, nothing of ``model`` seemed to run. Each wrapper of a module of the hierarchy is
-therefore made to stand for that module (``ModuleTracker``'s aliases).
-
-Wrappers are looked for in what the profiled callable can reach without running any code: its
-closure, the globals its code names, its defaults, ``self`` of a bound method, the parts of a
-``functools.partial``, the attributes of an object, and the items of lists, tuples and dicts found
-there, a few levels deep; every module reached is searched to its leaves. That costs microseconds.
-Finding every live wrapper instead takes one pass of the garbage collector over all objects
-(about 30 ms for 400,000): :func:`live_wrappers` does, for the "never ran" warning only.
-"""
+"""Finds the torch.compile wrappers of the profiled hierarchy's modules that a pipeline can reach, so
+each stands for its module; the garbage-collector search is kept for the "never ran" warning
+(``docs/design.md``, "torch.compile and CUDA graphs")."""
 
 from __future__ import annotations
 
@@ -42,14 +30,14 @@ def _optimized_classes() -> tuple[type, ...]:
 
 
 def _wrapped(candidate: Any, classes: tuple[type, ...]) -> Any:
-    """The module a wrapper wraps (``_orig_mod``), read from its dict: no ``__getattr__`` runs; None otherwise."""
+    """The wrapper's ``_orig_mod``, read from its dict so no ``__getattr__`` runs; else None."""
     if type(candidate) not in classes:
         return None
     return vars(candidate).get("_modules", {}).get("_orig_mod")
 
 
 def _code_names(code: types.CodeType) -> Iterator[str]:
-    """The global names a code object and the code objects nested in it (lambdas, comprehensions) use."""
+    """The global names a code object and its nested code objects use."""
     yield from code.co_names
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
@@ -57,11 +45,8 @@ def _code_names(code: types.CodeType) -> Iterator[str]:
 
 
 def _references(value: Any) -> list[Any]:
-    """What ``value`` refers to that a call may use, read without running its code.
-
-    Only ``type()`` is asked (``isinstance`` may read a proxy's ``__class__``) and attributes are read
-    from the instance dict (no property, no ``__getattr__``).
-    """
+    """What ``value`` refers to that a call may use, read without running its code (``type()`` only:
+    ``isinstance`` may read a proxy's ``__class__``; the instance dict, no property)."""
     kind = type(value)
     if kind is types.MethodType:
         return [value.__self__, value.__func__]
@@ -82,7 +67,6 @@ def _references(value: Any) -> list[Any]:
         attributes = object.__getattribute__(value, "__dict__")
     except Exception:  # noqa: BLE001 - no instance dict (slots, a C type): nothing to follow
         attributes = None
-    # a callable object's __call__, as its class defines it: the globals it names
     call = next((vars(klass)["__call__"] for klass in kind.__mro__ if "__call__" in vars(klass)), None)
     return [
         *(attributes.values() if type(attributes) is dict else ()),
@@ -99,20 +83,8 @@ def _filled(cell: types.CellType) -> bool:
 
 
 def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
-    """The torch.compile wrappers of ``root``'s modules that ``function`` can reach (see the module docstring).
-
-    Parameters
-    ----------
-    function:
-        The profiled callable (a pipeline function, a bound method, a callable object or module).
-    root:
-        The profiled hierarchy's root (``module=``).
-
-    Returns
-    -------
-    tuple[nn.Module, ...]
-        Each ``OptimizedModule`` whose ``_orig_mod`` is a module of the hierarchy and that is not one, once.
-    """
+    """Each torch.compile wrapper of ``root``'s modules, outside the hierarchy, that ``function`` can reach
+    without running code, once."""
     classes = _optimized_classes()
     if not classes:
         return ()
@@ -139,11 +111,8 @@ def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
 
 
 def live_wrappers(root: nn.Module) -> tuple[nn.Module, ...]:
-    """Every live torch.compile wrapper of ``root``'s modules outside its hierarchy, wherever it is kept.
-
-    The wrappers are the objects that refer to their class (an instance's type is one of its
-    references): one pass of the garbage collector over every object it tracks.
-    """
+    """Every live torch.compile wrapper of ``root``'s modules outside its hierarchy: one garbage
+    collector pass, as an instance refers to its class."""
     classes = _optimized_classes()
     if not classes:
         return ()
