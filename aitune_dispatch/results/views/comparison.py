@@ -1,10 +1,6 @@
-"""``compare(a, b)``: kernel time per functional call and per kernel, before (a) and after (b).
-
-Pure pandas over the activity tables (no torch), so two saved results compare anywhere. Every
-activity row counts, attributed or not: rows no functional call encloses are grouped under
-``function_name = None``, so each level's ``before_us`` / ``after_us`` sum to the results'
-``total_us``.
-"""
+"""``compare(a, b)``: kernel time per functional call and per kernel, before (a) and after (b), over
+every activity row (those outside any call under ``function_name = None``), so each level sums to
+the results' ``total_us`` and two saved results compare anywhere without torch."""
 
 from __future__ import annotations
 
