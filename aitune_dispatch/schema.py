@@ -1,17 +1,7 @@
-"""Every column name, Arrow schema, activity kind and metadata key of the package, in one place.
-
-Units are in the names (``_ns`` nanoseconds, ``_us`` microseconds). Sentinels:
-``module_id == -1`` means "outside the profiled hierarchy", ``call_id == -1`` means "no
-functional call encloses the op", ``sample == -1`` means "no sample was collected for this call",
-``stream == -1`` / ``device == -1`` mean "CPU". After the join, a kernel that no op claimed has a
-null ``op_id``. ``graph_id == 0`` means "not launched by a CUDA graph" (CUPTI's own convention).
-Every stage imports this module; it imports nothing of the package.
-
-Repeated strings are dictionary-encoded (:data:`STRING`) in every table a result holds (``KERNELS``,
-``LAUNCHES``, ``OPS``, ``CALLS``, ``MODULES``, ``ACTIVITY``, ``KERNEL_SOURCES``): between decoding
-and the spec's outputs no per-row string exists (the attribution of compiled kernels and CUDA graph
-replays, ``provenance/attribution.py``, still reads those rows' names as Python objects).
-"""
+"""Every column name, Arrow schema, activity kind and metadata key of the package, in one place, so
+every stage can import it while it imports nothing of the package. Units are in the names (``_ns``,
+``_us``); each column's sentinel is in :data:`COLUMN_UNITS`; repeated strings are dictionary-encoded
+(``docs/design.md``, "Strings in memory")."""
 
 from __future__ import annotations
 
@@ -20,11 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-# Every repeated string of the in-memory tables (kernel, kind, op, module_name, function_name,
-# attribution, api, api_name, ...) is this type: the distinct values once, an int32 code per row.
-# Arrays of it hold unique dictionaries, one per column (``aitune_dispatch.encoded`` builds and
-# normalises them, and defines the same type, as it imports nothing of ours); spec outputs
-# (``profiling_df``, ``to_pandas()``) decode them to plain strings.
+# every repeated string of the in-memory tables; ``encoded`` defines the same type, as it imports nothing of ours
 STRING = pa.dictionary(pa.int32(), pa.string())
 
 SCHEMA_VERSION = 1
@@ -34,7 +20,7 @@ NO_MODULE = -1
 NO_CALL = -1
 NO_SAMPLE = -1
 CPU_STREAM = -1
-NOT_IN_GRAPH = 0  # graph_id / graph_node_id of a kernel not launched by a CUDA graph
+NOT_IN_GRAPH = 0  # graph_id / graph_node_id of a kernel not launched by a CUDA graph (CUPTI's convention)
 NO_SITE = -1  # site_id of a kernel that no compiled-kernel site claimed
 
 # how an activity row got its module, functional call and op (the ``attribution`` column)
@@ -68,8 +54,7 @@ def looks_like_inductor(name: str | None) -> bool:
 
 
 # -- correlation ids: one CUPTI external-correlation kind carries op ids and scope contexts ----------------
-# op ids are pushed as themselves, scope contexts (module forwards, functional calls) as SCOPE_BASE + id,
-# so CUPTI tags each launch with the innermost of them (tracing pushes, collection splits them apart)
+# op ids are pushed as themselves, scope contexts as SCOPE_BASE + id, so CUPTI tags each launch with the innermost
 SCOPE_BASE = 1 << 62
 NO_CORRELATION = -1  # a correlation kind of -1: the activity source takes no ids (the CPU source)
 
@@ -92,10 +77,8 @@ CORRELATION = pa.schema([("correlation_id", pa.int64()), ("op_id", pa.int64())])
 # launches made outside any aten op (Triton, CUDA graph replays, raw driver calls) still carry the
 # scope they ran in: the innermost module forward or functional call, as a context id
 SCOPE_CORRELATION = pa.schema([("correlation_id", pa.int64()), ("context_id", pa.int64())])
-# CUDA graph nodes seen while graphs were built (provenance/graphs.py): a node created during a
-# stream capture with the external correlation id on top of the capturing thread's stack (the op
-# or scope the launch ran in; -1: none), or a node cloned from an original when a graph was
-# instantiated (the ids kernel records carry on replay are the clone's)
+# CUDA graph nodes seen while graphs were built (provenance/graphs.py): created during a stream capture
+# under the capturing thread's top external id, or cloned at instantiation (replays carry the clone's ids)
 GRAPH_NODE_CREATED, GRAPH_NODE_CLONED = 0, 1
 NO_EXTERNAL_ID = -1
 GRAPH_NODES = pa.schema(
@@ -109,9 +92,8 @@ GRAPH_NODES = pa.schema(
         ("node_type", pa.int32()),  # CUgraphNodeType (0: kernel, 1: memcpy, 2: memset, ...)
     ]
 )
-# one row per CUDA runtime / driver API record CUPTI delivered: only the launch / copy / set
-# callback ids are enabled while we collect, so one row per kernel launch, copy or set call; the
-# launch and the kernels / copies / sets it started share ``correlation_id``
+# one row per launch, copy or set API call (only those callback ids are enabled), sharing
+# ``correlation_id`` with what it started
 LAUNCHES = pa.schema(
     [
         ("correlation_id", pa.int64()),
@@ -172,15 +154,11 @@ MODULE_CALLS = pa.schema(
     ]
 )
 
-# Compiled-kernel sites (provenance/inductor.py): one row per kernel launch site of an Inductor-compiled
-# graph (a Triton kernel call, or an extern kernel call such as ``extern_kernels.mm``), in the order the
-# compiled code runs them, and one row per functional call (or other FX source node) it was generated
-# from. ``key`` is what a launch is matched by: the kernel name (Triton), or the aten op that the
-# extern call dispatches (``aten::mm``). ``priority``: 0 compiled during this profile(), 1 compiled
-# during an earlier one (its modules are this hierarchy's objects), 2 compiled during an earlier one
-# for another instance of the same modules, whose graph Dynamo runs for this one. SITES, SITE_SOURCES and
-# CAPTURED_NODES keep plain strings: they are internal to the attribution (provenance/attribution.py), one row
-# per compiled call site or graph node, and read as DataFrames.
+# Compiled-kernel sites (provenance/inductor.py): one row per launch site of an Inductor-compiled graph
+# in run order, one per FX source it was generated from. ``key``: the Triton kernel name or the aten op an
+# extern call dispatches (``aten::mm``). ``priority``: 0 compiled during this profile(), 1 during an earlier
+# one for these modules, 2 during an earlier one for another instance of them. These three tables keep plain
+# strings: they are internal to the attribution and read as DataFrames.
 SITES = pa.schema(
     [
         ("site_id", pa.int64()),
@@ -239,9 +217,8 @@ ACTIVITY = pa.schema(
         ("attribution", STRING),  # one of ATTRIBUTIONS
     ]
 )
-# Every FX source (functional call or other node) an attributed compiled kernel was generated from:
-# rank 0 is the call the kernel is attributed to (provenance/attribution.py states the rule), the others follow,
-# latest in graph order first. One row per (synthesized call, kernel, source).
+# Every FX source an attributed compiled kernel was generated from, one row per (synthesized call, kernel,
+# source): rank 0 the call it is attributed to, then the others, latest in graph order first
 KERNEL_SOURCES = pa.schema(
     [
         ("call_id", pa.int64()),  # the synthesized functional call in ``calls`` the kernel went to
@@ -257,9 +234,8 @@ KERNEL_SOURCES = pa.schema(
 
 # op times on the host clock, for the timeline (results.views.op_times)
 OP_TIMES = pa.schema([("op_id", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("thread", pa.int64())])
-# what a trace lays out (results.views.trace): the host spans that nest on each (rank, recorder
-# thread) track, ends no earlier than starts, ``rank`` null in an unmerged result; and per launch
-# record the recorder thread whose track it goes on and the op that claimed it (null: none)
+# what a trace lays out (results.views.trace): host spans nesting on each (rank, thread) track, ends no
+# earlier than starts, ``rank`` null unmerged; per launch, its recorder thread and claiming op (null: none)
 MODULE_SPANS = pa.schema(
     [
         ("module_id", pa.int64()),
@@ -299,14 +275,12 @@ OP_SPANS = pa.schema(
 LAUNCH_THREADS = pa.schema([("thread", pa.int64()), ("op_id", pa.int64())])
 
 # -- saved results (results/persist.py) -------------------------------------------------------------------
-# a ProfileResult's tables
 RESULT_TABLES = ("activity", "ops", "calls", "modules", "module_calls", "launches", "kernel_sources")
 # tables whose own ``rank`` column means something else (kernel_sources: the fusion rule's order):
 # merge() adds no RANK_COLUMN to them; their rows belong to the rank of their ``call_id``
 RANKED_BY_CALL = ("kernel_sources",)
 FUNCTION_DATA_TABLE = "function_data"  # function_data, saved as a table beside them
-# function_data as a table: one row per distinct sample, the sample as JSON (results/values.py); it is
-# turned into ``function_data`` on load, so its strings stay plain
+# one row per distinct sample, as JSON; turned into ``function_data`` on load, so its strings stay plain
 FUNCTION_DATA = pa.schema(
     [
         ("function_name", pa.string()),
@@ -437,8 +411,7 @@ def seconds_key(phase: str) -> str:
 
 
 # -- several GPUs and several ranks (torch.distributed) ----------------------------------------------
-# Written into ``result.metadata`` by the capture when a torch.distributed process group is
-# initialised (one result per rank); absent otherwise.
+# written when a torch.distributed process group is initialised; absent otherwise
 RANK_KEY = "rank"  # this process's rank in the default process group
 WORLD_SIZE_KEY = "world_size"
 HOST_KEY = "host"  # socket.gethostname() of the rank's machine
@@ -484,8 +457,7 @@ COLLECTIVE_COLUMNS = [
 ]
 
 
-# -- what each column means: unit and sentinel, written as Arrow field metadata into saved results --
-# column name -> (unit, sentinel); "" where none applies. Names mean the same in every table.
+# -- column name -> (unit, sentinel), "" where none; saved as Arrow field metadata; same in every table --
 COLUMN_UNITS: dict[str, tuple[str, str]] = {
     "correlation_id": ("", "CUPTI correlation id (the CPU source numbers its ops)"),
     "kernel": ("", "kernel name; 'cpu::<op>' for the CPU source"),

@@ -1,9 +1,6 @@
-"""Results: the finished run as an immutable ``ProfileResult`` of Arrow tables, its views and its persistence.
-
-:mod:`.profile_result` holds the result, :mod:`.views` every analysis of it, :mod:`.persist` saving
-and loading (with :mod:`.atomic` and the sample codec :mod:`.values`). Importing this package,
-loading a saved result, describing and comparing need no torch.
-"""
+"""Results: the finished run as an immutable ``ProfileResult`` of Arrow tables, its views and its
+persistence; importing, loading, describing and comparing need no torch (``docs/design.md``,
+"Layout")."""
 
 from .persist import ResultFormatError, save_result
 from .profile_result import ProfileResult

@@ -1,14 +1,5 @@
-"""Writing beside a path and putting it in place only when complete: a failed save changes nothing.
-
-A save writes into a staging file or directory next to its target (same file system, a hidden
-name that :func:`is_staging` recognises) and renames it onto the target once everything is
-written; on any failure, Ctrl-C included, the staging copy is removed and the target is as it was.
-A directory is swapped in one step where the OS can (Linux ``renameat2(RENAME_EXCHANGE)``),
-elsewhere by two renames. A target directory that is a mount point cannot be renamed: it is
-staged inside itself and its entries are replaced one by one (each file atomically, the manifest
-last), which still keeps the previous result when writing fails, though not when the process is
-killed mid-way.
-"""
+"""Writing beside a path and putting it in place only when complete, so a failed save changes
+nothing and a retry just works (``docs/design.md``, "Saving")."""
 
 from __future__ import annotations
 
@@ -30,18 +21,7 @@ _STAGING = re.compile(r"^\..+\.(saving|replaced)-[0-9a-f]{8}$")
 
 
 def is_staging(name: str) -> bool:
-    """Whether ``name`` is one of the staging names a save writes into (left only by a killed save).
-
-    Parameters
-    ----------
-    name:
-        A file or directory name.
-
-    Returns
-    -------
-    bool
-        True for ``.<target>.saving-<hex>`` and ``.<target>.replaced-<hex>``.
-    """
+    """Whether ``name`` is a staging name a save writes into (left only by a killed save)."""
     return _STAGING.match(name) is not None
 
 
@@ -61,18 +41,7 @@ def _new_directory(beside: Path, within: Path) -> Path:
 
 @contextmanager
 def replacing_file(target: Path) -> Iterator[Path]:
-    """A path beside ``target`` to write; it replaces ``target`` when the block completes.
-
-    Parameters
-    ----------
-    target:
-        The file to write (its folder must exist).
-
-    Returns
-    -------
-    Iterator[pathlib.Path]
-        The staging path (not yet created). On any exception it is removed and ``target`` is untouched.
-    """
+    """A path beside ``target`` (not yet created) that replaces it when the block completes."""
     staging = _sibling(target, "saving")
     try:
         yield staging
@@ -86,25 +55,12 @@ def replacing_file(target: Path) -> Iterator[Path]:
 def replacing_directory(target: Path, owned: Collection[str], marker: str) -> Iterator[Path]:
     """A new directory beside ``target`` to fill; it takes ``target``'s place when the block completes.
 
-    Parameters
-    ----------
-    target:
-        The directory to write (new, empty, or holding a previous save; a symlink is followed).
-    owned:
-        The names in ``target`` that the save replaces (the previous result's files). Every other
-        entry of ``target`` is kept: it is moved into the new directory.
-    marker:
-        The entry that makes the directory a complete save (the manifest): put in place last.
-
-    Returns
-    -------
-    Iterator[pathlib.Path]
-        The staging directory. On any exception it is removed and ``target`` is untouched.
+    The ``owned`` entries of ``target`` are replaced, every other one kept; ``marker`` (the manifest)
+    is put in place last. A symlinked ``target`` is followed.
     """
     target = target.resolve() if target.is_symlink() else Path(os.path.abspath(target))  # "." and "a/.." named
     target.parent.mkdir(parents=True, exist_ok=True)
-    # a mount point cannot be renamed, and the working directory (or one holding it) must not be
-    # swapped from under the process: both are staged inside themselves and their files replaced
+    # a mount point cannot be renamed, nor the working directory swapped away: staged inside themselves
     cwd = Path(os.getcwd())
     in_place = target.is_dir() and (os.path.ismount(target) or cwd == target or target in cwd.parents)
     staging = _new_directory(target, target if in_place else target.parent)

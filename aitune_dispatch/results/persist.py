@@ -1,55 +1,11 @@
-"""Saving and loading a result: Parquet tables and a manifest, readable anywhere without torch or a GPU.
+"""Saving and loading a result as Parquet tables and a manifest, readable without torch or a GPU.
 
-:func:`save_result` turns a result into a :class:`Stored` (its tables, the manifest facts and, with
-``with_tensors``, the sample tensors) and writes it (:func:`write`). :func:`load_result` is the one
-load: it reads a path back (:func:`read`), fills in what results saved before a column or table
-existed lack, and builds the result, or merges a directory of per-rank results
-(:func:`rank_result_paths`). It is given the result's class (``ProfileResult.load`` passes its own;
-``aitune_dispatch.load`` is that method), as this module sits below ``ProfileResult``, whose
-``save`` and ``load`` call it. Two layouts, picked by the path:
-
-* **directory** (any path not ending in ``.parquet``)::
-
-      DIR/manifest.json          format, schema_version, source, warnings, metadata, table schemas
-      DIR/<table>.parquet        activity, ops, calls, modules, module_calls, launches, kernel_sources,
-                                 function_data
-      DIR/tensors.pt             only with ``with_tensors=True``: torch.save of the sample tensors
-
-* **single file** (``*.parquet``): one Parquet file holding every table. Its columns are a
-  ``table`` discriminator plus ``<table>.<column>`` for every column of every table; each table's
-  rows sit in their own row groups with the other tables' columns null. The manifest is the file's
-  key-value metadata under ``aitune_dispatch.manifest``. With ``with_tensors=True`` the torch.save
-  bytes are one row of the ``tensors`` table (column ``tensors.torch_save``; a value is limited to
-  2 GiB, use the directory layout for more). One table back by hand (here ``calls``), integers
-  kept as integers (the other tables' rows make its columns nullable; a regex, since
-  ``like="calls."`` would also take ``module_calls.*``)::
+:func:`save_result` writes a directory or one ``*.parquet`` file atomically; :func:`load_result`,
+the one load, fills in what older saves lack and merges a directory of per-rank results. It takes
+the result's class because this module sits below ``ProfileResult`` (``docs/design.md``, "Saving").
+One table of a ``*.parquet`` file read back by hand, integers kept as integers::
 
       pd.read_parquet(f, filters=[("table", "==", "calls")], dtype_backend="numpy_nullable").filter(regex="^calls[.]")
-
-In both layouts every column carries Arrow field metadata ``unit`` (``ns``, ``us``, ...) and
-``sentinel`` (what ``-1`` or null means: ``schema.COLUMN_UNITS``), and string columns are stored
-dictionary-encoded (pandas reads them as categoricals), as they are in memory (``schema.STRING``);
-loading restores the in-memory schema, string columns dictionary-encoded, also for results saved
-when they were plain strings in memory.
-
-Results saved before the ``launches`` or ``kernel_sources`` tables existed load with empty ones
-(:data:`ADDED_TABLES`), before activity's graph and attribution columns with their documented values
-(:data:`ADDED_COLUMNS`), and with ``op_tracer`` only as ``tracer`` (:data:`RENAMED_METADATA`).
-``calls.sample`` links each functional call to its ``sample_index`` (results saved before that
-column existed load with ``sample = -1`` and ``metadata["call_samples"]`` saying so).
-``function_data`` is a table of ``function_name, sample_index, count, sample_json``
-(``schema.FUNCTION_DATA``; the codec is :mod:`.values`: tensors become ``TensorMeta``, other
-objects ``OpaqueValue``). ``schema.SCHEMA_VERSION`` is in the manifest; a newer version is refused.
-A loaded result has no ``module_objects`` (``profiling_df()["module"]`` is None) and, unless loaded
-with ``with_tensors=True``, TensorMeta in place of tensors. Saving and loading never import torch
-except to write or read ``with_tensors`` data.
-
-A save writes beside its path and puts the result there only when it is complete (:mod:`.atomic`):
-one that fails (a full disk, Ctrl-C) raises ``OSError`` with the OS's ``errno`` and a message naming
-the cause, leaves the previous result as it was and nothing else behind, so a retry just works.
-Re-saving into a directory replaces the previous result's files and keeps any others. Loading a
-damaged or foreign file raises :class:`ResultFormatError` (a ValueError) naming the file, what is
-wrong with it and what to do.
 """
 
 from __future__ import annotations
@@ -133,20 +89,7 @@ class TensorsNotSavedError(ResultFormatError):
 
 
 def format_error(path: Path, problem: str) -> ResultFormatError:
-    """The error for a damaged or foreign saved result: the file, what is wrong with it, what to do.
-
-    Parameters
-    ----------
-    path:
-        The file (or directory) at fault.
-    problem:
-        What is wrong with it, as a predicate of the path ("is missing", "lacks the columns ...").
-
-    Returns
-    -------
-    ResultFormatError
-        To raise.
-    """
+    """The error for a damaged or foreign result; ``problem`` is a predicate of ``path`` ("is missing")."""
     return ResultFormatError(
         f"{path} {problem}. It is damaged (a save or a copy that did not finish?) or was not written by "
         "aitune_dispatch: save the result again, or load a path that ProfileResult.save() wrote"
@@ -155,18 +98,8 @@ def format_error(path: Path, problem: str) -> ResultFormatError:
 
 @dataclass(frozen=True)
 class Stored:
-    """What is kept: named tables, the facts the manifest carries, and optionally the sample tensors.
-
-    Attributes
-    ----------
-    tables:
-        ``name -> table`` in saving order (``activity, ops, ...``, then ``function_data``).
-    facts:
-        JSON-able facts kept in the manifest (a result's ``source``, ``dropped_records``,
-        ``warnings`` and ``metadata``); :func:`read` returns the whole manifest here.
-    tensors:
-        The sample tensors to ``torch.save`` (``with_tensors``), or None.
-    """
+    """What is kept: tables by name in saving order, the manifest's JSON facts (:func:`read` returns
+    the whole manifest there), and the sample tensors or None."""
 
     tables: dict[str, pa.Table]
     facts: dict[str, Any] = field(default_factory=dict)
@@ -176,7 +109,7 @@ class Stored:
 # -- writing and reading files ------------------------------------------------------------------------
 # A save touches the disk only through _create, _torch_save and _free_bytes (tests give it a full disk there).
 def _create(path: Path) -> BinaryIO:
-    """A new file to write (Parquet and the manifest go through Python files: the OS error comes back as is)."""
+    """A new file to write, through Python so that the OS error comes back as is."""
     return open(path, "xb")  # noqa: SIM115 (closed by _write)
 
 
@@ -202,7 +135,7 @@ def _write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 
 def _write_tensors(tensors: list[Any], path: Path) -> None:
-    """``torch.save`` into ``path`` (by name, so that the file's bytes are those torch writes for a path)."""
+    """``torch.save`` into ``path`` by name (``docs/design.md``, "Saving")."""
     try:
         _torch_save(tensors, path)
     except RuntimeError as error:
@@ -289,12 +222,9 @@ def _in_memory(table_schema: pa.Schema) -> pa.Schema:
 
 
 def _restore(table: pa.Table, table_schema: pa.Schema, name: str, rows: int, path: Path) -> pa.Table:
-    """The table read back, in the schema it was saved from, with string columns dictionary-encoded.
+    """The table read back in its saved schema, string columns brought to one dictionary each.
 
-    Results saved before strings were dictionary-encoded in memory name ``string`` columns in their
-    manifest: they load encoded too. Row groups read back as chunks with dictionaries of their own,
-    so the columns are brought to one dictionary each. A table whose columns or rows are not those
-    the manifest records is a ResultFormatError naming ``path``.
+    A table whose columns or rows differ from the manifest's is a ResultFormatError naming ``path``.
     """
     target = _in_memory(table_schema)
     try:
@@ -550,18 +480,14 @@ def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
 
 
 def write(stored: Stored, path: PathLike) -> Path:
-    """Write ``stored`` (layouts in the module docstring) beside ``path``, and put it there when complete.
-
-    A save that fails (a full disk, Ctrl-C) leaves what was at ``path`` as it was and nothing else
-    behind, so that the same save can be tried again (:mod:`.atomic`).
+    """Write ``stored`` beside ``path`` and put it there when complete (``docs/design.md``, "Saving").
 
     Parameters
     ----------
     stored:
         The tables, manifest facts and optional tensors.
     path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save, which
-        is replaced; files of others in it are kept).
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
 
     Returns
     -------
@@ -571,8 +497,7 @@ def write(stored: Stored, path: PathLike) -> Path:
     Raises
     ------
     OSError
-        The disk refused (``errno`` as the OS gave it, e.g. ``ENOSPC``); the message names the cause,
-        the file being written and that the previous result is unchanged.
+        The disk refused, ``errno`` as the OS gave it; the previous result is unchanged.
     """
     target = Path(path)
     check, writer = (_check_file, _save_file) if _is_file_layout(target) else (_check_directory, _save_directory)
@@ -605,9 +530,8 @@ def read(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     Raises
     ------
     FileNotFoundError, ResultFormatError
-        Nothing saved at ``path``; a damaged or foreign file, or one saved by a newer version (the
-        message names the file, what is wrong and what to do). ``TensorsNotSavedError`` (a
-        ResultFormatError): ``with_tensors`` for a save without tensors.
+        Nothing saved at ``path``; a damaged or foreign file, or one saved by a newer version;
+        ``TensorsNotSavedError``: ``with_tensors`` for a save without tensors.
     """
     source = Path(path)
     if source.is_dir():
@@ -645,22 +569,7 @@ def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
 
 
 def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
-    """``table`` (the ``name`` table of a result saved before some columns existed) in ``target``'s columns.
-
-    Parameters
-    ----------
-    table:
-        The table as saved.
-    name:
-        Its name in the result (``"activity"``); :data:`ADDED_COLUMNS` gives the values of its new columns.
-    target:
-        The schema it has today.
-
-    Returns
-    -------
-    pyarrow.Table
-        ``table`` with every missing column of ``target`` filled with its documented value, in ``target``'s order.
-    """
+    """Saved table ``name`` in ``target``'s columns, a missing one filled from :data:`ADDED_COLUMNS`."""
     fills = ADDED_COLUMNS.get(name, {})
     for column in target:
         if column.name in table.column_names:
@@ -752,7 +661,6 @@ def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Resul
         function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
     except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
         raise format_error(path, f"holds samples (table function_data) that cannot be decoded ({error!r})") from error
-    # activity columns added later (ADDED_COLUMNS) read as documented in results saved before them
     tables["activity"] = with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
     metadata = _metadata(manifest["metadata"])
     if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
@@ -770,7 +678,7 @@ def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Resul
 
 
 def save_result(result: RankedResult, path: PathLike, *, with_tensors: bool = False) -> Path:
-    """Write ``result`` as Parquet (layouts in the module docstring); ``ProfileResult.save`` is this.
+    """Write ``result`` as Parquet; ``ProfileResult.save`` is this.
 
     Parameters
     ----------
@@ -779,7 +687,7 @@ def save_result(result: RankedResult, path: PathLike, *, with_tensors: bool = Fa
     path:
         ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
     with_tensors:
-        Also keep the sample tensors (torch.save); otherwise samples keep tensor metadata only.
+        Also keep the sample tensors; otherwise samples keep tensor metadata only.
 
     Returns
     -------
@@ -801,8 +709,7 @@ def load_result(
     result_type:
         The class to build (``ProfileResult``; its ``load`` passes itself).
     path:
-        A ``.parquet`` file or a directory written by :func:`save_result`; or a directory holding
-        several of them (one per rank, any names: :func:`rank_result_paths`), loaded and merged.
+        What :func:`save_result` wrote, or a directory of per-rank saves (:func:`rank_result_paths`).
     with_tensors:
         Restore the saved sample tensors (needs torch and a save with ``with_tensors=True``).
     map_location:
@@ -811,14 +718,12 @@ def load_result(
     Returns
     -------
     ProfileResult
-        The result (a merged one when ``path`` holds per-rank results), with no ``module_objects``
-        and, unless ``with_tensors``, TensorMeta in the samples.
+        With no ``module_objects`` and, unless ``with_tensors``, TensorMeta in the samples.
 
     Raises
     ------
     FileNotFoundError, ResultFormatError
-        No saved result at ``path`` nor inside it; a damaged or foreign one, or one saved by a newer
-        version (the message names the file, what is wrong and what to do).
+        No saved result at ``path`` nor inside it; a damaged or foreign one, or a newer version's.
     """
     folder = Path(path)
     if folder.is_dir() and not (folder / MANIFEST_FILE).exists():
@@ -843,7 +748,7 @@ def _natural(path: Path) -> list[Any]:
 
 
 def rank_result_paths(directory: str | Path) -> list[Path]:
-    """The saved results directly inside ``directory``: sub-folders holding a manifest, saved ``*.parquet`` files.
+    """The saved results directly inside ``directory``: folders holding a manifest, saved ``*.parquet`` files.
 
     Parameters
     ----------

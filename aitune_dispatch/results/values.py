@@ -1,10 +1,6 @@
-"""The sample codec: sample values as JSON (tensors as :class:`TensorMeta`), and ``function_data`` as a table.
-
-A saved sample keeps its structure: tuples, dicts and non-finite floats are tagged, tensors
-become :class:`TensorMeta` (shape, dtype, stride, device, layout, element size; the tensors
-themselves only with ``with_tensors``), and any other object keeps its repr as
-:class:`OpaqueValue`. Pure Python; torch is never imported (a tensor can only exist once it is).
-"""
+"""The sample codec: sample values as strict JSON that keeps their structure, tensors as
+:class:`TensorMeta` and other objects as :class:`OpaqueValue`, and ``function_data`` as a table;
+pure Python, never importing torch (``docs/design.md``, "Saving")."""
 
 from __future__ import annotations
 
@@ -24,9 +20,7 @@ from ..tensors import nested_parts, nested_shape, tensor_shape, tensor_strides
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """A saved tensor's metadata, no data: ``numel()`` and ``element_size()`` as a tensor has.
-
-    Samples of a result loaded without its tensors hold these in place of tensors.
+    """A saved tensor's metadata without its data, in the samples of a result loaded without tensors.
 
     Attributes
     ----------
@@ -35,17 +29,16 @@ class TensorMeta:
     dtype:
         The dtype's name without ``torch.``: ``"float32"``.
     stride:
-        The strides in elements; None where the tensor has none (a sparse tensor).
+        In elements; None where the tensor has none (a sparse tensor).
     device:
         ``str(tensor.device)``: ``"cuda:0"``, ``"cpu"``.
     layout:
-        The layout's name without ``torch.``: ``"strided"``.
+        Its name without ``torch.``: ``"strided"``.
     itemsize:
         Bytes per element.
     parts:
-        A nested tensor's part shapes (its ``shape`` is then ``(parts, *sizes)`` with
-        ``tensors.RAGGED`` where they differ, and ``layout`` is ``"nested"`` or ``"jagged"``); None
-        for any other tensor.
+        A nested tensor's part shapes (``shape`` is then ``(parts, *sizes)``, ``tensors.RAGGED``
+        where they differ); None for any other tensor.
     """
 
     shape: tuple[int, ...]
@@ -68,7 +61,6 @@ class TensorMeta:
         Returns
         -------
         TensorMeta
-            Its shape, dtype, strides, device, layout and element size.
         """
         if isinstance(tensor, TensorMeta):
             return tensor
@@ -91,12 +83,11 @@ class TensorMeta:
         return len(self.shape)
 
     def numel(self) -> int:
-        """Number of elements, as ``torch.Tensor.numel()``.
+        """Number of elements, as ``torch.Tensor.numel()`` (a nested tensor's summed over its parts).
 
         Returns
         -------
         int
-            The product of ``shape`` (1 for a scalar); a nested tensor's, summed over its parts.
         """
         if self.parts is not None:
             return sum(math.prod(part) for part in self.parts)
@@ -108,7 +99,6 @@ class TensorMeta:
         Returns
         -------
         int
-            ``itemsize``.
         """
         return self.itemsize
 
@@ -173,20 +163,7 @@ def _tensor_json(value: Any, tensors: list[Any] | None) -> dict[str, Any]:
 
 
 def encode_value(value: Any, tensors: list[Any] | None = None) -> Any:
-    """A JSON-able form of a sample value; tensors are appended to ``tensors`` when it is a list.
-
-    Parameters
-    ----------
-    value:
-        A sample value: tensors, numbers, strings, None, tuples, lists, dicts, anything else.
-    tensors:
-        Where the tensors go when they are kept (``with_tensors``); None keeps metadata only.
-
-    Returns
-    -------
-    Any
-        Strict JSON values (no NaN tokens); :func:`decode_value` inverts it.
-    """
+    """A strict-JSON form of a sample value; tensors are appended to ``tensors`` unless it is None."""
     if value is None or type(value) in (bool, int, str):
         return value
     if type(value) is float:
@@ -218,20 +195,7 @@ def _decode_tensor(entry: dict[str, Any], tensors: list[Any] | None) -> Any:
 
 
 def decode_value(value: Any, tensors: list[Any] | None = None) -> Any:
-    """The inverse of :func:`encode_value`.
-
-    Parameters
-    ----------
-    value:
-        What :func:`encode_value` returned (after a JSON round trip).
-    tensors:
-        The saved tensors, by index; None gives TensorMeta in their place.
-
-    Returns
-    -------
-    Any
-        The sample value.
-    """
+    """The inverse of :func:`encode_value`; ``tensors=None`` gives TensorMeta in the tensors' place."""
     if isinstance(value, list):
         return [decode_value(item, tensors) for item in value]
     if not isinstance(value, dict):
@@ -248,20 +212,7 @@ def decode_value(value: Any, tensors: list[Any] | None = None) -> Any:
 
 
 def function_data_table(function_data: FunctionData, tensors: list[Any] | None = None) -> pa.Table:
-    """``function_data`` as a table of schema ``schema.FUNCTION_DATA``: one row per distinct sample.
-
-    Parameters
-    ----------
-    function_data:
-        ``name -> [(count, (args, kwargs)), ...]``.
-    tensors:
-        Where the samples' tensors go when they are kept; None keeps metadata only.
-
-    Returns
-    -------
-    pyarrow.Table
-        ``function_name, sample_index, count, sample_json``, in order of first appearance.
-    """
+    """``function_data`` as a ``schema.FUNCTION_DATA`` table, one row per distinct sample in order."""
     rows: dict[str, list[Any]] = {name: [] for name in schema.FUNCTION_DATA.names}
     for name, entries in function_data.items():
         for index, (count, sample) in enumerate(entries):
@@ -273,20 +224,7 @@ def function_data_table(function_data: FunctionData, tensors: list[Any] | None =
 
 
 def function_data_from_table(table: pa.Table, tensors: list[Any] | None = None) -> FunctionData:
-    """The inverse of :func:`function_data_table`.
-
-    Parameters
-    ----------
-    table:
-        A table of schema ``schema.FUNCTION_DATA``.
-    tensors:
-        The saved tensors, by index; None gives TensorMeta in their place.
-
-    Returns
-    -------
-    dict
-        ``name -> [(count, (args, kwargs)), ...]``.
-    """
+    """The inverse of :func:`function_data_table`."""
     data: FunctionData = {}
     for name, count, text in zip(*(table[c].to_pylist() for c in ("function_name", "count", "sample_json"))):
         data.setdefault(name, []).append((count, decode_value(json.loads(text), tensors)))
@@ -294,18 +232,7 @@ def function_data_from_table(table: pa.Table, tensors: list[Any] | None = None) 
 
 
 def check_tensors_savable(function_data: FunctionData) -> None:
-    """Raise ValueError when the samples hold TensorMeta only, so there are no tensors to save.
-
-    Parameters
-    ----------
-    function_data:
-        The samples a save with ``with_tensors=True`` would keep.
-
-    Returns
-    -------
-    None
-        When every tensor of the samples is a real tensor.
-    """
+    """Raise ValueError when the samples hold TensorMeta, so ``with_tensors=True`` has nothing to save."""
     for entries in function_data.values():
         for _, sample in entries:
             if any(isinstance(t, TensorMeta) for t in iter_tensor_likes(sample)):

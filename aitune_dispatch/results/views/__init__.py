@@ -1,12 +1,7 @@
-"""The views: every pure analysis of a finished result, which ``ProfileResult`` and every renderer use.
-
-Pure pandas / Arrow over a result's tables (no torch, no rendering, no files), one concern per
-module (accounting, the spec's summary, samples, splits, comparison, ranks, modules, kernels,
-reasons, timeline, clock, trace). They read a result by its fields
-(:class:`~.accounting.ResultTables`), never importing ``ProfileResult``, which imports them. Every
-share is over **all** kernel time of the run, attributed or not, so the shares of one view add up to
-100 % and agree with every other view; the tables' columns are in ``schema``.
-"""
+"""The views: every pure analysis of a finished result, one concern per module, used by
+``ProfileResult`` and every renderer. They read a result by its fields and never import
+``ProfileResult``, which imports them; every share is over all kernel time of the run, so the views
+add up to 100 % and agree (``docs/design.md``, "Layout")."""
 
 from ...schema import KERNEL_COLUMNS, MODULE_COLUMNS, UNATTRIBUTED_COLUMNS
 from .accounting import (

@@ -1,10 +1,6 @@
-"""Where the kernel time went: attributed or not, in total, per activity kind, and the headline.
-
-The spec reports a kernel when a profiled module *and* a functional call enclose it
-(:func:`attributed_mask`); everything else is still recorded and counted here. Every share is over
-all kernel time (:func:`total_us`). Pure Arrow over any object with the result's tables
-(:class:`ResultTables`), so a live and a loaded ``ProfileResult`` read the same.
-"""
+"""Where the kernel time went: attributed or not, in total, per kind, and the headline, in pure
+Arrow over any object with the result's tables, so every share is over all kernel time and a live
+and a loaded result read the same (``docs/design.md``, "Layout")."""
 
 from __future__ import annotations
 
@@ -25,12 +21,12 @@ UNATTRIBUTED = "(not attributed)"
 
 
 class ResultTables(Protocol):
-    """What the views read of a result (``ProfileResult`` has it all), read-only.
+    """What the views read of a result, read-only.
 
     Attributes
     ----------
     activity, ops, calls, modules, module_calls:
-        The result's Arrow tables (``schema.ACTIVITY``, ``OPS``, ``CALLS``, ``MODULES``, ``MODULE_CALLS``).
+        The result's Arrow tables (``schema.ACTIVITY``, ``OPS``, ...).
     """
 
     @property
@@ -64,7 +60,7 @@ def attributed_mask(activity: pa.Table) -> pa.ChunkedArray:
     Parameters
     ----------
     activity:
-        A joined activity table (schema ``ACTIVITY``).
+        A joined activity table.
 
     Returns
     -------
@@ -80,12 +76,12 @@ def attributed(activity: pa.Table) -> pa.Table:
     Parameters
     ----------
     activity:
-        A joined activity table (schema ``ACTIVITY``).
+        A joined activity table.
 
     Returns
     -------
     pyarrow.Table
-        Its rows with ``module_id >= 0`` and ``call_id >= 0``: those ``profiling_df`` reports.
+        The rows ``profiling_df`` reports.
     """
     return activity.filter(attributed_mask(activity))
 
@@ -96,12 +92,12 @@ def unattributed(activity: pa.Table) -> pa.Table:
     Parameters
     ----------
     activity:
-        A joined activity table (schema ``ACTIVITY``).
+        A joined activity table.
 
     Returns
     -------
     pyarrow.Table
-        Its rows outside the profiled hierarchy or outside any functional call.
+        Its rows outside the hierarchy or outside any functional call.
     """
     return activity.filter(pc.invert(attributed_mask(activity)))
 
@@ -112,7 +108,7 @@ def total_us(activity: pa.Table) -> float:
     Parameters
     ----------
     activity:
-        An activity table (schema ``ACTIVITY``).
+        An activity table.
 
     Returns
     -------
@@ -128,12 +124,12 @@ def attributed_us(activity: pa.Table) -> float:
     Parameters
     ----------
     activity:
-        A joined activity table (schema ``ACTIVITY``).
+        A joined activity table.
 
     Returns
     -------
     float
-        The ``kernel_us`` of :func:`attributed`'s rows, µs.
+        µs.
     """
     return total_us(attributed(activity))
 
@@ -144,12 +140,12 @@ def coverage(activity: pa.Table) -> float:
     Parameters
     ----------
     activity:
-        A joined activity table (schema ``ACTIVITY``).
+        A joined activity table.
 
     Returns
     -------
     float
-        :func:`attributed_us` / :func:`total_us`, 0 to 1; NaN when nothing ran.
+        0 to 1; NaN when nothing ran.
     """
     total = total_us(activity)
     return attributed_us(activity) / total if total > 0 else math.nan
@@ -161,7 +157,7 @@ def activity_kinds(result: ResultTables) -> dict[str, int]:
     Parameters
     ----------
     result:
-        A result (:class:`ResultTables`).
+        A result.
 
     Returns
     -------
@@ -192,8 +188,8 @@ def bar_rows(
     Returns
     -------
     list[dict]
-        ``{name, us, pct, unattributed}`` per bar; ``pct`` is over all kernel time, and the last bar
-        (``UNATTRIBUTED``) holds what no module-scoped functional call encloses.
+        ``{name, us, pct, unattributed}`` per bar, ``pct`` over all kernel time; the last bar
+        (``UNATTRIBUTED``) holds the rest.
     """
     bars = [
         {
@@ -212,12 +208,12 @@ def bar_rows(
 
 @dataclass(frozen=True)
 class Headline:
-    """The run in a few numbers: what a notebook cell or a summary line shows first.
+    """The run in a few numbers, shown first by a notebook cell or a summary line.
 
     Attributes
     ----------
     source, device:
-        The activity source (``cupti/native``, ``cpu``, ...) and ``metadata["device"]`` ("" if unknown).
+        The activity source and ``metadata["device"]`` ("" if unknown).
     activity_rows, attributed_rows, kernels:
         Activity rows, those ``profiling_df()`` reports, and distinct kernel names.
     total_us, attributed_us, coverage:
@@ -251,14 +247,13 @@ def headline(result: ResultTables, top: int = 3) -> Headline:
     Parameters
     ----------
     result:
-        A finished (or loaded) result.
+        A finished or loaded result.
     top:
         How many functional calls ``top_functions`` names.
 
     Returns
     -------
     Headline
-        Counts, times, coverage and the top functional calls.
     """
     activity = result.activity
     kept = attributed(activity)

@@ -1,8 +1,6 @@
-"""How far a result's device timestamps sit from its host timestamps (``docs/design.md``, "The clock").
-
-A renderer asks :func:`activity_minus_host_ns` and subtracts what it says, never estimating anything
-itself; it answers for any result, hand-made ones and those that carry no recorded offset included.
-"""
+"""How far a result's device timestamps sit from its host timestamps, answered for any result
+(hand-made and offset-less ones too) so a renderer subtracts it and never estimates
+(``docs/design.md``, "The clock")."""
 
 from __future__ import annotations
 

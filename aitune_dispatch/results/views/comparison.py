@@ -1,10 +1,6 @@
-"""``compare(a, b)``: kernel time per functional call and per kernel, before (a) and after (b).
-
-Pure pandas over the activity tables (no torch), so two saved results compare anywhere. Every
-activity row counts, attributed or not: rows no functional call encloses are grouped under
-``function_name = None``, so each level's ``before_us`` / ``after_us`` sum to the results'
-``total_us``.
-"""
+"""``compare(a, b)``: kernel time per functional call and per kernel, before (a) and after (b), over
+every activity row (those outside any call under ``function_name = None``), so each level sums to
+the results' ``total_us`` and two saved results compare anywhere without torch."""
 
 from __future__ import annotations
 
@@ -67,11 +63,8 @@ def compare(a: ResultTables, b: ResultTables) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``schema.COMPARE_COLUMNS``: ``level`` (``function`` rows, then ``kernel`` rows),
-        ``function_name`` (None: no functional call), ``kernel`` (None on function rows),
-        ``before_us``, ``after_us``, ``delta_us`` (µs), ``ratio`` (after / before; NaN where before
-        is 0), ``before_count``, ``after_count``. Functions or kernels present on one side only
-        have 0 time and count on the other. Every activity row counts, attributed or not.
+        ``schema.COMPARE_COLUMNS``, ``function`` rows then ``kernel`` rows; what one side lacks has
+        0 time and count there.
 
     Raises
     ------

@@ -22,9 +22,8 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``KERNEL_COLUMNS``: one row per distinct kernel name launched by one op inside one
-        functional call of one layer pattern (``blocks.*.qkv`` covers ``blocks.0.qkv`` and
-        ``blocks.1.qkv``), attributed or not; ``share`` is over all kernel time.
+        ``KERNEL_COLUMNS``, one row per (kernel, op, functional call, layer pattern), attributed
+        or not.
     """
     frame = activity_frame(result)
     total = total_us(result.activity)

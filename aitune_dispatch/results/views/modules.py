@@ -1,9 +1,5 @@
-"""The module hierarchy's views: layer patterns, labels, the module table and the module tree.
-
-Repeated layers are grouped by :func:`layer_pattern` (``encoder.layers.3.linear1`` ->
-``encoder.layers.*.linear1``). ``total_us`` of a module includes its descendants; ``self_us`` is
-what it launched directly. Pure pandas / Arrow, no torch, no rendering.
-"""
+"""The module hierarchy's views: layer patterns, labels, the module table and the module tree, with
+repeated layers grouped under one pattern so a deep model reads as its few kinds of layer."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ def layer_pattern(name: str) -> str:
     Returns
     -------
     str
-        ``encoder.layers.*.linear1``: repeated layers (``nn.ModuleList`` / ``nn.Sequential``
-        children) share one pattern.
+        ``encoder.layers.*.linear1``: repeated layers share one pattern.
     """
     return ".".join("*" if _INDEX.match(part) else part for part in name.split(".")) if name else name
 
@@ -84,12 +79,11 @@ def module_labels(result: ResultTables) -> dict[int, tuple[str, str]]:
     Parameters
     ----------
     result:
-        A result (:class:`ResultTables`).
+        A result.
 
     Returns
     -------
     dict of int to (str, str)
-        The full name (the root: ``<Type> (root)``) and class name of each module.
     """
     modules = result.modules.to_pydict()
     return {
@@ -127,9 +121,8 @@ def module_groups(result: ResultTables) -> dict[int, str]:
     Returns
     -------
     dict[int, str]
-        ``blocks.*.qkv`` for ``blocks.0.qkv`` and ``blocks.1.qkv`` (same pattern, same type);
-        a module whose pattern no other module of its type shares keeps its own name
-        (``stem.0``), the root is ``<Type> (root)``.
+        ``blocks.*.qkv`` for ``blocks.0.qkv`` and ``blocks.1.qkv`` of one type; a module whose
+        pattern no other of its type shares keeps its name.
     """
     if result.modules.num_rows == 0:
         return {}
@@ -246,10 +239,9 @@ def module_table(result: ResultTables) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``MODULE_COLUMNS``, one row per (layer pattern, module type), parents before their
-        children and siblings largest first. ``total_us`` includes the submodules' kernels (so rows
-        nest rather than add up); ``self_us`` over all rows plus the time outside the hierarchy is
-        all kernel time. ``members`` lists the grouped instances.
+        ``MODULE_COLUMNS``, one row per (layer pattern, module type), parents first, siblings
+        largest first. ``total_us`` nests; ``self_us`` over all rows plus the time outside the
+        hierarchy is all kernel time.
     """
     if result.modules.num_rows == 0:
         return pd.DataFrame({c: pd.Series([], dtype=object) for c in MODULE_COLUMNS})
@@ -331,11 +323,10 @@ def module_tree(result: ResultTables) -> dict[str, Any]:
     Returns
     -------
     dict
-        Nested nodes ``{name, kind, total_us, children}``. A module node's ``name`` is its local
-        name (``qkv``; the root's is ``Type (root)``), ``path`` its qualified name. Each module's
-        children are its submodules, then one leaf per functional call made directly in it, then
-        ``(no functional call)`` for its own kernels outside any call. The top node
-        ``all activity`` also holds ``(outside profiled modules)``; its ``total_us`` is every kernel's.
+        Nested nodes ``{name, kind, total_us, children}`` (``name`` local, ``path`` qualified): a
+        module's submodules, then a leaf per functional call made directly in it, then
+        ``(no functional call)``. The top node ``all activity`` also holds
+        ``(outside profiled modules)``.
     """
     parts = _per_module_function(result.activity)
     nodes = _module_nodes(result, parts)

@@ -1,37 +1,6 @@
-"""Several ranks (torch.distributed): merge per-rank results into one, and the views across ranks.
-
-Each rank profiles its own pass and keeps (or saves) its own :class:`ProfileResult`, whose
-metadata names its ``rank``, ``world_size`` and ``host`` (:mod:`aitune_dispatch.schema`).
-:func:`merge` makes one result of them:
-
-* every table (activity, ops, calls, modules, module_calls, and any table a result gains later)
-  is the concatenation of the ranks' tables, in rank order, with a ``rank`` column appended; its
-  string columns stay dictionary-encoded, with one dictionary per column that unites the ranks';
-  ``kernel_sources``, whose own ``rank`` is the fusion rule's order (``schema.RANKED_BY_CALL``),
-  gets none: its rows belong to the rank of their ``call_id``;
-* ids stay unique: each rank's ``op_id``, ``module_id`` and ``call_id`` values (and the parent ids
-  that refer to them) are shifted by the sizes of the id ranges of the ranks before it, sentinels
-  (``-1``, null) kept; CUPTI ``correlation_id`` and ``thread`` stay as each rank recorded them (the
-  ``rank`` column tells them apart);
-* ``function_data`` holds every distinct sample once: samples of several ranks that are the same
-  sample (argument structure, tensor shape, dtype, stride, device, layout, other values) are one
-  entry whose count is the sum, and every call's ``sample`` index is remapped accordingly;
-* metadata keeps the keys on which every rank agrees, plus ``merged_ranks`` (``"0,1"``) and
-  ``rank_metadata`` (JSON: each rank's own source, dropped records and metadata); warnings are
-  prefixed ``rank <r>: ``.
-
-So every view of a single result works on a merged one (``describe()`` sums the ranks), and
-:func:`select_rank` gives one rank back. The views across ranks (an unmerged result counts as one
-rank, the one its metadata names) are :func:`rank_summary`, :func:`function_ranks`,
-:func:`collectives` and :func:`compare_ranks`: attributed or total kernel time in microseconds, as
-in the other views; collectives are the activity rows of a c10d / functional-collective op or of
-an ``nccl*`` kernel. ``aitune_dispatch.load`` reads a directory of per-rank results as their merge
-(:mod:`aitune_dispatch.results.persist`).
-
-Results are built with ``dataclasses.replace`` of a given result and typed by
-:class:`RankedResult`, what this module reads of one, so it never imports ``ProfileResult``
-(which imports it), not even for type checking. Pure Arrow / pandas: no torch.
-"""
+"""Several ranks (torch.distributed): :func:`merge` makes one result of per-rank results, so every
+single-result view works on it, and :func:`select_rank` and the views across ranks read it back, in
+pure Arrow / pandas (``docs/design.md``, "Ranks")."""
 
 from __future__ import annotations
 
@@ -56,11 +25,7 @@ from .samples import UNLINKED_KEY
 
 
 class RankedResult(ResultTables, Protocol):
-    """What this module reads of a ``ProfileResult`` (a frozen dataclass), read-only.
-
-    Its tables are read by name (``schema.RESULT_TABLES``); a result is rebuilt with
-    ``dataclasses.replace``, so whatever is passed in comes back as its own type.
-    """
+    """What this module reads of a ``ProfileResult``; ``dataclasses.replace`` returns its own type."""
 
     __dataclass_fields__: ClassVar[dict[str, Any]]
 
@@ -151,19 +116,7 @@ def _with_rank(table: pa.Table, rank: int) -> pa.Table:
 
 
 def sample_identity(value: Any) -> Any:
-    """A hashable key, equal for two sample values that are the same sample (live tensors or TensorMeta).
-
-    Parameters
-    ----------
-    value:
-        A sample, or a part of one: tensors (or saved tensor metadata) by shape, dtype, stride,
-        device and layout; tuples, lists and dicts element-wise; any other value by its repr.
-
-    Returns
-    -------
-    object
-        The key; a live tensor and the TensorMeta saved from it have the same key.
-    """
+    """A hashable key, equal for two sample values that are the same sample; a tensor's equals its TensorMeta's."""
     if is_tensor_like(value):
         return (
             "tensor",
@@ -286,22 +239,20 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
     results:
         One :class:`ProfileResult` per rank (fresh or loaded), in any order.
     ranks:
-        The rank of each result; None takes ``metadata["rank"]`` (written under an initialised
-        torch.distributed process group), or numbers results 0, 1, ... in the order given when
-        none names a rank (separate runs).
+        The rank of each result; None takes ``metadata["rank"]``, or numbers results 0, 1, ... in
+        the order given when none names a rank.
 
     Returns
     -------
     ProfileResult
-        The merge described in the module docstring, rows in rank order.
+        Rows in rank order (``docs/design.md``, "Ranks").
 
     Raises
     ------
     TypeError
         ``results`` is not a sequence of ProfileResults.
     ValueError
-        No results, a result that is itself a merge, two results of one rank, or results of which
-        only some name their rank (the message says what to pass).
+        No results, a result that is itself a merge, two results of one rank, or only some naming their rank.
     """
     if is_result(results) or not isinstance(results, Sequence):
         raise TypeError("merge() takes a list of ProfileResults, one per rank, e.g. merge([rank0, rank1])")
@@ -398,14 +349,13 @@ def select_rank(result: Result, rank: int) -> Result:
     Returns
     -------
     ProfileResult
-        That rank's rows of every table, without the ``rank`` column and with the merged (unique)
-        ids; its own source, metadata, dropped records and warnings; ``function_data`` holds the
-        samples its calls had, counted over its calls (empty where the calls carry no sample links).
+        That rank's rows, source, metadata and warnings, with the merged ids; ``function_data``
+        counted over its calls (empty where the calls carry no sample links).
 
     Raises
     ------
     ValueError
-        ``rank`` is not one of the result's ranks (the message lists them).
+        ``rank`` is not one of the result's ranks.
     """
     ranks = result_ranks(result)
     if rank not in ranks:
@@ -517,8 +467,7 @@ def rank_summary(result: RankedResult) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``schema.RANK_SUMMARY_COLUMNS``, ranks ascending; ``coverage`` is NaN for a rank
-        that recorded nothing.
+        ``schema.RANK_SUMMARY_COLUMNS``, ranks ascending.
     """
     frame = _activity_frame(result)
     hosts = _hosts(result)
@@ -555,10 +504,8 @@ def function_ranks(result: RankedResult) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``schema.RANK_FUNCTION_COLUMNS``, one row per function that launched attributed
-        kernels on any rank, largest ``max_us`` first. A rank where the function launched nothing
-        counts 0 µs (so ``min_us`` is 0 and ``ranks`` is below the rank count); ``imbalance`` is
-        ``max_us / mean_us``.
+        ``schema.RANK_FUNCTION_COLUMNS``, largest ``max_us`` first; a rank where the function
+        launched nothing counts 0 µs.
     """
     ranks = result_ranks(result)
     rows = attributed(result.activity)
@@ -600,9 +547,8 @@ def collectives(result: RankedResult) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``schema.COLLECTIVE_COLUMNS``, one row per (rank, module, op, kernel), ranks
-        ascending and the largest first within a rank. Collectives are rows whose op is a c10d or
-        functional-collective op, or whose kernel is an ``nccl*`` kernel.
+        ``schema.COLLECTIVE_COLUMNS``, one row per (rank, module, op, kernel), ranks ascending,
+        largest first within a rank.
     """
     activity = result.activity
     if activity.num_rows == 0:

@@ -1,12 +1,6 @@
-"""Per-sample kernel time: one row per (function, distinct input sample), from the calls' ``sample`` links.
-
-Pure pandas / Arrow, no torch: a loaded result is summarised anywhere. Every functional call row
-carries ``sample``, its index into ``function_data[function_name]`` (``schema.NO_SAMPLE`` where
-none was collected). A sample's ``kernel_us`` is the time of the kernels attributed to its calls,
-counted the way ``describe_results`` counts them (a kernel goes to the innermost functional call),
-so the ``kernel_us`` of a function's samples add up to its ``time_spent_us`` when every call of it
-was sampled.
-"""
+"""Per-sample kernel time: one row per (function, distinct input sample) from the calls' ``sample``
+links, counting kernels as ``describe_results`` does, so a fully sampled function's samples add up
+to its ``time_spent_us`` (``docs/design.md``, "Samples")."""
 
 from __future__ import annotations
 

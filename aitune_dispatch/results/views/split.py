@@ -1,19 +1,6 @@
-"""``describe(by="device" | "rank")``: the spec's summary once per GPU device or per rank.
-
-Each part is exactly ``describe_results`` of that part alone: its attributed kernels, and the
-samples of its calls. So ``time_spent_pct`` is a share of the part's own attributed kernel time
-(each part's shares add up to 100), and a result with one device gives ``describe()`` with a
-``device`` column in front.
-
-* **device**: kernels by their ``device`` column (``-1`` for the CPU source). A sample belongs to
-  the device of its first tensor (``cuda:1`` -> 1, ``cpu`` -> -1), so ``calls``,
-  ``num_distinct_samples`` and ``tensor_size_MB`` count the calls whose inputs were on that device
-  (a sample holding no tensor belongs to no device).
-* **rank**: :func:`~aitune_dispatch.results.views.ranks.select_rank` of every rank of a merged result.
-
-Pure pandas / Arrow, no torch. A result is read as a :class:`SplitResult` (this module does not
-import ``ProfileResult``, which imports it).
-"""
+"""``describe(by="device" | "rank")``: the spec's summary once per GPU device or per rank, each part
+exactly ``describe_results`` of that part alone, so its shares add up to 100 (``docs/design.md``,
+"Samples"). It reads a :class:`SplitResult`, never importing ``ProfileResult``, which imports it."""
 
 from __future__ import annotations
 

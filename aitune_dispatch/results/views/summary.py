@@ -1,10 +1,6 @@
-"""The spec's two frames: ``profiling_df`` (one row per attributed kernel) and ``describe_results``
-(one row per functional call, most expensive first).
-
-Pure pandas / Arrow; needs no torch, so a loaded result can be summarised anywhere. Sample tensors
-are read by duck typing (``numel()`` and ``element_size()``), which torch tensors and saved tensor
-metadata both provide.
-"""
+"""The spec's two frames, ``profiling_df`` and ``describe_results``, with no torch: sample tensors are
+read by ``numel()`` and ``element_size()``, which tensors and saved TensorMeta both have, so a loaded
+result is summarised anywhere."""
 
 from __future__ import annotations
 
@@ -37,9 +33,8 @@ _INFERRED_STRING = pd.Series(["a"]).dtype
 
 
 def _string_column(column: pa.ChunkedArray) -> Any:
-    """``column`` (dictionary-encoded) in the dtype pandas would infer from Python strings, built without
-    per-row Python work: pandas' Arrow strings from pandas 3 (one string per row, as pandas stores
-    them), else an object array sharing one Python string per distinct value (few, for kernel names)."""
+    """``column`` in the dtype pandas infers from Python strings, with no per-row Python work
+    (``docs/design.md``, "Strings in memory")."""
     if isinstance(_INFERRED_STRING, pd.StringDtype):
         return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
     return encoded.objects(column)
@@ -58,8 +53,7 @@ def profiling_frame(activity: pa.Table, module_objects: Sequence[Any]) -> pd.Dat
     Returns
     -------
     pandas.DataFrame
-        Columns ``PROFILING_COLUMNS``; string columns plain strings (the dtype pandas gives Python
-        strings), ``module`` the module object.
+        ``PROFILING_COLUMNS``, plain string columns, ``module`` the module object.
     """
     needed = ["module_name", "module_id", "call_id", "function_name", "op", "kernel", "kernel_us"]
     rows = attributed(activity.select(needed))  # only the columns the frame is built from
@@ -157,16 +151,13 @@ def describe_results(
     Returns
     -------
     pandas.DataFrame
-        Columns ``function_name, calls, num_distinct_samples, num_modules, time_spent_us (µs),
-        time_spent_pct, tensor_size_MB``; the share is over all functions (attributed kernel
-        time), not only the top_k; ``calls`` and ``num_distinct_samples`` are NaN for a function
-        whose samples were not collected (``function_names``).
+        ``SUMMARY_COLUMNS``; the share is over all attributed kernel time, not only the top_k;
+        ``calls`` and ``num_distinct_samples`` are NaN where samples were not collected.
 
     Raises
     ------
     TypeError, ValueError
-        An argument that is not what ``profile()`` returns (swapped arguments are named as such),
-        or a ``top_k`` that is not a non-negative integer.
+        An argument that is not what ``profile()`` returns, or a ``top_k`` below 0 or not an integer.
     """
     _check_arguments(profiling_df, function_data)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:

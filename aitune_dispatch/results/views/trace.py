@@ -1,12 +1,7 @@
-"""What a timeline trace lays out: the host spans that nest on each thread, and each launch's thread.
-
-The host side of a trace is three kinds of span on one track per (rank, recorder thread): module
-forwards enclose the functional calls they make, calls enclose their ops, all on the host clock,
-so they nest by time (:func:`module_spans`, :func:`call_spans`, :func:`op_spans`). A CUDA launch
-record names CUPTI's thread id, not the recorder's: :func:`launch_threads` gives it the thread of
-the op that claimed it, or the thread most claimed launches of that CUPTI thread ran on. Pure
-functions of a result's tables; ``reports/perfetto.py`` only lays them out.
-"""
+"""What a timeline trace lays out: module forwards, functional calls and ops as host-clock spans that
+nest by time on one track per (rank, recorder thread), and each CUDA launch record put on a recorder
+thread, since CUPTI names its own thread id (``docs/design.md``, "Threads"). ``reports/perfetto.py``
+only lays them out."""
 
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ def module_spans(result: ResultTables) -> pa.Table:
     Parameters
     ----------
     result:
-        A result (:class:`~.accounting.ResultTables`).
+        A result.
 
     Returns
     -------
@@ -68,7 +63,7 @@ def call_spans(result: ResultTables) -> pa.Table:
     Parameters
     ----------
     result:
-        A result (:class:`~.accounting.ResultTables`).
+        A result.
 
     Returns
     -------
@@ -107,7 +102,7 @@ def op_spans(result: ResultTables) -> pa.Table:
     Parameters
     ----------
     result:
-        A result (:class:`~.accounting.ResultTables`).
+        A result.
 
     Returns
     -------
