@@ -386,7 +386,7 @@ BENCHMARK_COLUMNS = [
 # -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------
 META_TORCH = "torch"  # torch.__version__ of the run
 META_DEVICE = "device"  # "cuda" or "cpu"
-META_OP_TRACER = "tracer"  # the tracing backend that ran (config.op_tracer): "native" or "python"
+META_TRACER = "tracer"  # the tracing backend that ran (config.op_tracer): "native" or "python"
 META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
 META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
 META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids

@@ -227,7 +227,7 @@ def replay_device(result: ProfileResult) -> str:
 
 
 def _replay_profiler(result: ProfileResult, device: str) -> ModuleFunctionKernelProfiler:
-    tracer = result.metadata.get(schema.META_OP_TRACER)
+    tracer = result.metadata.get(schema.META_TRACER)
     if tracer not in OP_TRACERS or (tracer == "native" and not native.available()):
         tracer = None  # the default one; CPU kernel names are op names, the same from both tracers
     return ModuleFunctionKernelProfiler(set(), device=device, op_tracer=tracer)

@@ -457,7 +457,7 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_CAPABILITY: ("compute capability", str),
     schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
     schema.META_TORCH: ("PyTorch", str),
-    schema.META_OP_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
+    schema.META_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
     schema.META_GPU_SMS: ("streaming multiprocessors", str),
     schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),

@@ -555,7 +555,7 @@ ADDED_COLUMNS: dict[str, dict[str, object]] = {
     },
 }
 # metadata keys results were saved under before they were renamed: old key -> today's
-RENAMED_METADATA = {"op_tracer": schema.META_OP_TRACER}
+RENAMED_METADATA = {"op_tracer": schema.META_TRACER}
 
 
 def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
