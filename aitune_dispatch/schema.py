@@ -131,8 +131,7 @@ CALLS = pa.schema(
         ("end_ns", pa.int64()),
         ("thread", pa.int64()),
         # index into ``function_data[function_name]`` of the call's distinct input sample; NO_SAMPLE
-        # where none was collected (a name outside ``function_names``, or a result saved before the
-        # column existed: loading fills it)
+        # where none was collected (a name outside ``function_names``)
         ("sample", pa.int64()),
     ]
 )
@@ -397,9 +396,6 @@ META_GPU_MEMORY = "gpu_memory_bytes"
 META_GPU_SMS = "gpu_sm_count"
 META_CLOCK_OFFSET = "activity_minus_host_ns"  # activity clock minus host clock, ns ("0": converted to host)
 META_TICKS_PER_NS = "activity_ticks_per_ns"  # the rate of the activity source's clock that was converted
-# calls carry no sample links (set on load for results saved before calls had a sample column)
-META_CALL_SAMPLES = "call_samples"
-CALL_SAMPLES_UNLINKED = "not recorded (saved before functional calls had a sample column)"
 
 # seconds spent in each phase of a recorded run: metadata "seconds_<phase>" (benchmarks read them)
 PHASES = ("warmup", "start", "pass", "flush", "decode", "join")

@@ -64,13 +64,9 @@ def h200_result():
 
 
 @pytest.fixture(scope="session")
-def h200_launches_result():
-    """The demo recorded on the H200 with launch records (tests/data/h200_demo_launches), once per session."""
-    import fixture_results
-
-    from aitune_dispatch import load
-
-    return load(fixture_results.H200_LAUNCHES_RESULT)
+def h200_launches_result(h200_result):
+    """The H200 recording under the name the launch tests use (it has launch records): ``h200_result``."""
+    return h200_result
 
 
 # -- the shared models (tests/fixture_models.py) ---------------------------------------------------

@@ -1,8 +1,9 @@
 """The results every renderer is tested against, built once (pyinstrument's shared-session habit).
 
 ``demo_result`` (a conftest fixture, session-scoped): the demo model profiled on CPU, one warm-up.
-``h200_result`` (fixture) / :data:`H200_RESULT` (path): the demo recorded on the lent H200 and
-committed under tests/data. :func:`synthetic_result` and :func:`layered_result` are hand-made
+``h200_result`` (fixture) / :data:`H200_RESULT` (path): the demo recorded on the lent H200 by the
+current code and committed under tests/data (``h200_launches_result`` / :data:`H200_LAUNCHES_RESULT`
+name the same recording). :func:`synthetic_result` and :func:`layered_result` are hand-made
 results whose every number is known (their docstrings show the arithmetic); :func:`empty_result` has
 every table and no row; :func:`merged_result` is the two hand-made ones merged as ranks 0 and 1.
 Renderer tests take these; no test file builds its own. :func:`activity_table` is the activity of
@@ -38,8 +39,8 @@ from aitune_dispatch.schema import (
 from aitune_dispatch.tracing import TraceTables
 
 H200_RESULT = Path(__file__).parent / "data" / "h200_demo_result"
-# the same demo recorded again on the H200 after results kept launch records and the GPU's properties
-H200_LAUNCHES_RESULT = Path(__file__).parent / "data" / "h200_demo_launches"
+# the same recording: it has launch records and the GPU's properties (the name the launch tests use)
+H200_LAUNCHES_RESULT = H200_RESULT
 
 
 def join_tables(

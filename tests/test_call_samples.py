@@ -18,10 +18,8 @@ from torch import nn
 from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, load
 from aitune_dispatch.reports import HtmlRenderer, write_report
 from aitune_dispatch.results import ProfileResult, TensorMeta
-from aitune_dispatch.results.views.samples import SAMPLE_COLUMNS, UNLINKED_KEY, signature
+from aitune_dispatch.results.views.samples import SAMPLE_COLUMNS, signature
 from aitune_dispatch.tracing.samples import SampleCollector
-
-SAVED_BEFORE_SAMPLE_LINKS = H200_RESULT
 
 
 def _call_samples(result: ProfileResult, name: str) -> list[int]:
@@ -128,20 +126,19 @@ def test_save_and_load_keep_the_sample_links(mixed_result, tmp_path, name):
     assert loaded.calls["sample"].to_pylist() == mixed_result.calls["sample"].to_pylist()
     columns = ["function_name", "sample", "calls", "num_modules", "kernel_us", "signature"]
     assert loaded.samples()[columns].equals(mixed_result.samples()[columns])
-    assert UNLINKED_KEY not in loaded.metadata
 
 
-def test_results_saved_before_the_sample_column_load_with_minus_one():
-    old = load(SAVED_BEFORE_SAMPLE_LINKS)
-    assert set(old.calls["sample"].to_pylist()) == {-1}
+def test_the_h200_recording_links_every_call_to_its_sample():
+    recorded = load(H200_RESULT)
+    assert min(recorded.calls["sample"].to_pylist()) >= 0
     # 2 inputs x (conv2d, group_norm, silu + 2 blocks x (2 layer_norm, 4 linear, sdpa, gelu) + linear, softmax)
-    # = 2 x (3 + 16 + 2) = 42 calls, none linked
-    assert old.calls.num_rows == 42 and UNLINKED_KEY in old.metadata
-    table = old.samples()
-    # 24 samples saved: one row each, counts from function_data, time unknown (no links)
-    assert len(table) == 24 and table["calls"].sum() == sum(c for e in old.function_data.values() for c, _ in e)
-    assert table["kernel_us"].isna().all() and table["num_modules"].isna().all()
-    assert not old.describe().empty  # describe_results is unchanged
+    # = 2 x (3 + 16 + 2) = 42 calls, each linked
+    assert recorded.calls.num_rows == 42
+    table = recorded.samples()
+    # 24 samples saved: one row each, counts from function_data, every time known
+    assert len(table) == 24 and table["calls"].sum() == sum(c for e in recorded.function_data.values() for c, _ in e)
+    assert table["kernel_us"].notna().all() and table["num_modules"].notna().all()
+    assert not recorded.describe().empty
 
 
 # -- the report's per-sample table ------------------------------------------------------------------
@@ -152,11 +149,6 @@ def test_html_report_lists_the_top_samples(mixed_result, tmp_path):
     # 4 functions x 2 samples = 8 rows, all under the top 20
     assert section.count("<tr>") == 1 + 8 and "8 of 8 samples" in section
     assert "<code>f32[2,8] f32[8,8] f32[8]</code>" in section
-
-
-def test_html_report_says_when_calls_have_no_sample_links(tmp_path):
-    page = write_report(load(SAVED_BEFORE_SAMPLE_LINKS), tmp_path / "old.html").read_text()
-    assert "carry no sample links" in page
 
 
 def test_html_sample_table_uses_the_page_unit_and_share_base(demo_result):

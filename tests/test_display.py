@@ -22,16 +22,16 @@ def test_repr_is_one_short_line(h200_result):
     result = h200_result
     text = repr(result)
     assert "\n" not in text and len(text) < 300  # the dataclass repr was 9,070 characters
-    # 82 rows, 21 kernel names, 214.7 of 232.7 µs attributed = 92.3 %, linear the largest at 111.4 µs
+    # 82 rows, 21 kernel names, 215.6 of 233.6 µs attributed = 92.3 %, linear the largest at 112.3 µs
     assert text.startswith("<ProfileResult source=cupti/native, device=cuda: 82 activity rows, 21 distinct kernels")
-    assert "coverage 92.3% of 232.7 us" in text and "top: linear 111.4 us, layer_norm 35.9 us" in text
+    assert "coverage 92.3% of 233.6 us" in text and "top: linear 112.3 us, layer_norm 35.7 us" in text
 
 
 def test_repr_html_shows_summary_and_coverage(h200_result):
     result = h200_result
     page = result._repr_html_()
     assert "<script" not in page and page.startswith('<div class="aitune-nb">')
-    assert "coverage 92.3%" in page and "232.7 µs kernel time" in page
+    assert "coverage 92.3%" in page and "233.6 µs kernel time" in page
     for name in result.describe(8)["function_name"]:
         assert f"<code>{name}</code>" in page
     assert "aten::add" in page.replace("<wbr>", "") and "functions=&quot;all&quot;" in page  # what, and the fix

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 
 import fixture_results
 import numpy as np
@@ -160,11 +161,13 @@ def test_saved_files_are_dictionary_encoded_and_their_manifest_names_plain_strin
 
 
 @pytest.mark.single_backend
-def test_a_result_saved_with_plain_strings_loads_dictionary_encoded():
-    # tests/data/h200_demo_result was saved when the tables held plain strings (Parquet and manifest say string)
-    raw = pq.read_table(fixture_results.H200_RESULT / "activity.parquet")
-    assert raw.schema.field("kernel").type == pa.string()
-    loaded = aitune_dispatch.load(fixture_results.H200_RESULT)
+def test_a_result_saved_with_plain_strings_loads_dictionary_encoded(tmp_path):
+    # the manifest names string columns plain (string); a Parquet file holding them plain loads encoded too
+    folder = shutil.copytree(fixture_results.H200_RESULT, tmp_path / "h200")
+    raw = encoded.decoded(pq.read_table(folder / "activity.parquet"))
+    pq.write_table(raw, folder / "activity.parquet")
+    assert pq.read_schema(folder / "activity.parquet").field("kernel").type == pa.string()
+    loaded = aitune_dispatch.load(folder)
     assert_encoded(loaded)
     assert loaded.activity.select(raw.column_names).to_pylist() == raw.to_pylist()
     assert loaded.describe()["function_name"].tolist()[:2] == ["linear", "layer_norm"]

@@ -1,7 +1,8 @@
 """A result saved on the H200 (the demo, CUDA source) loads, describes and renders here, without a GPU.
 
-The fixture under tests/data/h200_demo_result/ was written by `bash benchmarks/gpu_run.sh quick`
-(`aitune-dispatch demo --out ...`) on the lent H200.
+The fixture under tests/data/h200_demo_result/ was written by the current code (schema version 1)
+with `aitune-dispatch demo --out ...` on the lent H200 (torch 2.11, CUDA 13.0): every table,
+launch records and GPU properties included.
 """
 
 from __future__ import annotations

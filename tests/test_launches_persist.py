@@ -1,19 +1,19 @@
-"""The ``launches`` table of a result: saved and loaded in both layouts, merged per rank, and empty
-for results saved before it existed (the committed H200 demo result is one of those)."""
+"""The ``launches`` table of a result: saved and loaded in both layouts, merged per rank, and a save
+without it refused (the committed H200 demo recording has one)."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
+import json
+import shutil
 
 import pytest
-from fixture_results import synthetic_result
+from fixture_results import H200_RESULT, synthetic_result
 
 import aitune_dispatch
 from aitune_dispatch import schema
-from aitune_dispatch.results import load, merge, persist, select_rank
+from aitune_dispatch.results import ResultFormatError, load, merge, persist, select_rank
 
-SAVED_BEFORE_LAUNCHES = Path(__file__).parent / "data" / "h200_demo_result"
 LAYOUTS = ["result_dir", "result.parquet"]
 
 
@@ -44,15 +44,20 @@ def test_saved_launch_columns_state_their_unit_and_sentinel(tmp_path):
     assert stored.field("api").metadata[b"sentinel"] == b"'runtime' or 'driver': the CUDA API of a launch record"
 
 
-def test_a_result_saved_before_launches_loads_with_an_empty_table():
-    result = aitune_dispatch.load(SAVED_BEFORE_LAUNCHES)
-    assert "launches" not in (SAVED_BEFORE_LAUNCHES / "manifest.json").read_text()  # really saved before
-    assert result.launches.num_rows == 0 and result.launches.schema == schema.LAUNCHES
-    assert result.activity.num_rows == 82  # the rest loads as before
+def test_the_h200_recording_without_its_launches_table_is_refused(tmp_path):
+    result = aitune_dispatch.load(H200_RESULT)
+    assert result.launches.num_rows > 0 and result.launches.schema == schema.LAUNCHES
+    copy = shutil.copytree(H200_RESULT, tmp_path / "h200")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["tables"]["launches"]  # what save() wrote before the table existed
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "launches.parquet").unlink()
+    with pytest.raises(ResultFormatError, match=r"lacks the tables \['launches'\]"):
+        load(copy)
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
-def test_a_save_without_the_table_loads_with_an_empty_one(tmp_path, monkeypatch, name):
+def test_a_save_without_the_table_is_refused(tmp_path, monkeypatch, name):
     tables = persist._result_tables
 
     def without_launches(result):  # what save() wrote before the table existed
@@ -61,9 +66,8 @@ def test_a_save_without_the_table_loads_with_an_empty_one(tmp_path, monkeypatch,
     monkeypatch.setattr(persist, "_result_tables", without_launches)
     path = synthetic_result(launches=True).save(tmp_path / name)
     monkeypatch.undo()
-    loaded = load(path)
-    assert loaded.launches.num_rows == 0 and loaded.launches.schema == schema.LAUNCHES
-    assert loaded.activity.num_rows == 3
+    with pytest.raises(ResultFormatError, match=r"lacks the tables \['launches'\]"):
+        load(path)
 
 
 def test_merge_keeps_each_ranks_launches_and_select_rank_gives_them_back():

@@ -352,25 +352,21 @@ def test_compiled_attribution_round_trips(result, tmp_path, name):
     assert loaded.activity["attribution"].to_pylist() == attribution.to_pylist()
 
 
-def test_results_saved_before_graph_columns_read_as_traced_outside_graphs():
-    # tests/data/h200_demo_result was saved before activity had graph_id / graph_node_id / attribution
-    loaded = load("tests/data/h200_demo_result")
-    assert loaded.activity.schema == schema.ACTIVITY
-    rows = loaded.activity.num_rows
-    assert loaded.activity["graph_id"].to_pylist() == [schema.NOT_IN_GRAPH] * rows
-    assert loaded.activity["attribution"].to_pylist() == [schema.ATTRIBUTION_TRACE] * rows
-    assert loaded.kernel_sources.num_rows == 0 and loaded.kernel_sources.schema == schema.KERNEL_SOURCES
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_a_save_without_the_graph_columns_is_refused(result, tmp_path, name):
+    # what save() wrote before activity had graph_id / graph_node_id / attribution
+    activity = result.activity.drop_columns(["graph_id", "graph_node_id", "attribution"])
+    path = dataclasses.replace(result, activity=activity).save(tmp_path / name)
+    missing = r"lacks the columns \['graph_id', 'graph_node_id', 'attribution'\] of table 'activity'"
+    with pytest.raises(ResultFormatError, match=missing):
+        load(path)
 
 
 @pytest.mark.parametrize("name", LAYOUTS)
-def test_the_tracer_saved_under_its_old_key_loads_as_tracer(result, tmp_path, name):
-    # results saved before the key was "tracer" name the backend "op_tracer"; those saved since 2249ea4
-    # and before issue 25 hold both (tests/data/h200_demo_launches): either way one key comes back
-    old = {("op_tracer" if key == "tracer" else key): value for key, value in result.metadata.items()}
-    rank_metadata = json.dumps({"0": {"source": "cpu", "dropped_records": 0, "metadata": old}}, sort_keys=True)
-    saved = load(dataclasses.replace(result, metadata={**old, "rank_metadata": rank_metadata}).save(tmp_path / name))
-    assert "op_tracer" not in saved.metadata and list(saved.metadata)[: len(old)] == list(result.metadata)
-    assert saved.metadata["tracer"] == result.metadata["tracer"] in ("native", "python")
-    assert json.loads(saved.metadata["rank_metadata"])["0"]["metadata"] == dict(result.metadata)
-    both = load("tests/data/h200_demo_launches")
-    assert both.metadata["tracer"] == "native" and "op_tracer" not in both.metadata
+def test_a_save_without_the_calls_sample_column_is_refused(result, tmp_path, name):
+    # what save() wrote before functional calls had a sample column
+    path = dataclasses.replace(result, calls=result.calls.drop_columns(["sample"])).save(tmp_path / name)
+    with pytest.raises(ResultFormatError, match=r"lacks the columns \['sample'\] of table 'calls'"):
+        load(path)
+
+

@@ -8,12 +8,13 @@ assigned every event to stream −1 and found no kernels. It pairs each CUDA run
 The first tests check those fields without HTA; the others load traces with HTA itself (``pip
 install HolisticTraceAnalysis``): they skip where HTA is missing, except under CI (``CI=true``),
 where scripts/test.sh installs it and a missing HTA fails the run. ``tests/data/h200_demo_result``
-was saved before results kept launch records; ``tests/data/h200_demo_launches`` is the same demo
-recorded again on the H200 (``gpu_run.sh quick``) with its CUPTI launch records and GPU properties.
+is the demo recorded on the H200 by the current code, with its CUPTI launch records and GPU
+properties (the ``h200_result`` and ``h200_launches_result`` fixtures are both that recording).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 from fixture_results import synthetic_result
 
+from aitune_dispatch import schema
 from aitune_dispatch.reports import write_perfetto
 
 GPU_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
@@ -53,9 +55,15 @@ def test_trace_has_the_fields_htas_parser_reads(trace_dir, h200_result):
         assert args["External id"] == row["op_id"] and event["name"] == row["kernel"]
     ops = {e["args"]["External id"]: e for e in events if e["cat"] == "cpu_op"}
     assert len(ops) == result.ops.num_rows and all(e["args"]["External id"] in ops for e in gpu)
-    # saved before results kept launch records: no launch slices, so no arrows (the op is in the args)
+
+def test_a_result_without_launch_records_has_no_launch_slices_and_no_arrows(h200_result, tmp_path):
+    # as the CPU source: no launch records, so no launch slices and no arrows (the op is in the args)
+    result = dataclasses.replace(h200_result, launches=schema.empty(schema.LAUNCHES))
     assert result.launches.num_rows == 0
+    trace = json.loads(gzip.decompress(write_perfetto(result, tmp_path / "rank-0.json.gz").read_bytes()))
     assert not [e for e in trace["traceEvents"] if e["ph"] in ("s", "f") or e.get("cat") == "cuda_runtime"]
+    gpu = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] in GPU_CATS.values()]
+    assert len(gpu) == result.activity.num_rows and all("External id" in e["args"] for e in gpu)
 
 
 @pytest.fixture(scope="module")

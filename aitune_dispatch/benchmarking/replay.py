@@ -68,7 +68,7 @@ class _Plan:
 
     profiler: ModuleFunctionKernelProfiler
     device: str
-    recorded: dict[tuple[str, int], RecordedSample] | None
+    recorded: dict[tuple[str, int], RecordedSample]
     candidates: dict[str, dict[str, Callable[..., Any]]]
     repeats: int
     warmup: int
@@ -266,7 +266,7 @@ def _original_row(plan: _Plan, row: _Row, original: Callable[..., Any], inputs: 
         row.error = f"timing the original raised {_one_line(error)}"
         return False
     row.timed(per_call_us)
-    recorded = plan.recorded.get((row.function_name, row.sample)) if plan.recorded is not None else None
+    recorded = plan.recorded.get((row.function_name, row.sample))
     if recorded is not None:
         row.kernels_match = all(same_kernels_per_call(recorded, call, 1) for call in kernels)
     row.max_abs_error, row.ok, row.speedup = 0.0, True, 1.0
@@ -309,7 +309,7 @@ def _candidate_row(
 
 
 def _sample_rows(plan: _Plan, name: str, index: int, count: int, sample: Any) -> list[_Row]:
-    recorded = plan.recorded.get((name, index)) if plan.recorded is not None else None
+    recorded = plan.recorded.get((name, index))
     implementations = [ORIGINAL, *plan.candidates.get(name, {})]
     rows = [
         _Row(name, index, implementation, int(count), recorded.us_per_call if recorded is not None else math.nan)

@@ -15,7 +15,6 @@ import pandas as pd
 
 from .. import encoded
 from ..results import ProfileResult
-from ..results.views.samples import has_sample_links
 
 
 @dataclass(frozen=True)
@@ -67,13 +66,8 @@ def _enclosing_pairs(row_calls: np.ndarray, call_ids: np.ndarray, parents: np.nd
     return np.concatenate(pair_rows), np.concatenate(pair_calls)
 
 
-def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSample] | None:
-    """``(function_name, sample) -> RecordedSample`` of every sample with a linked call.
-
-    None where the result's calls carry no sample links (saved before they had them).
-    """
-    if not has_sample_links(result.calls, result.metadata):
-        return None
+def recorded_samples(result: ProfileResult) -> dict[tuple[str, int], RecordedSample]:
+    """``(function_name, sample) -> RecordedSample`` of every sample with a linked call."""
     calls = encoded.decoded(result.calls.select(["call_id", "function_name", "parent_call_id", "sample"])).to_pandas()
     call_ids = calls["call_id"].to_numpy(np.int64)
     activity = encoded.decoded(result.activity.select(["call_id", "kernel", "kernel_us"])).to_pandas()

@@ -473,7 +473,6 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_TICKS_PER_NS: ("activity clock ticks per ns", str),
     schema.GPU_DEVICES_KEY: ("GPUs used", str),
     schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
-    schema.META_CALL_SAMPLES: ("functional calls' sample links", str),
     schema.META_INDUCTOR: ("torch.compile (Inductor) kernels", str),
     schema.META_COMPILED_KERNELS: ("activity rows attributed from Inductor", str),
     schema.META_GRAPH_CAPTURE: ("CUDA graph captures", str),

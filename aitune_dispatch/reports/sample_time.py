@@ -68,9 +68,6 @@ def sample_time_section(result: ProfileResult, top: int = TOP_SAMPLES, unit: Tim
     )
     if table.empty:
         return f'<section id="sample-time">{title}<p>No samples were collected.</p></section>'
-    if table["kernel_us"].isna().all():
-        note = "This result's functional calls carry no sample links (it was saved before they had them)."
-        return f'<section id="sample-time">{title}<p>{html.escape(note)}</p></section>'
     headers = _headers(unit)
     rows = [
         _row(

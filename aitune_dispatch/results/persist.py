@@ -1,7 +1,7 @@
 """Saving and loading a result as Parquet tables and a manifest, readable without torch or a GPU.
 
 :func:`save_result` writes a directory or one ``*.parquet`` file atomically; :func:`load_result`,
-the one load, fills in what older saves lack and merges a directory of per-rank results. It takes
+the one load, refuses a save that lacks a table or column and merges a directory of per-rank results. It takes
 the result's class because this module sits below ``ProfileResult`` (``docs/design.md``, "Saving").
 One table of a ``*.parquet`` file read back by hand, integers kept as integers::
 
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -543,80 +542,6 @@ def read(path: PathLike, *, with_tensors: bool = False, map_location: str | None
     )
 
 
-# -- what results saved before a column, table or key existed lack --------------------------------------
-# tables a result gained after results were first saved: loading an older result gives them empty
-ADDED_TABLES: dict[str, pa.Schema] = {"launches": schema.LAUNCHES, "kernel_sources": schema.KERNEL_SOURCES}
-# columns added after results were first saved: their values in results saved before
-ADDED_COLUMNS: dict[str, dict[str, object]] = {
-    "activity": {
-        "graph_id": schema.NOT_IN_GRAPH,
-        "graph_node_id": schema.NOT_IN_GRAPH,
-        "attribution": schema.ATTRIBUTION_TRACE,
-    },
-}
-# metadata keys results were saved under before they were renamed: old key -> today's
-RENAMED_METADATA = {"op_tracer": schema.META_TRACER}
-
-
-def _filled(value: object, count: int, kind: pa.DataType) -> pa.Array:
-    """``count`` copies of ``value`` as an array of ``kind``; a ``schema.STRING`` column holds it once."""
-    if value is None:
-        return pa.nulls(count, kind)
-    if pa.types.is_dictionary(kind):
-        codes = pa.array(np.zeros(count, np.int32), kind.index_type)
-        return pa.DictionaryArray.from_arrays(codes, pa.array([value], kind.value_type))
-    return pa.repeat(pa.scalar(value, kind), count)
-
-
-def with_added_columns(table: pa.Table, name: str, target: pa.Schema) -> pa.Table:
-    """Saved table ``name`` in ``target``'s columns, a missing one filled from :data:`ADDED_COLUMNS`."""
-    fills = ADDED_COLUMNS.get(name, {})
-    for column in target:
-        if column.name in table.column_names:
-            continue
-        if column.name not in fills:
-            raise ValueError(f"the saved {name} table lacks the column {column.name!r}, which has no default")
-        table = table.append_column(column, _filled(fills[column.name], table.num_rows, column.type))
-    extra = [c for c in table.column_names if c not in target.names]
-    return table.select([*target.names, *extra])
-
-
-def no_sample_column(calls: pa.Table) -> pa.Table:
-    """``calls`` with a ``sample`` column of ``schema.NO_SAMPLE`` appended (results saved before it existed)."""
-    filler = pa.array(np.full(calls.num_rows, schema.NO_SAMPLE, dtype=np.int64))
-    return calls.append_column(pa.field("sample", pa.int64()), filler)
-
-
-def _renamed(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """``metadata`` under today's keys (:data:`RENAMED_METADATA`): an old key is renamed in place, or
-    dropped where the result also holds the new one."""
-    return {
-        RENAMED_METADATA.get(key, key): value
-        for key, value in metadata.items()
-        if not (key in RENAMED_METADATA and RENAMED_METADATA[key] in metadata)
-    }
-
-
-def _renamed_rank_metadata(text: str) -> str:
-    """A merge's ``rank_metadata`` with each rank's metadata under today's keys (unchanged where none is old)."""
-    try:
-        records = json.loads(text)
-        if not any(key in RENAMED_METADATA for record in records.values() for key in record["metadata"]):
-            return text
-        renamed = {rank: {**record, "metadata": _renamed(record["metadata"])} for rank, record in records.items()}
-    except (ValueError, TypeError, KeyError, AttributeError):  # not what merge() writes: left as it is
-        return text
-    return json.dumps(renamed, sort_keys=True)
-
-
-def _metadata(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A loaded result's metadata under today's keys, its ranks' too."""
-    metadata = _renamed(saved)
-    if isinstance(metadata.get(schema.RANK_METADATA_KEY), str):
-        metadata[schema.RANK_METADATA_KEY] = _renamed_rank_metadata(metadata[schema.RANK_METADATA_KEY])
-    return metadata
-
-
 # -- a result as tables and a manifest, and back --------------------------------------------------------
 def _result_tables(result: RankedResult) -> dict[str, pa.Table]:
     """The result's tables by name (``schema.RESULT_TABLES``), in saving order."""
@@ -649,23 +574,27 @@ def _check_facts(manifest: Mapping[str, Any], path: Path) -> None:
             raise format_error(path, f"has a manifest whose {name!r} is {value!r}, not a {kind.__name__}")
 
 
+def _check_columns(tables: Mapping[str, pa.Table], path: Path) -> None:
+    """Each result table has every column of its schema (``schema.ACTIVITY`` and so on), or a ResultFormatError."""
+    for name in schema.RESULT_TABLES:
+        table_schema: pa.Schema = getattr(schema, name.upper())
+        missing = [column for column in table_schema.names if column not in tables[name].column_names]
+        if missing:
+            raise format_error(path, f"lacks the columns {missing} of table {name!r}")
+
+
 def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Result:
-    added = {name: schema.empty(table_schema) for name, table_schema in ADDED_TABLES.items()}
-    tables = {**added, **stored.tables}
+    tables = dict(stored.tables)
     manifest = stored.facts
     missing = [name for name in (*schema.RESULT_TABLES, schema.FUNCTION_DATA_TABLE) if name not in tables]
     if missing:
         raise format_error(path, f"lacks the tables {missing}")
+    _check_columns(tables, path)
     _check_facts(manifest, path)
     try:
         function_data = function_data_from_table(tables[schema.FUNCTION_DATA_TABLE], stored.tensors)
     except (ValueError, TypeError, KeyError, IndexError) as error:  # JSONDecodeError is a ValueError
         raise format_error(path, f"holds samples (table function_data) that cannot be decoded ({error!r})") from error
-    tables["activity"] = with_added_columns(tables["activity"], "activity", schema.ACTIVITY)
-    metadata = _metadata(manifest["metadata"])
-    if "sample" not in tables["calls"].column_names:  # saved before calls had a sample column
-        tables["calls"] = no_sample_column(tables["calls"])
-        metadata[schema.META_CALL_SAMPLES] = schema.CALL_SAMPLES_UNLINKED
     return result_type(
         **{name: tables[name] for name in schema.RESULT_TABLES},
         function_data=function_data,
@@ -673,7 +602,7 @@ def _from_stored(result_type: type[Result], stored: Stored, path: Path) -> Resul
         module_objects=(),
         dropped_records=manifest["dropped_records"],
         warnings=tuple(manifest["warnings"]),
-        metadata=metadata,
+        metadata=dict(manifest["metadata"]),
     )
 
 

@@ -123,9 +123,9 @@ class ProfileResult:
         -------
         pandas.DataFrame
             One row per (function, sample), most kernel time first; a function's samples add up to
-            its ``describe()`` time. Results saved before ``calls.sample`` existed get NaN times.
+            its ``describe()`` time.
         """
-        return views.sample_table(self.activity, self.calls, self.function_data, self.metadata)
+        return views.sample_table(self.activity, self.calls, self.function_data)
 
     # -- full accounting ------------------------------------------------------------------------------
     @property

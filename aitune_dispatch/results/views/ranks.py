@@ -21,7 +21,6 @@ from ...schema import FunctionData
 from ...tensors import is_tensor_like, tensor_shape, tensor_strides
 from .accounting import ResultTables, attributed, attributed_mask, is_result
 from .comparison import compare
-from .samples import UNLINKED_KEY
 
 
 class RankedResult(ResultTables, Protocol):
@@ -159,7 +158,7 @@ def _merge_samples(ordered: Sequence[RankedResult]) -> tuple[FunctionData, list[
 
 
 def _remap_samples(calls: pa.Table, remap: Mapping[str, np.ndarray]) -> pa.Table:
-    if "sample" not in calls.column_names or calls.num_rows == 0:
+    if calls.num_rows == 0:
         return calls
     names = encoded.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)
@@ -290,8 +289,6 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
         name: encoded.encoded(pa.concat_tables(pieces, promote_options="default")) for name, pieces in parts.items()
     }
     metadata = _common_metadata(ordered)
-    if any(UNLINKED_KEY in result.metadata for result in ordered):
-        metadata[UNLINKED_KEY] = schema.CALL_SAMPLES_UNLINKED
     metadata[schema.MERGED_RANKS_KEY] = ",".join(map(str, rank_list))
     metadata[schema.RANK_METADATA_KEY] = json.dumps(
         {
@@ -320,7 +317,7 @@ def merge(results: Sequence[Result], *, ranks: Sequence[int] | None = None) -> R
 # -- one rank back ---------------------------------------------------------------------------------------
 def _rank_function_data(calls: pa.Table, function_data: FunctionData) -> tuple[FunctionData, pa.Table]:
     """The samples ``calls`` refer to, counted over those calls, and the calls re-indexed onto them."""
-    if "sample" not in calls.column_names or calls.num_rows == 0:
+    if calls.num_rows == 0:
         return {}, calls
     names = encoded.objects(calls["function_name"])
     samples = np.asarray(calls["sample"].to_numpy(), dtype=np.int64)

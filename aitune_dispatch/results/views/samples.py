@@ -11,15 +11,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ... import encoded, schema
+from ... import encoded
 from ...schema import SAMPLE_COLUMNS
 from ...tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
 from .accounting import attributed, attributed_us
 
-__all__ = ["SAMPLE_COLUMNS", "UNLINKED_KEY", "has_sample_links", "sample_table", "signature"]
+__all__ = ["SAMPLE_COLUMNS", "sample_table", "signature"]
 
-# metadata key set on results whose calls carry no sample links (saved before the column existed)
-UNLINKED_KEY = schema.META_CALL_SAMPLES
 
 _DTYPE_ABBREVIATIONS = {
     "float16": "f16",
@@ -95,11 +93,6 @@ def signature(sample: Any) -> str:
     return " ".join(parts)
 
 
-def has_sample_links(calls: pa.Table, metadata: Mapping[str, str]) -> bool:
-    """Whether the calls of a result say which sample each one had (results saved before did not)."""
-    return "sample" in calls.column_names and UNLINKED_KEY not in metadata
-
-
 def _call_frame(calls: pa.Table) -> pd.DataFrame:
     frame = encoded.decoded(calls.select(["call_id", "function_name", "module_id", "sample"])).to_pandas()
     return frame[frame["sample"] >= 0]
@@ -131,7 +124,6 @@ def sample_table(
     activity: pa.Table,
     calls: pa.Table,
     function_data: Mapping[str, Sequence[tuple[int, Any]]],
-    metadata: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """One row per (function, sample) of ``function_data``, most kernel time first (schema: SAMPLE_COLUMNS).
 
@@ -141,8 +133,6 @@ def sample_table(
         The result's joined activity (schema ``ACTIVITY``) and functional calls (schema ``CALLS``).
     function_data:
         ``name -> [(count, (args, kwargs)), ...]``; every entry becomes a row, kernels or not.
-    metadata:
-        The result's metadata; a result whose calls carry no sample links gets NaN kernel times.
 
     Returns
     -------
@@ -164,24 +154,19 @@ def sample_table(
             "signature": pd.Series([signature(e[3]) for e in entries], dtype=object),
         }
     )
-    linked = has_sample_links(calls, metadata or {})
     keys = ["function_name", "sample"]
-    if linked:
-        per_call = _call_frame(calls)
-        per_call = per_call.assign(kernel_us=per_call["call_id"].map(_call_kernel_us(activity)).fillna(0.0))
-        in_modules = per_call[per_call["module_id"] >= 0].drop_duplicates([*keys, "module_id"])
-        found = pd.DataFrame(
-            {
-                "num_modules": in_modules.groupby(keys).size(),
-                "kernel_us": per_call.groupby(keys)["kernel_us"].sum(),
-            }
-        ).reset_index()
-        frame = frame.merge(found, on=keys, how="left")
-        frame["num_modules"] = frame["num_modules"].fillna(0).astype(np.int64)
-        frame["kernel_us"] = frame["kernel_us"].fillna(0.0).astype(float)
-    else:
-        frame["num_modules"] = np.nan  # unknown: which calls had which sample was not recorded
-        frame["kernel_us"] = np.nan
+    per_call = _call_frame(calls)
+    per_call = per_call.assign(kernel_us=per_call["call_id"].map(_call_kernel_us(activity)).fillna(0.0))
+    in_modules = per_call[per_call["module_id"] >= 0].drop_duplicates([*keys, "module_id"])
+    found = pd.DataFrame(
+        {
+            "num_modules": in_modules.groupby(keys).size(),
+            "kernel_us": per_call.groupby(keys)["kernel_us"].sum(),
+        }
+    ).reset_index()
+    frame = frame.merge(found, on=keys, how="left")
+    frame["num_modules"] = frame["num_modules"].fillna(0).astype(np.int64)
+    frame["kernel_us"] = frame["kernel_us"].fillna(0.0).astype(float)
     kept_us = attributed_us(activity)
     frame["kernel_us_per_call"] = frame["kernel_us"] / frame["calls"].where(frame["calls"] > 0)
     frame["time_spent_pct"] = frame["kernel_us"] / kept_us * 100.0 if kept_us > 0 else 0.0
