@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from .. import schema
 from ..results.views import call_spans, launch_threads, module_labels, module_spans, op_spans
 from ..results.views.clock import activity_minus_host_ns
+from ..results.views.trace import is_gpu
 from ..schema import GPU_PROPERTIES_KEY, HOST_KEY, RANK_COLUMN, RANK_METADATA_KEY
 from .base import Renderer
 
@@ -58,10 +59,6 @@ class Slice(NamedTuple):
 
 def _tid(thread: int | None) -> int:
     return (thread or 0) + 1  # recorder thread indexes start at 0; tid 0 reads as "idle" in viewers
-
-
-def _is_gpu(kind: str | None, device: int | None) -> bool:
-    return kind != schema.KIND_CPU_OP and device is not None and device >= 0
 
 
 def _pid(rank: int | None, base: int) -> int:
@@ -139,7 +136,7 @@ def _activity_slices(
     """One slice per activity row that is not its op's slice; ``module`` named as the module slices name it."""
     out = []
     for index, row in enumerate(rows):
-        gpu = _is_gpu(row["kind"], row["device"])
+        gpu = is_gpu(row["kind"], row["device"])
         if index in op_rows:
             continue
         shift = offset_ns if gpu else 0

@@ -23,8 +23,15 @@ def _ranks(table: pa.Table) -> list[int | None]:
     return [None] * table.num_rows
 
 
-def _is_gpu(kind: str | None, device: int | None) -> bool:
+def is_gpu(kind: str | None, device: int | None) -> bool:
+    """Whether an activity row of ``kind`` on ``device`` ran on a GPU (kernel, memcpy, memset), not a CPU op."""
     return kind != schema.KIND_CPU_OP and device is not None and device >= 0
+
+
+def _rows_table(rows: list[tuple[object, ...]], target: pa.Schema) -> pa.Table:
+    """Row tuples in ``target``'s column order as a table of ``target`` (empty rows: an empty table)."""
+    columns = zip(*rows) if rows else ([] for _ in target.names)
+    return pa.table(dict(zip(target.names, map(list, columns))), schema=target)
 
 
 def module_spans(result: ResultTables) -> pa.Table:
@@ -88,8 +95,7 @@ def call_spans(result: ResultTables) -> pa.Table:
         for cid, name, mid, start, end, thread, rank in fields
         if start or end
     ]
-    columns = zip(*kept) if kept else ([] for _ in schema.CALL_SPANS.names)
-    return pa.table(dict(zip(schema.CALL_SPANS.names, map(list, columns))), schema=schema.CALL_SPANS)
+    return _rows_table(kept, schema.CALL_SPANS)
 
 
 def op_spans(result: ResultTables) -> pa.Table:
@@ -127,8 +133,7 @@ def op_spans(result: ResultTables) -> pa.Table:
         for op_id, name, call_id, module_id, rank in ops
         if op_id in timed
     ]
-    columns = zip(*kept) if kept else ([] for _ in schema.OP_SPANS.names)
-    return pa.table(dict(zip(schema.OP_SPANS.names, map(list, columns))), schema=schema.OP_SPANS)
+    return _rows_table(kept, schema.OP_SPANS)
 
 
 def launch_threads(activity: pa.Table, launches: pa.Table) -> pa.Table:
@@ -155,7 +160,7 @@ def launch_threads(activity: pa.Table, launches: pa.Table) -> pa.Table:
     claimed: dict[tuple[int, int], tuple[int | None, int | None]] = {}
     fields = zip(rows["correlation_id"], rows["kind"], rows["device"], rows["thread"], rows["op_id"])
     for rank, (correlation, kind, device, thread, op_id) in zip(_ranks(activity), fields):
-        if _is_gpu(kind, device):
+        if is_gpu(kind, device):
             claimed.setdefault((rank or 0, correlation), (thread, op_id))
     keys = [
         (rank or 0, correlation, os_thread)
