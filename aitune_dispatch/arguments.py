@@ -21,7 +21,10 @@ from .tracing import functional_names
 
 def resolved_config(**options: Any) -> ProfileConfig:
     """``ProfileConfig(**options)`` with the tracing backend that will run."""
-    config = ProfileConfig(**options)
+    return _with_tracer(ProfileConfig(**options))
+
+
+def _with_tracer(config: ProfileConfig) -> ProfileConfig:
     return replace(config, op_tracer=resolve_tracer(config.op_tracer))
 
 
@@ -35,8 +38,7 @@ class ConfigOption:
         return self if profiler is None else getattr(profiler.config, self.name)
 
     def __set__(self, profiler: Any, value: Any) -> None:
-        options = {**{f: getattr(profiler.config, f) for f in ProfileConfig.__dataclass_fields__}, self.name: value}
-        profiler.config = resolved_config(**options)
+        profiler.config = _with_tracer(replace(profiler.config, **{self.name: value}))  # validated again
 
 
 class SampleError(ValueError):

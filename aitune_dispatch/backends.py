@@ -96,18 +96,9 @@ def default_decoder() -> str:
 
 
 def resolve_decoder(requested: str | None) -> str:
-    """``requested`` (RuntimeError, saying how to build it, where native is not built), or the process default."""
-    if requested is None:
-        return default_decoder()
-    if requested == "native":
-        try:
-            native_decoder.loaded_module()
-        except (ImportError, OSError, RuntimeError) as error:
-            raise RuntimeError(
-                f"the native CUPTI decoder is unavailable ({error}); rebuild the package "
-                "(pip install -e . builds native_shims/) or pass decoder='python'"
-            ) from error
-    return requested
+    """``requested``, or the process default; a requested native decoder that is not built is refused, with
+    the fix, where the source is made (``collection.make_cuda_source``)."""
+    return default_decoder() if requested is None else requested
 
 
 def for_run(config: ProfileConfig, compiled: bool) -> ProfileConfig:
