@@ -127,6 +127,49 @@ class ProfileResult:
         """
         return views.sample_table(self.activity, self.calls, self.function_data)
 
+    def kernel_rollup(self, top: int | None = None) -> pd.DataFrame:
+        """Every launch of each kernel name added up, largest total first (``views.kernel_rollup``).
+
+        Parameters
+        ----------
+        top:
+            Keep only the first ``top`` rows; None keeps all.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``kernel, kind, count, total_us, mean_us, min_us, max_us, share``.
+        """
+        return views.kernel_rollup(self, top)
+
+    def device_busy(self) -> pd.DataFrame:
+        """How long each device and stream was busy during the profiled passes (``views.device_busy``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``device, stream, wall_us, busy_us, busy_share, idle_us, launches``; ``stream`` missing
+            on the row of the device over all its streams.
+        """
+        return views.device_busy(self)
+
+    def idle_gaps(self, min_gap_us: float = 5.0, top: int | None = None) -> pd.DataFrame:
+        """The stretches of the passes in which a device ran nothing, and the modules the host ran then.
+
+        Parameters
+        ----------
+        min_gap_us:
+            Leave out gaps shorter than this (µs).
+        top:
+            Keep only the ``top`` longest; None keeps all.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``device, sample, start_us, end_us, gap_us, modules`` (``views.idle_gaps``).
+        """
+        return views.idle_gaps(self, min_gap_us, top)
+
     # -- full accounting ------------------------------------------------------------------------------
     @property
     def total_us(self) -> float:

@@ -20,10 +20,12 @@ from .accounting import (
     unattributed,
 )
 from .comparison import compare
+from .gpu_time import device_busy, idle_gaps, pass_windows
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
+from .rollup import kernel_rollup
 from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
@@ -53,8 +55,11 @@ __all__ = [
     "coverage",
     "describe_by",
     "describe_results",
+    "device_busy",
     "function_ranks",
     "headline",
+    "idle_gaps",
+    "kernel_rollup",
     "kernel_table",
     "launch_threads",
     "layer_pattern",
@@ -68,6 +73,7 @@ __all__ = [
     "module_tree",
     "op_spans",
     "op_times",
+    "pass_windows",
     "profiling_frame",
     "rank_summary",
     "sample_table",
