@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pandas as pd
 import pytest
 import torch
@@ -231,3 +235,29 @@ def test_a_bad_device_names_the_accepted_forms():
 def test_the_cpu_profiler_fixture_uses_this_tests_backend(cpu_profiler, request):
     # every test runs once per tracing backend; a fixture that ignored the parameter would run one twice
     assert cpu_profiler.op_tracer == request.node.callspec.params["tracing_backend"]
+
+
+@pytest.mark.single_backend
+def test_the_package_imports_and_profiles_where_the_native_tracer_is_not_built():
+    """A machine that could not compile the extension still imports the package and profiles with
+    the pure-Python backend (``NativeFunctionMode`` must still be a valid class there)."""
+    code = textwrap.dedent(
+        """
+        import sys, warnings
+        sys.modules["aitune_dispatch.tracing._tracer"] = None  # the import fails, as where it was not built
+        import torch
+        from torch import nn
+        from aitune_dispatch import ModuleFunctionKernelProfiler
+        from aitune_dispatch.tracing import native
+        assert not native.available()
+        profiler = ModuleFunctionKernelProfiler(device="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            frame, _ = profiler.profile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), [((torch.randn(2, 4),), {})])
+        print(profiler.last_result.metadata["tracer"], len(frame))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tracer, rows = done.stdout.split()
+    assert tracer == "python" and int(rows) > 0

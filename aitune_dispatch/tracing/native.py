@@ -50,14 +50,16 @@ def available() -> bool:
     return True
 
 
-def _mode_base() -> type:
+def _mode_bases() -> tuple[type, ...]:
+    # Without the compiled backend the class is a plain TorchFunctionMode (``object`` first in the
+    # bases would leave no consistent MRO); make_tracer never picks it then.
     try:
-        return load().FunctionModeBase
+        return (load().FunctionModeBase,)
     except ImportError:
-        return object
+        return ()
 
 
-class NativeFunctionMode(_mode_base(), TorchFunctionMode):  # type: ignore[misc]
+class NativeFunctionMode(*_mode_bases(), TorchFunctionMode):  # type: ignore[misc]
     """A TorchFunctionMode whose C base answers torch's handler lookup; the method below is what
     torch.compile's tracer reads statically."""
 
