@@ -530,9 +530,10 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert run.stdout.split() == ["141", "''"], run.stdout  # no traceback, SIGPIPE's status
 
 
-def test_the_readme_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    session = readme[readme.index("$ aitune-dispatch report tests/data/h200_demo_result --out out/h200") :]
+def test_the_docs_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, capsys):
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "cli.md").read_text(encoding="utf-8")
+    session = page[page.index("$ aitune-dispatch report tests/data/h200_demo_result --out out/h200") :]
     session = session[: session.index("```")].splitlines()
     commands = [i for i, line in enumerate(session) if line.startswith("$ ")]
     assert len(commands) == 2
@@ -546,5 +547,5 @@ def test_the_readme_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, ca
         main(session[commands[1]][len("$ aitune-dispatch ") :].split())
     assert capsys.readouterr().err.splitlines()[-1] == session[commands[1] + 1]  # refused in one line
     # the README's screenshot is the committed one that tests/test_reports_browser.py makes
-    assert "![HTML report of the demo model](docs/report.png)" in readme
-    assert (Path(__file__).resolve().parents[1] / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![HTML report of the demo model](docs/report.png)" in (root / "README.md").read_text(encoding="utf-8")
+    assert (root / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"

@@ -20,12 +20,12 @@ from .accounting import (
     unattributed,
 )
 from .comparison import compare
-from .gpu_time import device_busy, idle_gaps, pass_windows
+from .gpu_time import BUSY_COLUMNS, GAP_COLUMNS, device_busy, idle_gaps, pass_windows
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
-from .rollup import kernel_rollup
+from .rollup import ROLLUP_COLUMNS, kernel_rollup
 from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
@@ -34,6 +34,9 @@ from .trace import call_spans, launch_threads, module_spans, op_spans
 
 __all__ = [
     "BAR_ROWS",
+    "BUSY_COLUMNS",
+    "GAP_COLUMNS",
+    "ROLLUP_COLUMNS",
     "FAST_PATH_OPS",
     "HINTS",
     "KERNEL_COLUMNS",
