@@ -337,10 +337,13 @@ MODULE_COLUMNS = [
     "parent",  # the parent row's pattern; None for the root
     "instances",  # modules with this pattern
     "forwards",  # forward calls of those modules in the recorded pass
-    "total_us",  # kernel time of the modules and their descendants, microseconds
-    "self_us",  # kernel time launched directly in the modules (not in a submodule)
+    "total_us",  # kernel time of the modules and their descendants, microseconds (inclusive)
     "share",  # total_us / all kernel time (0..1)
-    "top_function",  # the functional call with the most kernel time directly in these modules; None if none
+    "top_function",  # the functional call with the most kernel time in total_us; None if none
+    "top_function_us",  # that call's kernel time in the modules and their descendants
+    "self_us",  # kernel time launched directly in the modules, not in a submodule (own)
+    "top_self_function",  # the functional call with the most kernel time in self_us; None if none
+    "top_self_function_us",  # that call's kernel time launched directly in the modules
     "members",  # list of (module name, total_us), largest first: the instances behind the pattern
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from fixture_results import layered_result
@@ -17,6 +18,7 @@ from aitune_dispatch.reports import HtmlRenderer
 from aitune_dispatch.reports.base import human_time, short_kernel_name, time_unit
 from aitune_dispatch.reports.html import SECTIONS, module_tree
 from aitune_dispatch.results import views
+from aitune_dispatch.schema import MODULE_COLUMNS
 
 
 # -- names ---------------------------------------------------------------------------------------------
@@ -101,16 +103,45 @@ def test_kernel_table_groups_repeated_layers():
 
 def test_module_table_in_tree_order_with_members():
     table = views.module_table(layered_result())
-    rows = [(r.pattern, r.depth, r.instances, r.total_us, r.self_us, r.top_function) for r in table.itertuples()]
+    assert list(table.columns) == MODULE_COLUMNS
+    rows = [(r.pattern, r.depth, r.instances, r.total_us, r.self_us) for r in table.itertuples()]
     assert rows == [
-        ("Net (root)", 0, 1, pytest.approx(20.0), 0.0, None),  # 21 µs less the 1 µs outside the hierarchy
-        ("layers", 1, 1, pytest.approx(12.0), 0.0, None),  # layers.0 (4) + layers.1 (6 + 2)
-        ("layers.*", 2, 2, pytest.approx(12.0), pytest.approx(2.0), None),  # the add ran in layers.1 itself
-        ("layers.*.fc", 3, 2, pytest.approx(10.0), pytest.approx(10.0), "linear"),
-        ("enc", 1, 1, pytest.approx(8.0), pytest.approx(8.0), None),  # larger than layers? no: 8 < 12, after it
+        ("Net (root)", 0, 1, pytest.approx(20.0), 0.0),  # 21 µs less the 1 µs outside the hierarchy
+        ("layers", 1, 1, pytest.approx(12.0), 0.0),  # layers.0 (4) + layers.1 (6 + 2)
+        ("layers.*", 2, 2, pytest.approx(12.0), pytest.approx(2.0)),  # the add ran in layers.1 itself
+        ("layers.*.fc", 3, 2, pytest.approx(10.0), pytest.approx(10.0)),
+        ("enc", 1, 1, pytest.approx(8.0), pytest.approx(8.0)),  # larger than layers? no: 8 < 12, after it
     ]
     assert table["members"][3] == [("layers.1.fc", pytest.approx(6.0)), ("layers.0.fc", pytest.approx(4.0))]
     assert table["share"][0] == pytest.approx(20 / 21)
+
+
+def test_module_table_keeps_the_top_call_of_own_and_inclusive_time_apart():
+    table = views.module_table(layered_result()).set_index("pattern")
+    # the root launched nothing itself: its inclusive top call is its descendants' linear (10 of 20 µs)
+    assert table.loc["Net (root)", "top_function"] == "linear"
+    assert table.loc["Net (root)", "top_function_us"] == pytest.approx(10.0)
+    assert pd.isna(table.loc["Net (root)", "top_self_function"])
+    assert table.loc["Net (root)", "top_self_function_us"] == 0
+    # layers.* ran only a raw add itself (no functional call), its children ran linear
+    assert table.loc["layers.*", "top_function"] == "linear" and pd.isna(table.loc["layers.*", "top_self_function"])
+    assert table.loc["layers.*.fc", "top_self_function"] == "linear"
+    assert table.loc["layers.*.fc", "top_self_function_us"] == pytest.approx(10.0)
+    # a call's time never exceeds the time it is picked from
+    assert (table["top_function_us"] <= table["total_us"] + 1e-9).all()
+    assert (table["top_self_function_us"] <= table["self_us"] + 1e-9).all()
+
+
+def test_module_table_names_the_dominant_inclusive_call_on_the_h200_demo(h200_result):
+    table = views.module_table(h200_result).set_index("pattern")
+    by_function = h200_result.profiling_df().groupby("function_name")["kernel_us"].sum()
+    root = table.iloc[0]
+    assert root["top_function"] == by_function.idxmax()  # linear, not the root's own softmax
+    assert root["top_function_us"] == pytest.approx(by_function.max(), rel=1e-6)
+    assert table.loc["blocks.*", "top_function"] == "linear"
+    assert table.loc["blocks.*", "top_self_function"] == "scaled_dot_product_attention"
+    strings = ["pattern", "module_type", "parent", "top_function", "top_self_function"]
+    assert {str(table.reset_index()[c].dtype) for c in strings} == {str(pd.Series(["a"]).dtype)}
 
 
 def test_unattributed_table_says_why_and_what_to_do():

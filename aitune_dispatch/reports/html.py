@@ -317,6 +317,10 @@ def _members(row: Any, page: Page) -> str:
     return f"<details><summary>{head}</summary><ul>{items}</ul></details>"
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None  # a missing string is NaN in pandas' str dtype
+
+
 def modules_section(page: Page) -> str:
     """The module table (repeated layers grouped, expandable) and the icicle of the module tree."""
     table = views.module_table(page.result)
@@ -327,9 +331,10 @@ def modules_section(page: Page) -> str:
             esc(r.module_type),
             _number(r.forwards, 0),
             page.time(float(r.total_us)),
-            page.time(float(r.self_us)),
             page.share(float(r.total_us)),
-            _maybe_code(r.top_function),
+            _maybe_code(_text_or_none(r.top_function)),
+            page.time(float(r.self_us)),
+            _maybe_code(_text_or_none(r.top_self_function)),
         ]
         for r in shown.itertuples()
     ]
@@ -338,12 +343,16 @@ def modules_section(page: Page) -> str:
         ("type", False),
         ("forwards", True),
         (f"time ({page.unit.symbol})", True),
-        (f"own ({page.unit.symbol})", True),
         ("share", True),
-        ("main functional call", False),
+        ("top call in time", False),
+        (f"own ({page.unit.symbol})", True),
+        ("top call in own", False),
     ]
     more = f" (first {len(shown)} of {len(table):,} rows)" if len(table) > len(shown) else ""
-    note = f"time includes submodules, own is launched directly in the module; {page.basis()}{more}"
+    note = (
+        "time includes submodules, own is what the module launched directly; each top call is the "
+        f"functional call with the most of that time; {page.basis()}{more}"
+    )
     body = _table(headers, rows, "modules") if rows else "<p>No modules were profiled.</p>"
     return _section("module-table", "Modules", note, body) + _icicle_section()
 

@@ -15,8 +15,14 @@ import pyarrow.compute as pc
 from ... import encoded, schema
 from ...schema import MODULE_COLUMNS
 from .accounting import ResultTables, total_us
+from .rollup import STRING_DTYPE
 
 _INDEX = re.compile(r"^\d+$")
+_MODULE_DTYPES: dict[str, Any] = {
+    **{c: np.int64 for c in ("depth", "instances", "forwards")},
+    **{c: np.float64 for c in ("total_us", "share", "top_function_us", "self_us", "top_self_function_us")},
+    **{c: STRING_DTYPE for c in ("pattern", "module_type", "parent", "top_function", "top_self_function")},
+}
 
 
 def layer_pattern(name: str) -> str:
@@ -157,13 +163,38 @@ def _inclusive(self_us: pd.Series, parents: Mapping[int, int]) -> pd.Series:
     return total
 
 
-def _top_function(frame: pd.DataFrame) -> dict[int, str]:
-    called = frame[frame["call_id"] >= 0]
-    if called.empty:
+def _ancestors(module_ids: pd.Index, parents: Mapping[int, int]) -> pd.DataFrame:
+    """(module_id, ancestor) for every module and each module above it, itself included."""
+    pairs: list[tuple[int, int]] = []
+    for module_id in module_ids:
+        node, seen = module_id, 0
+        while node != schema.NO_MODULE and seen <= len(parents):
+            pairs.append((module_id, node))
+            node, seen = parents.get(node, schema.NO_MODULE), seen + 1
+    return pd.DataFrame(pairs, columns=["module_id", "ancestor"])
+
+
+def _function_times(
+    inside: pd.DataFrame, modules: pd.DataFrame, parents: Mapping[int, int]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Kernel time per (module, functional call): launched in the module itself (own), and in it or
+    any module below it (inclusive)."""
+    called = inside[inside["call_id"] >= 0]
+    own = called.groupby(["module_id", "function_name"], sort=False, observed=True)["kernel_us"].sum().reset_index()
+    up = own.merge(_ancestors(modules.index, parents), on="module_id")
+    inclusive = up.groupby(["ancestor", "function_name"], sort=False, observed=True)["kernel_us"].sum().reset_index()
+    return own, inclusive.rename(columns={"ancestor": "module_id"})
+
+
+def _top_per_group(times: pd.DataFrame, group_of: pd.Series) -> dict[Any, tuple[str, float]]:
+    """The functional call with the most kernel time over each group's modules, and that time."""
+    if times.empty:
         return {}
-    sums = called.groupby(["module_id", "function_name"], sort=False)["kernel_us"].sum().reset_index()
-    best = sums.sort_values("kernel_us", ascending=False, kind="stable").drop_duplicates("module_id")
-    return dict(zip(best["module_id"], best["function_name"]))
+    frame = times.assign(group=times["module_id"].map(group_of)).dropna(subset=["group"])
+    sums = frame.groupby(["group", "function_name"], sort=False, observed=True)["kernel_us"].sum().reset_index()
+    best = sums.sort_values(["kernel_us", "function_name"], ascending=[False, True], kind="stable")
+    best = best.drop_duplicates("group")
+    return {g: (str(n), float(us)) for g, n, us in zip(best["group"], best["function_name"], best["kernel_us"])}
 
 
 def _per_module(result: ResultTables) -> pd.DataFrame:
@@ -173,24 +204,28 @@ def _per_module(result: ResultTables) -> pd.DataFrame:
     self_us = inside.groupby("module_id")["kernel_us"].sum().reindex(modules.index, fill_value=0.0)
     parents = dict(zip(modules["module_id"], modules["parent_module_id"]))
     forwards = result.module_calls["module_id"].to_pandas().value_counts()
-    top = _top_function(inside)
     modules["self_us"] = self_us.astype(float)
     modules["total_us"] = _inclusive(self_us, parents)
     modules["forwards"] = forwards.reindex(modules.index, fill_value=0).astype(np.int64)
-    modules["top_function"] = [top.get(m) for m in modules.index]
     modules["pattern"] = pattern_labels(modules)
     parent_pattern = modules["parent_module_id"].map(modules["pattern"])
     modules["parent"] = parent_pattern.astype(object).where(parent_pattern.notna(), None)
     modules["label"] = [module_label(n, t) for n, t in zip(modules["module_name"], modules["module_type"])]
     modules["depth"] = [n.count(".") + 1 if n else 0 for n in modules["module_name"]]
+    modules["group"] = list(zip(modules["pattern"], modules["module_type"]))
+    own, inclusive = _function_times(inside, modules, parents)
+    modules.attrs["top_own"] = _top_per_group(own, modules["group"])
+    modules.attrs["top_inclusive"] = _top_per_group(inclusive, modules["group"])
     return modules
 
 
 def _group_rows(modules: pd.DataFrame, total_us: float) -> list[dict[str, Any]]:
     rows = []
+    top_own, top_inclusive = modules.attrs["top_own"], modules.attrs["top_inclusive"]
     for (pattern, module_type), group in modules.groupby(["pattern", "module_type"], sort=False):
         group = group.sort_values("total_us", ascending=False, kind="stable")
-        named = [n for n in group["top_function"] if isinstance(n, str)]
+        inclusive = top_inclusive.get((pattern, module_type), (None, 0.0))
+        own = top_own.get((pattern, module_type), (None, 0.0))
         rows.append(
             {
                 "pattern": pattern,
@@ -200,9 +235,12 @@ def _group_rows(modules: pd.DataFrame, total_us: float) -> list[dict[str, Any]]:
                 "instances": len(group),
                 "forwards": int(group["forwards"].sum()),
                 "total_us": float(group["total_us"].sum()),
-                "self_us": float(group["self_us"].sum()),
                 "share": float(group["total_us"].sum()) / total_us if total_us > 0 else 0.0,
-                "top_function": max(set(named), key=named.count) if named else None,
+                "top_function": inclusive[0],
+                "top_function_us": inclusive[1],
+                "self_us": float(group["self_us"].sum()),
+                "top_self_function": own[0],
+                "top_self_function_us": own[1],
                 "members": list(zip(group["label"], group["total_us"].astype(float))),
             }
         )
@@ -244,11 +282,10 @@ def module_table(result: ResultTables) -> pd.DataFrame:
         hierarchy is all kernel time.
     """
     if result.modules.num_rows == 0:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in MODULE_COLUMNS})
+        return pd.DataFrame({c: pd.Series([], dtype=_MODULE_DTYPES.get(c, object)) for c in MODULE_COLUMNS})
     rows = _tree_order(_group_rows(_per_module(result), total_us(result.activity)))
     table = pd.DataFrame({c: pd.Series([row[c] for row in rows], dtype=object) for c in MODULE_COLUMNS})
-    numbers = {"instances": np.int64, "forwards": np.int64, "depth": np.int64}
-    return table.astype(numbers | {c: float for c in ("total_us", "self_us", "share")})
+    return table.astype(_MODULE_DTYPES)
 
 
 # -- the module tree: what the report's icicle draws -------------------------------------------------
