@@ -311,8 +311,10 @@ COMPARE_COLUMNS = [
     "after_us",  # kernel time in b; 0.0 where absent
     "delta_us",  # after_us - before_us
     "ratio",  # after_us / before_us; NaN where before_us is 0
-    "before_count",  # activity rows (kernel launches, copies, sets or CPU ops) in a; 0 where absent
-    "after_count",
+    "before_kernels",  # activity rows (kernel launches, copies, sets or CPU ops) in a; 0 where absent
+    "after_kernels",
+    "before_calls",  # functional calls those rows ran in, each counted once; 0 outside any call
+    "after_calls",
 ]
 
 

@@ -82,13 +82,14 @@ def activity_table(
     module_id: int | list[int] = 0,
     module_name: str | list[str] = "",
     thread: int = 0,
+    call_id: list[int] | None = None,
 ) -> pa.Table:
     """Activity rows in :data:`ACTIVITY`, row ``i`` one kernel of ``kernel_us[i]`` µs.
 
     Row ``i`` has correlation id and op id ``i``, starts at ``first_start_ns + 1,000 i`` on stream 7
     and is traced outside any CUDA graph; its call id is ``i`` where it has a function name, else
-    :data:`NO_CALL`. ``device``, ``op``, ``module_id`` and ``module_name``: one value per row, or
-    one for every row.
+    :data:`NO_CALL` (or ``call_id[i]`` where given). ``device``, ``op``, ``module_id`` and
+    ``module_name``: one value per row, or one for every row.
     """
     n = len(kernel)
 
@@ -110,7 +111,7 @@ def activity_table(
             "op": per_row(op),
             "module_id": per_row(module_id),
             "module_name": per_row(module_name),
-            "call_id": [i if fn else NO_CALL for i, fn in enumerate(function_name)],
+            "call_id": call_id if call_id is not None else [i if fn else NO_CALL for i, fn in enumerate(function_name)],
             "function_name": function_name,
             "thread": [thread] * n,
             "graph_id": [NOT_IN_GRAPH] * n,
@@ -272,3 +273,12 @@ def empty_result() -> ProfileResult:
 def merged_result() -> ProfileResult:
     """:func:`synthetic_result` as rank 0 and :func:`layered_result` as rank 1, merged (a ``rank`` column)."""
     return merge([synthetic_result(), layered_result()], ranks=[0, 1])
+
+
+def plain_rows(table, columns: list[str]) -> list[tuple]:
+    """``table``'s rows as tuples of ``columns``, a missing string as None (the frames' one string
+    dtype holds NaN for it, which is not equal to itself)."""
+    return [
+        tuple(None if isinstance(v, float) and v != v else v for v in row)
+        for row in table[columns].itertuples(index=False, name=None)
+    ]

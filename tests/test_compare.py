@@ -18,15 +18,19 @@ from aitune_dispatch import ModuleFunctionKernelProfiler, ProfileResult
 from aitune_dispatch.results import compare, load
 from aitune_dispatch.schema import COMPARE_COLUMNS
 
+STRING = pd.Series(["a"]).dtype  # the one string dtype of every frame
+
 NAN = math.nan
 
 
-def _result(rows: list[tuple[str | None, str, float]]) -> ProfileResult:
-    """A result whose activity rows are ``(function_name, kernel, kernel_us)``, on thread 1 in the root module."""
+def _result(rows: list[tuple[str | None, str, float, int]]) -> ProfileResult:
+    """A result whose activity rows are ``(function_name, kernel, kernel_us, call_id)``, on thread 1 in
+    the root module."""
     activity = activity_table(
-        kernel=[kernel for _, kernel, _ in rows],
-        kernel_us=[us for _, _, us in rows],
-        function_name=[fn for fn, _, _ in rows],
+        kernel=[kernel for _, kernel, _, _ in rows],
+        kernel_us=[us for _, _, us, _ in rows],
+        function_name=[fn for fn, _, _, _ in rows],
+        call_id=[call for *_, call in rows],
         thread=1,
     )
     empty = pa.table({})
@@ -34,18 +38,18 @@ def _result(rows: list[tuple[str | None, str, float]]) -> ProfileResult:
 
 
 BEFORE = [
-    ("linear", "gemm", 10.0),
-    ("linear", "gemm", 20.0),
-    ("linear", "bias", 5.0),
-    ("relu", "relu_k", 4.0),
-    (None, "copy", 1.0),
+    ("linear", "gemm", 10.0, 0),
+    ("linear", "gemm", 20.0, 1),
+    ("linear", "bias", 5.0, 1),  # two kernels of call 1
+    ("relu", "relu_k", 4.0, 2),
+    (None, "copy", 1.0, -1),
 ]
 AFTER = [
-    ("linear", "gemm", 12.0),
-    ("linear", "bias", 5.0),
-    ("gelu", "gelu_k", 6.0),
-    (None, "copy", 1.0),
-    (None, "memset", 2.0),
+    ("linear", "gemm", 12.0, 0),
+    ("linear", "bias", 5.0, 0),  # one call, two kernels
+    ("gelu", "gelu_k", 6.0, 1),
+    (None, "copy", 1.0, -1),
+    (None, "memset", 2.0, -1),
 ]
 
 
@@ -53,25 +57,26 @@ def test_exact_differences_on_synthetic_results():
     table = compare(_result(BEFORE), _result(AFTER))
     expected = pd.DataFrame(
         [
-            # level, function, kernel, before, after, delta, ratio, counts; largest |delta| first
-            ("function", "linear", None, 35.0, 17.0, -18.0, 17 / 35, 3, 2),  # 10+20+5 -> 12+5
-            ("function", "gelu", None, 0.0, 6.0, 6.0, NAN, 0, 1),  # after only: ratio NaN
-            ("function", "relu", None, 4.0, 0.0, -4.0, 0.0, 1, 0),  # before only
-            ("function", None, None, 1.0, 3.0, 2.0, 3.0, 1, 2),  # no functional call: 1 -> 1+2
-            ("kernel", "linear", "gemm", 30.0, 12.0, -18.0, 0.4, 2, 1),
-            ("kernel", "gelu", "gelu_k", 0.0, 6.0, 6.0, NAN, 0, 1),
-            ("kernel", "relu", "relu_k", 4.0, 0.0, -4.0, 0.0, 1, 0),
-            ("kernel", None, "memset", 0.0, 2.0, 2.0, NAN, 0, 1),
-            ("kernel", "linear", "bias", 5.0, 5.0, 0.0, 1.0, 1, 1),  # equal change: larger time first
-            ("kernel", None, "copy", 1.0, 1.0, 0.0, 1.0, 1, 1),
+            # level, function, kernel, before, after, delta, ratio, kernels, calls; largest |delta| first
+            ("function", "linear", None, 35.0, 17.0, -18.0, 17 / 35, 3, 2, 2, 1),  # 10+20+5 -> 12+5
+            ("function", "gelu", None, 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1),  # after only: ratio NaN
+            ("function", "relu", None, 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0),  # before only
+            ("function", None, None, 1.0, 3.0, 2.0, 3.0, 1, 2, 0, 0),  # no functional call: 1 -> 1+2
+            ("kernel", "linear", "gemm", 30.0, 12.0, -18.0, 0.4, 2, 1, 2, 1),
+            ("kernel", "gelu", "gelu_k", 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1),
+            ("kernel", "relu", "relu_k", 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0),
+            ("kernel", None, "memset", 0.0, 2.0, 2.0, NAN, 0, 1, 0, 0),
+            ("kernel", "linear", "bias", 5.0, 5.0, 0.0, 1.0, 1, 1, 1, 1),  # equal change: larger time first
+            ("kernel", None, "copy", 1.0, 1.0, 0.0, 1.0, 1, 1, 0, 0),
         ],
         columns=COMPARE_COLUMNS,
-        dtype=object,  # keeps None as None in the name columns
     )
     expected = expected.astype({c: float for c in ("before_us", "after_us", "delta_us", "ratio")})
-    expected = expected.astype({"before_count": np.int64, "after_count": np.int64})
+    counts = ("before_kernels", "after_kernels", "before_calls", "after_calls")
+    strings = ("level", "function_name", "kernel")
+    expected = expected.astype(dict.fromkeys(counts, np.int64) | dict.fromkeys(strings, STRING))
     pd.testing.assert_frame_equal(table, expected)
-    assert table["function_name"].iloc[3] is None  # None, not NaN or a placeholder string
+    assert pd.isna(table["function_name"].iloc[3])  # missing, not a placeholder string
 
 
 def test_each_level_sums_to_the_totals():
@@ -81,13 +86,13 @@ def test_each_level_sums_to_the_totals():
         rows = table[table["level"] == level]
         assert rows["before_us"].sum() == before.total_us == 40.0  # 10+20+5+4+1
         assert rows["after_us"].sum() == after.total_us == 26.0  # 12+5+6+1+2
-        assert rows["before_count"].sum() == 5 and rows["after_count"].sum() == 5
+        assert rows["before_kernels"].sum() == 5 and rows["after_kernels"].sum() == 5
 
 
 def test_empty_results_give_an_empty_frame():
     table = compare(_result([]), _result([]))
     assert table.empty and list(table.columns) == COMPARE_COLUMNS
-    assert table["delta_us"].dtype == float and table["after_count"].dtype == np.int64
+    assert table["delta_us"].dtype == float and table["after_kernels"].dtype == np.int64
 
 
 def test_compare_rejects_what_is_not_a_result():
@@ -109,6 +114,10 @@ def two_runs() -> tuple[ProfileResult, ProfileResult]:
     return before, after
 
 
+def _key(name: object) -> object:
+    return name if isinstance(name, str) else None  # NaN is not equal to itself: a missing name is None here
+
+
 def _sums(result: ProfileResult, by_kernel: bool) -> dict:
     totals: dict = defaultdict(lambda: [0.0, 0])
     for row in result.activity.to_pylist():
@@ -124,7 +133,7 @@ def test_two_cpu_runs_match_their_tables(two_runs):
     for level, by_kernel in (("function", False), ("kernel", True)):
         want_before, want_after = _sums(before, by_kernel), _sums(after, by_kernel)
         rows = table[table["level"] == level]
-        got = {(row.function_name, row.kernel): row for row in rows.itertuples()}
+        got = {(_key(row.function_name), _key(row.kernel)): row for row in rows.itertuples()}
         assert set(got) == set(want_before) | set(want_after)
         for key, row in got.items():
             b_us, b_n = want_before.get(key, (0.0, 0))
@@ -132,14 +141,14 @@ def test_two_cpu_runs_match_their_tables(two_runs):
             # pandas sums with compensation, Python left to right: equal to the last few ulps
             assert row.before_us == pytest.approx(b_us, rel=1e-12) and row.after_us == pytest.approx(a_us, rel=1e-12)
             assert row.delta_us == pytest.approx(a_us - b_us, rel=1e-12, abs=1e-9)
-            assert (row.before_count, row.after_count) == (b_n, a_n)
+            assert (row.before_kernels, row.after_kernels) == (b_n, a_n)
             if b_us > 0:
                 assert row.ratio == pytest.approx(a_us / b_us, rel=1e-12)
             else:
                 assert math.isnan(row.ratio)
     functions = table[table["level"] == "function"].set_index("function_name")
-    assert functions.loc["relu", "after_count"] == 0 and functions.loc["relu", "after_us"] == 0.0
-    assert functions.loc["gelu", "before_count"] == 0 and math.isnan(functions.loc["gelu", "ratio"])
+    assert functions.loc["relu", "after_kernels"] == 0 and functions.loc["relu", "after_us"] == 0.0
+    assert functions.loc["gelu", "before_kernels"] == 0 and math.isnan(functions.loc["gelu", "ratio"])
     assert functions["delta_us"].abs().is_monotonic_decreasing
 
 

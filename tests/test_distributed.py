@@ -118,7 +118,7 @@ def test_the_rank_view(job, tracer):
     comparison = compare_ranks(merged, 0, 1)
     linear = comparison[(comparison["level"] == "function") & (comparison["function_name"] == "linear")].iloc[0]
     # CPU rows per linear call: aten::t + aten::addmm -> rank 0: 2 calls x 2, rank 1: 4 calls x 2
-    assert (linear.before_count, linear.after_count) == (4, 8)
+    assert (linear.before_kernels, linear.after_kernels) == (4, 8)
 
 
 def test_the_report_and_the_trace(job, tracer, tmp_path):

@@ -75,7 +75,7 @@ def _slug(heading: str) -> str:
 def test_every_relative_link_resolves(path):
     text = _prose(path.read_text(encoding="utf-8"))
     links = re.findall(r"\]\(([^)\s]+)\)", text)
-    assert links or path.name == "design.md"
+    assert links or path.stem == "design"  # the design page cites by section, not by link
     for link in links:
         if re.match(r"\w+://", link):
             continue

@@ -98,10 +98,10 @@ def test_idle_gaps_are_what_the_pass_left_uncovered_and_name_the_host_modules(sy
     assert list(zip(gaps["start_us"], gaps["end_us"])) == [(0.0, 4.0), (4.5, 7.5)]
     assert gaps["gap_us"].tolist() == [4.0, 3.0]
     # 1,000-5,000: the root alone for 1 µs, then fc (2,000-8,000) for 3 µs: fc first
-    assert gaps["modules"].iloc[0] == "fc, Net (root)"
+    assert gaps["host_modules"].iloc[0] == "fc, Net (root)"
     # 5,500-8,500: fc to 8,000 (2.5 µs), then the root alone (0.5 µs)
-    assert gaps["modules"].iloc[1] == "fc, Net (root)"
-    assert synthetic.idle_gaps(min_gap_us=0, top=1)["modules"].tolist() == ["fc, Net (root)"]
+    assert gaps["host_modules"].iloc[1] == "fc, Net (root)"
+    assert synthetic.idle_gaps(min_gap_us=0, top=1)["host_modules"].tolist() == ["fc, Net (root)"]
     assert gaps["gap_us"].sum() == pytest.approx(synthetic.device_busy()["idle_us"].iloc[0])
     assert synthetic.idle_gaps(min_gap_us=3.5)["gap_us"].tolist() == [4.0]
     assert len(synthetic.idle_gaps(min_gap_us=0, top=1)) == 1
@@ -115,7 +115,7 @@ def test_gaps_and_busy_time_add_up_to_the_wall_time(h200_result):
     assert gaps["gap_us"].is_monotonic_decreasing
     assert set(gaps["sample"]) <= set(range(len(views.pass_windows(h200_result))))
     labels = {label for label, _ in views.module_labels(h200_result).values()}
-    named = collections.Counter(name for text in gaps["modules"] for name in text.split(", ") if name)
+    named = collections.Counter(name for text in gaps["host_modules"] for name in text.split(", ") if name)
     assert named and set(named) <= labels
 
 

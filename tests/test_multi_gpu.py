@@ -127,7 +127,7 @@ def test_two_saved_cuda_runs_merge(tmp_path):
     view = function_ranks(merged)
     assert (view["ranks"] == 2).all() and set(view["function_name"]) == set(one.index)
     comparison = compare_ranks(merged, 0, 1)
-    assert (comparison["before_count"] == comparison["after_count"]).all()  # the same kernels in both runs
+    assert (comparison["before_kernels"] == comparison["after_kernels"]).all()  # the same kernels in both runs
     assert list(rank_summary(merged)["devices"]) == [str(torch.cuda.current_device())] * 2
     trace = perfetto_events(merged)
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}

@@ -12,7 +12,7 @@ import re
 import pandas as pd
 import pyarrow as pa
 import pytest
-from fixture_results import layered_result
+from fixture_results import layered_result, plain_rows
 
 from aitune_dispatch.reports import HtmlRenderer
 from aitune_dispatch.reports.base import human_time, short_kernel_name, time_unit
@@ -90,7 +90,8 @@ def test_time_units():
 # -- views on the hand-made result ------------------------------------------------------------------
 def test_kernel_table_groups_repeated_layers():
     table = views.kernel_table(layered_result())
-    rows = [(r.kernel[:9], r.op, r.function_name, r.module, r.modules, r.calls, r.total_us) for r in table.itertuples()]
+    columns = ["kernel", "op", "function_name", "module", "modules", "calls", "total_us"]
+    rows = [(kernel[:9], *rest) for kernel, *rest in plain_rows(table, columns)]
     assert rows == [
         ("void at::", "aten::addmm", "linear", "layers.*.fc", 2, 2, pytest.approx(10.0)),  # 4 + 6 µs
         ("fused", "aten::_transformer_encoder_layer_fwd", None, "enc", 1, 1, pytest.approx(8.0)),
@@ -146,7 +147,7 @@ def test_module_table_names_the_dominant_inclusive_call_on_the_h200_demo(h200_re
 
 def test_unattributed_table_says_why_and_what_to_do():
     table = views.unattributed_table(layered_result())
-    assert [(r.reason, r.op, r.module, r.kernels, r.total_us) for r in table.itertuples()] == [
+    assert plain_rows(table, ["reason", "op", "module", "kernels", "total_us"]) == [
         ("fast_path", "aten::_transformer_encoder_layer_fwd", "enc", 1, pytest.approx(8.0)),
         ("raw_op", "aten::add", "layers.*", 1, pytest.approx(2.0)),  # layers.1, grouped with its twin
         ("outside_modules", None, None, 1, pytest.approx(1.0)),
@@ -172,7 +173,7 @@ def test_unattributed_graph_replays_and_compiled_kernels_have_their_own_reasons(
     for name, values in (("op", op), ("kernel", kernel)):
         activity = activity.set_column(activity.schema.get_field_index(name), name, pa.array(values, pa.string()))
     table = views.unattributed_table(dataclasses.replace(result, activity=activity))
-    assert [(r.reason, r.module, r.kernels) for r in table.itertuples()] == [
+    assert plain_rows(table, ["reason", "module", "kernels"]) == [
         ("compiled", "enc", 1),
         ("graph_replay", "layers.*", 1),
         ("outside_modules", None, 1),

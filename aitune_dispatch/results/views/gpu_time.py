@@ -18,11 +18,11 @@ import pyarrow.compute as pc
 from ... import schema
 from .accounting import ResultTables
 from .clock import activity_minus_host_ns
+from .frames import STRING_DTYPE
 from .modules import module_labels
-from .rollup import STRING_DTYPE
 
 BUSY_COLUMNS = ["device", "stream", "wall_us", "busy_us", "busy_share", "idle_us", "launches"]
-GAP_COLUMNS = ["device", "sample", "start_us", "end_us", "gap_us", "modules"]
+GAP_COLUMNS = ["device", "sample", "start_us", "end_us", "gap_us", "host_modules"]
 GAP_MODULES = 3  # modules named per gap, most host time first
 
 
@@ -208,7 +208,7 @@ def idle_gaps(result: ResultTables, min_gap_us: float = 5.0, top: int | None = N
     -------
     pandas.DataFrame
         ``GAP_COLUMNS``: the device, the sample whose pass the gap is in (0-based, in run order), the
-        gap's start and end in µs after that pass began, its length, and ``modules``: the innermost
+        gap's start and end in µs after that pass began, its length, and ``host_modules``: the innermost
         modules the host ran during it (up to ``GAP_MODULES``, most time first, comma-separated).
         A pass's start before the device's first activity and its end after the last count as gaps.
     """
@@ -243,5 +243,5 @@ def idle_gaps(result: ResultTables, min_gap_us: float = 5.0, top: int | None = N
         frame[column] = frame[column].astype(np.int64)
     for column in ("start_us", "end_us", "gap_us"):
         frame[column] = frame[column].astype(np.float64)
-    frame["modules"] = frame["modules"].astype(STRING_DTYPE)
+    frame["host_modules"] = frame["host_modules"].astype(STRING_DTYPE)
     return frame

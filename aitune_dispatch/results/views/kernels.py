@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ...schema import KERNEL_COLUMNS
 from .accounting import ResultTables, total_us
+from .frames import empty_frame, with_strings
 from .modules import activity_frame, modules_frame, pattern_labels
+
+_STRINGS = ("kernel", "kind", "op", "function_name", "module")
 
 
 def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
@@ -28,7 +32,7 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     frame = activity_frame(result)
     total = total_us(result.activity)
     if frame.empty:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in KERNEL_COLUMNS})
+        return empty_frame(KERNEL_COLUMNS, {"modules": np.int64, "calls": np.int64}, _STRINGS)
     modules = modules_frame(result)
     patterns = pattern_labels(modules)
     frame["module"] = frame["module_id"].map(patterns).astype(object)
@@ -39,8 +43,7 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
         calls=("kernel_us", "size"), total_us=("kernel_us", "sum"), modules=("module_id", "nunique")
     )
     table = grouped.reset_index()
-    for column in keys:
-        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    table = with_strings(table, _STRINGS)
     table["mean_us"] = table["total_us"] / table["calls"]
     table["share"] = table["total_us"] / total if total > 0 else 0.0
     table = table.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable")

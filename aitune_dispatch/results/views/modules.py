@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from ... import encoded, schema
 from ...schema import MODULE_COLUMNS
 from .accounting import ResultTables, total_us
-from .rollup import STRING_DTYPE
+from .frames import STRING_DTYPE
 
 _INDEX = re.compile(r"^\d+$")
 _MODULE_DTYPES: dict[str, Any] = {

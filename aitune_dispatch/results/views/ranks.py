@@ -21,6 +21,7 @@ from ...schema import FunctionData
 from ...tensors import is_tensor_like, tensor_shape, tensor_strides
 from .accounting import ResultTables, attributed, attributed_mask, is_result
 from .comparison import compare
+from .frames import STRING_DTYPE, empty_frame, with_strings
 
 
 class RankedResult(ResultTables, Protocol):
@@ -487,7 +488,7 @@ def rank_summary(result: RankedResult) -> pd.DataFrame:
             }
         )
     table = pd.DataFrame(rows, columns=schema.RANK_SUMMARY_COLUMNS)
-    return table.astype({"rank": np.int64, "activity_rows": np.int64, "host": object, "devices": object})
+    return with_strings(table.astype({"rank": np.int64, "activity_rows": np.int64}), ("host", "devices"))
 
 
 def function_ranks(result: RankedResult) -> pd.DataFrame:
@@ -507,7 +508,8 @@ def function_ranks(result: RankedResult) -> pd.DataFrame:
     ranks = result_ranks(result)
     rows = attributed(result.activity)
     if rows.num_rows == 0:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.RANK_FUNCTION_COLUMNS})
+        counts = {"ranks": np.int64, "slowest_rank": np.int64}
+        return empty_frame(schema.RANK_FUNCTION_COLUMNS, counts, ("function_name",))
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[_mask(attributed_mask(result.activity))],
@@ -520,7 +522,7 @@ def function_ranks(result: RankedResult) -> pd.DataFrame:
     values = per_rank.to_numpy(dtype=float)
     table = pd.DataFrame(
         {
-            "function_name": pd.Series(list(per_rank.index), dtype=object),
+            "function_name": pd.Series(list(per_rank.index), dtype=STRING_DTYPE),
             "ranks": (values > 0).sum(axis=1).astype(np.int64),
             "mean_us": values.mean(axis=1),
             "min_us": values.min(axis=1),
@@ -531,6 +533,9 @@ def function_ranks(result: RankedResult) -> pd.DataFrame:
     table["imbalance"] = table["max_us"] / table["mean_us"].where(table["mean_us"] > 0)
     table = table.sort_values(["max_us", "function_name"], ascending=[False, True], kind="stable")
     return table[schema.RANK_FUNCTION_COLUMNS].reset_index(drop=True)
+
+
+_COLLECTIVE_STRINGS = ("module_name", "op", "kernel")
 
 
 def collectives(result: RankedResult) -> pd.DataFrame:
@@ -549,20 +554,19 @@ def collectives(result: RankedResult) -> pd.DataFrame:
     """
     activity = result.activity
     if activity.num_rows == 0:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in schema.COLLECTIVE_COLUMNS})
+        return empty_frame(schema.COLLECTIVE_COLUMNS, {"rank": np.int64, "calls": np.int64}, _COLLECTIVE_STRINGS)
     mask = _mask(collective_mask(activity))
     rows = activity.filter(pa.array(mask))
     frame = pd.DataFrame(
         {
             "rank": _activity_ranks(result)[mask],
-            **{name: pd.Series(encoded.objects(rows[name]), dtype=object) for name in ("module_name", "op", "kernel")},
+            **{name: pd.Series(encoded.objects(rows[name]), dtype=object) for name in _COLLECTIVE_STRINGS},
             "kernel_us": rows["kernel_us"].to_numpy(),
         }
     )
     keys = ["rank", "module_name", "op", "kernel"]
     grouped = frame.groupby(keys, dropna=False, sort=False)["kernel_us"].agg(["size", "sum"]).reset_index()
     table = grouped.rename(columns={"size": "calls", "sum": "total_us"})
-    for column in ("module_name", "op", "kernel"):
-        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    table = with_strings(table, _COLLECTIVE_STRINGS)
     table = table.sort_values(["rank", "total_us"], ascending=[True, False], kind="stable")
     return table.astype({"rank": np.int64, "calls": np.int64})[schema.COLLECTIVE_COLUMNS].reset_index(drop=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ... import encoded, schema
 from ...schema import UNATTRIBUTED_COLUMNS, looks_like_inductor
 from .accounting import ResultTables, total_us, unattributed
+from .frames import empty_frame, with_strings
 from .modules import modules_frame, pattern_labels
 
 # Ops that run a whole module's inference fast path in one fused C++ kernel sequence: no
@@ -79,7 +81,7 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     """
     rows = unattributed(result.activity)
     if rows.num_rows == 0:
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in UNATTRIBUTED_COLUMNS})
+        return empty_frame(UNATTRIBUTED_COLUMNS, {"kernels": np.int64}, ("reason", "op", "module", "why", "hint"))
     frame = encoded.decoded(rows.select(["op", "module_id", "call_id", "kernel_us", "kernel"])).to_pandas()
     frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
     frame["reason"] = [
@@ -90,13 +92,12 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     frame["module"] = frame["module"].where(frame["module"].notna(), None)
     grouped = frame.groupby(["reason", "op", "module"], dropna=False, sort=False)["kernel_us"].agg(["size", "sum"])
     table = grouped.reset_index().rename(columns={"size": "kernels", "sum": "total_us"})
-    for column in ("op", "module"):
-        table[column] = table[column].astype(object).where(table[column].notna(), None)
     total = total_us(result.activity)
     table["share"] = table["total_us"] / total if total > 0 else 0.0
     all_mode = result.metadata.get(schema.META_FUNCTIONS) == "all"
     table["why"] = table["reason"].map(REASONS)
     table["hint"] = [HINTS["raw_op_all" if r == "raw_op" and all_mode else r] for r in table["reason"]]
+    table = with_strings(table, ("reason", "op", "module", "why", "hint"))
     table = table.sort_values("total_us", ascending=False, kind="stable")[UNATTRIBUTED_COLUMNS].reset_index(drop=True)
     return table if top is None else table.head(int(top))
 

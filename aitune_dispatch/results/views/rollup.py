@@ -12,9 +12,9 @@ import pandas as pd
 
 from ... import encoded
 from .accounting import ResultTables, total_us
+from .frames import STRING_DTYPE
 
 ROLLUP_COLUMNS = ["kernel", "kind", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
-STRING_DTYPE = pd.Series(["a"]).dtype  # what pandas infers for Python strings: "str" from pandas 3, else object
 
 
 def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:

@@ -15,6 +15,7 @@ from ... import encoded
 from ...schema import SAMPLE_COLUMNS
 from ...tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
 from .accounting import attributed, attributed_us
+from .frames import STRING_DTYPE
 
 __all__ = ["SAMPLE_COLUMNS", "sample_table", "signature"]
 
@@ -107,14 +108,14 @@ def empty_samples() -> pd.DataFrame:
     """The per-sample table's columns and dtypes with no rows."""
     return pd.DataFrame(
         {
-            "function_name": pd.Series([], dtype=object),
+            "function_name": pd.Series([], dtype=STRING_DTYPE),
             "sample": pd.Series([], dtype=np.int64),
             "calls": pd.Series([], dtype=np.int64),
             "num_modules": pd.Series([], dtype=np.int64),
             "kernel_us": pd.Series([], dtype=float),
             "kernel_us_per_call": pd.Series([], dtype=float),
             "time_spent_pct": pd.Series([], dtype=float),
-            "signature": pd.Series([], dtype=object),
+            "signature": pd.Series([], dtype=STRING_DTYPE),
         },
         columns=SAMPLE_COLUMNS,
     )
@@ -148,10 +149,10 @@ def sample_table(
         return empty_samples()
     frame = pd.DataFrame(
         {
-            "function_name": pd.Series([e[0] for e in entries], dtype=object),
+            "function_name": pd.Series([e[0] for e in entries], dtype=STRING_DTYPE),
             "sample": np.array([e[1] for e in entries], dtype=np.int64),
             "calls": np.array([e[2] for e in entries], dtype=np.int64),
-            "signature": pd.Series([signature(e[3]) for e in entries], dtype=object),
+            "signature": pd.Series([signature(e[3]) for e in entries], dtype=STRING_DTYPE),
         }
     )
     keys = ["function_name", "sample"]

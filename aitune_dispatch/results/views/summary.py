@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ... import encoded
 from ...schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
 from ..values import iter_tensor_likes
 from .accounting import attributed
+from .frames import STRING_DTYPE, string_array
 
 BYTES_PER_MB = 1024 * 1024
 
@@ -26,18 +26,6 @@ def _object_column(values: Sequence[Any], index: np.ndarray) -> np.ndarray:
     for pos, value in enumerate(values):  # element-wise: containers such as nn.Sequential stay whole
         table[pos] = value
     return table[index] if len(index) else np.empty(0, dtype=object)
-
-
-# the dtype pandas gives a column of Python strings: "str" (Arrow-backed) from pandas 3, else object
-_INFERRED_STRING = pd.Series(["a"]).dtype
-
-
-def _string_column(column: pa.ChunkedArray) -> Any:
-    """``column`` in the dtype pandas infers from Python strings, with no per-row Python work
-    (``docs/design.md``, "Strings in memory")."""
-    if isinstance(_INFERRED_STRING, pd.StringDtype):
-        return pd.array(encoded.plain(column, pa.large_string()), dtype=_INFERRED_STRING)
-    return encoded.objects(column)
 
 
 def profiling_frame(activity: pa.Table, module_objects: Sequence[Any]) -> pd.DataFrame:
@@ -60,11 +48,11 @@ def profiling_frame(activity: pa.Table, module_objects: Sequence[Any]) -> pd.Dat
     module_ids = rows["module_id"].to_numpy().astype(np.int64, copy=False)
     return pd.DataFrame(
         {
-            "module_name": _string_column(rows["module_name"]),
+            "module_name": string_array(rows["module_name"]),
             "module": _object_column(module_objects, module_ids),
-            "function_name": _string_column(rows["function_name"]),
-            "op": _string_column(rows["op"]),
-            "kernel": _string_column(rows["kernel"]),
+            "function_name": string_array(rows["function_name"]),
+            "op": string_array(rows["op"]),
+            "kernel": string_array(rows["kernel"]),
             "kernel_us": rows["kernel_us"].to_numpy().astype(np.float64, copy=False),
         },
         columns=PROFILING_COLUMNS,
@@ -80,7 +68,7 @@ def empty_summary() -> pd.DataFrame:
     """The summary's columns and dtypes with no rows."""
     return pd.DataFrame(
         {
-            "function_name": pd.Series([], dtype=object),
+            "function_name": pd.Series([], dtype=STRING_DTYPE),
             "calls": pd.Series([], dtype=float),
             "num_distinct_samples": pd.Series([], dtype=float),
             "num_modules": pd.Series([], dtype=np.int64),
@@ -180,7 +168,7 @@ def describe_results(
         [s[2] for s in stats],
     )
     summary = summary.rename_axis("function_name").reset_index()
-    summary["function_name"] = summary["function_name"].astype(object)
+    summary["function_name"] = summary["function_name"].astype(STRING_DTYPE)
     summary = summary.sort_values("time_spent_us", ascending=False, kind="stable").head(int(top_k))
     summary["calls"] = _int_if_complete(summary["calls"])
     summary["num_distinct_samples"] = _int_if_complete(summary["num_distinct_samples"])
