@@ -282,6 +282,7 @@ def run_metadata(
     return {
         schema.META_TORCH: torch.__version__,
         schema.META_DEVICE: config.device,
+        schema.META_ALLOW_TF32: str(bool(torch.backends.cuda.matmul.allow_tf32)),
         schema.META_TRACER: str(config.op_tracer),
         schema.META_DECODER: getattr(source, "sink_name", "none"),
         schema.META_THREADS_TRACED: str(sum(thread.traced for thread in trace.threads)),

@@ -371,6 +371,25 @@ SAMPLE_COLUMNS = [
     "signature",  # e.g. "f16[2,4096,320] f16[320,320] f16[320]"
 ]
 
+# samples(roofline=True) and describe(roofline=True) add these (results/views/roofline.py): the work
+# of the calls (torch's FLOP formulas on meta tensors; bytes a lower bound), the rates they reached
+# in their measured kernel time, the device's limits (results/limits.py) and the time the limits
+# say could be saved
+ROOFLINE_COLUMNS = [
+    "flops",  # FLOPs of all those calls; NaN where no op of the call has a formula in torch's registry
+    "min_bytes",  # bytes read and written by those calls at least (inputs once, outputs once)
+    "intensity",  # flops / min_bytes, FLOP per byte (an upper bound, as min_bytes is a lower one)
+    "flop_per_s",  # flops / kernel time
+    "bytes_per_s",  # min_bytes / kernel time (a lower bound)
+    "peak_flop_per_s",  # the device's dense peak for the call's dtype; NaN where unknown
+    "peak_bytes_per_s",  # the device's memory bandwidth; NaN where unknown
+    "bound",  # "compute" or "memory" (intensity against the ridge point); missing where FLOPs are unknown
+    # achieved over attainable, min(peak, intensity x bandwidth); where FLOPs are unknown, bytes/s
+    # over the bandwidth (a lower bound of the true fraction)
+    "fraction_of_bound",
+    "worth_us",  # kernel_us x (1 - fraction_of_bound): the time the hardware says could be saved
+]
+
 # benchmark(): one row per (function, sample, implementation)
 BENCHMARK_COLUMNS = [
     "function_name",
@@ -390,6 +409,7 @@ BENCHMARK_COLUMNS = [
 # -- run metadata (ProfileResult.metadata): every value is a string ------------------------------------
 META_TORCH = "torch"  # torch.__version__ of the run
 META_DEVICE = "device"  # "cuda" or "cpu"
+META_ALLOW_TF32 = "allow_tf32"  # "True" where float32 matmuls ran on TF32 tensor cores (the roofline's float32 peak)
 META_TRACER = "tracer"  # the tracing backend that ran (config.op_tracer): "native" or "python"
 META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
 META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded

@@ -47,6 +47,9 @@ def _frames(result: ProfileResult) -> dict[str, pd.DataFrame]:
         "rank_summary": views.rank_summary(result),
         "function_ranks": views.function_ranks(result),
         "collectives": views.collectives(result),
+        "samples_roofline": result.samples(roofline=True),
+        "describe_roofline": result.describe(roofline=True),
+        "worth_optimizing": result.worth_optimizing(),
     }
 
 
@@ -87,7 +90,7 @@ def test_every_count_column_is_an_integer(frames):
     for name, frame in frames.items():
         for column in COUNTS & set(frame.columns):
             dtype = frame[column].dtype
-            if name == "describe" and column in SPEC_NAN_COUNTS and dtype == np.float64:
+            if name.startswith("describe") and column in SPEC_NAN_COUNTS and dtype == np.float64:
                 assert frame[column].isna().any() or frame.empty, f"describe.{column} is float without a NaN"
                 continue
             assert pd.api.types.is_integer_dtype(dtype), f"{name}.{column} is {dtype}"

@@ -466,6 +466,7 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_CAPABILITY: ("compute capability", str),
     schema.META_GPU_MEMORY: ("GPU memory", lambda v: f"{int(v) / 2**30:,.1f} GiB" if v.isdigit() else v),
     schema.META_TORCH: ("PyTorch", str),
+    schema.META_ALLOW_TF32: ("float32 matmuls on TF32 cores", lambda v: {"True": "yes", "False": "no"}.get(v, v)),
     schema.META_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
     schema.META_GPU_SMS: ("streaming multiprocessors", str),

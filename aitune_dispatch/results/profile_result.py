@@ -96,7 +96,7 @@ class ProfileResult:
         """
         return views.profiling_frame(self.activity, self.module_objects or (None,) * self.modules.num_rows)
 
-    def describe(self, top_k: int = 10, *, by: str | None = None) -> pd.DataFrame:
+    def describe(self, top_k: int = 10, *, by: str | None = None, roofline: bool = False) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
 
         Parameters
@@ -106,18 +106,36 @@ class ProfileResult:
         by:
             None: the spec's summary; ``"device"`` or ``"rank"``: one summary per part, stacked
             under that column.
+        roofline:
+            Add ``schema.ROOFLINE_COLUMNS`` per function, over its samples (``samples(roofline=True)``).
 
         Returns
         -------
         pandas.DataFrame
-            ``schema.SUMMARY_COLUMNS``, after the ``by`` column when split.
+            ``schema.SUMMARY_COLUMNS`` (after the ``by`` column when split), then the roofline
+            columns where asked.
+
+        Raises
+        ------
+        ValueError
+            ``roofline`` together with ``by``.
         """
         if by is not None:
+            if roofline:
+                raise ValueError("describe(roofline=True) is per function over the whole run; leave by=None")
             return views.describe_by(self, by, top_k)
-        return views.describe_results(self.profiling_df(), self.function_data, top_k)
+        summary = views.describe_results(self.profiling_df(), self.function_data, top_k)
+        return views.roofline_functions(summary, self.samples(roofline=True)) if roofline else summary
 
-    def samples(self) -> pd.DataFrame:
+    def samples(self, *, roofline: bool = False) -> pd.DataFrame:
         """Kernel time per distinct input sample of ``function_data``.
+
+        Parameters
+        ----------
+        roofline:
+            Add ``schema.ROOFLINE_COLUMNS``: the calls' FLOPs (torch's formulas, on meta tensors of
+            the samples' shapes) and bytes (a lower bound), the rates reached, the GPU's limits and
+            the time they say could be saved (``docs/api.md``, "Worth optimizing"). Needs torch.
 
         Returns
         -------
@@ -125,7 +143,27 @@ class ProfileResult:
             One row per (function, sample), most kernel time first; a function's samples add up to
             its ``describe()`` time.
         """
-        return views.sample_table(self.activity, self.calls, self.function_data)
+        table = views.sample_table(self.activity, self.calls, self.function_data)
+        if not roofline:
+            return table
+        from . import work
+
+        return views.roofline_samples(table, work.sample_work(self.function_data), self.metadata)
+
+    def worth_optimizing(self, top: int | None = 10) -> pd.DataFrame:
+        """The sampled calls ranked by the time the GPU's limits say could be saved.
+
+        Parameters
+        ----------
+        top:
+            The most rows; None keeps all.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``views.WORTH_COLUMNS``, largest ``worth_us`` first (``kernel_us x (1 - fraction_of_bound)``).
+        """
+        return views.worth_optimizing(self.samples(roofline=True), top)
 
     def kernel_rollup(self, top: int | None = None) -> pd.DataFrame:
         """Every launch of each kernel name added up, largest total first (``views.kernel_rollup``).

@@ -26,6 +26,7 @@ from .modules import layer_pattern, local_name, module_groups, module_label, mod
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
 from .rollup import ROLLUP_COLUMNS, kernel_rollup
+from .roofline import WORTH_COLUMNS, device_limits, roofline_functions, roofline_samples, worth_optimizing
 from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
@@ -37,6 +38,7 @@ __all__ = [
     "BUSY_COLUMNS",
     "GAP_COLUMNS",
     "ROLLUP_COLUMNS",
+    "WORTH_COLUMNS",
     "FAST_PATH_OPS",
     "HINTS",
     "KERNEL_COLUMNS",
@@ -59,8 +61,11 @@ __all__ = [
     "describe_by",
     "describe_results",
     "device_busy",
+    "device_limits",
     "function_ranks",
     "headline",
+    "roofline_functions",
+    "roofline_samples",
     "idle_gaps",
     "kernel_rollup",
     "kernel_table",
@@ -84,4 +89,5 @@ __all__ = [
     "total_us",
     "unattributed",
     "unattributed_table",
+    "worth_optimizing",
 ]
