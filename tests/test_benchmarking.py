@@ -381,3 +381,18 @@ def test_a_cuda_result_needs_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="recorded on CUDA"):
         benchmark(saved)
+
+
+def test_roofline_columns_read_each_replayed_call_against_the_bound(demo_result):
+    from aitune_dispatch.results import work
+    from aitune_dispatch.schema import ROOFLINE_COLUMNS
+
+    table = benchmark(demo_result, ["linear"], repeats=REPEATS, warmup=WARMUP, roofline=True)
+    assert list(table.columns) == BENCHMARK_COLUMNS + ROOFLINE_COLUMNS
+    for row in table.itertuples():
+        _, sample = demo_result.function_data["linear"][row.sample]
+        expected = work.call_work("linear", sample)
+        assert row.flops == expected.flops and row.min_bytes == expected.min_bytes  # one call, not the count
+        assert row.flop_per_s == pytest.approx(expected.flops / (row.us_per_call * 1e-6))
+    assert table["fraction_of_bound"].isna().all()  # the CPU has no limits
+    assert list(benchmark(demo_result, ["gelu"], repeats=2, warmup=0).columns) == BENCHMARK_COLUMNS  # opt-in

@@ -26,7 +26,9 @@ from .. import schema
 from ..config import CACHE_STATES, OP_TRACERS
 from ..profiler import ModuleFunctionKernelProfiler
 from ..results import ProfileResult
-from ..schema import BENCHMARK_COLUMNS
+from ..results.views import roofline_samples
+from ..results.views.frames import with_strings
+from ..schema import BENCHMARK_COLUMNS, ROOFLINE_COLUMNS
 from ..tracing import native
 from ..tracing.samples import sample_key
 from .candidates import ORIGINAL, CandidatesArg, normalize_candidates, original_function
@@ -347,10 +349,17 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
         frame[column] = frame[column].astype(float)
     frame["kernels_match"] = frame["kernels_match"].astype("boolean")
     frame["ok"] = frame["ok"].astype(bool)
-    frame["function_name"] = frame["function_name"].astype(object)
-    frame["implementation"] = frame["implementation"].astype(object)
-    frame["error"] = frame["error"].astype(object).where(frame["error"].notna(), None)
-    return frame
+    return with_strings(frame, ("function_name", "implementation", "error"))
+
+
+def _with_roofline(table: pd.DataFrame, result: ProfileResult) -> pd.DataFrame:
+    """``table`` with ``ROOFLINE_COLUMNS`` of one replayed call at each row's ``us_per_call``."""
+    from ..results import work
+
+    found = work.sample_work({name: result.function_data[name] for name in table["function_name"].unique()})
+    per_call = table[["function_name", "sample"]].assign(calls=1, kernel_us=table["us_per_call"])
+    rates = roofline_samples(per_call, found, result.metadata)
+    return pd.concat([table, rates[list(ROOFLINE_COLUMNS)]], axis=1)
 
 
 def _short_time(us: float) -> str:
@@ -438,6 +447,7 @@ def benchmark(
     make_tensor: MakeTensor | None = None,
     seed: int = 0,
     progress: Progress | None = None,
+    roofline: bool = False,
 ) -> pd.DataFrame:
     """Replay every distinct sample of the selected functions in isolation and time its kernels.
 
@@ -467,11 +477,16 @@ def benchmark(
         Seeds those random tensors.
     progress:
         Called as ``progress(done, total, label)`` after each (function, sample).
+    roofline:
+        Add ``schema.ROOFLINE_COLUMNS`` for one call at each row's ``us_per_call`` (the sample's
+        FLOPs and bytes per call, the rates and the fraction of the GPU's bound it reaches), so a
+        candidate's gain reads against what is left (``docs/api.md``, "Worth optimizing").
 
     Returns
     -------
     pandas.DataFrame
-        One row per (function, sample, implementation), columns :data:`BENCHMARK_COLUMNS`;
+        One row per (function, sample, implementation), columns :data:`BENCHMARK_COLUMNS` (then the
+        roofline's where asked);
         ``attrs["weighted"]`` holds :func:`weighted_totals`' ``weighted_us`` per function and
         implementation, ``attrs["sample_keys"]`` lets :func:`activate` route by sample.
     """
@@ -509,6 +524,8 @@ def benchmark(
         if progress is not None:
             progress(done, len(work), f"{name} sample {index}")
     table = _frame(rows)
+    if roofline:
+        table = _with_roofline(table, result)
     _warn_wide_spread(table)
     table.attrs["weighted"] = _weighted_attr(table)
     table.attrs["sample_keys"] = plan.sample_keys
