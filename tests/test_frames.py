@@ -50,6 +50,7 @@ def _frames(result: ProfileResult) -> dict[str, pd.DataFrame]:
         "samples_roofline": result.samples(roofline=True),
         "describe_roofline": result.describe(roofline=True),
         "worth_optimizing": result.worth_optimizing(),
+        "module_roofline": result.module_roofline(),
     }
 
 

@@ -186,3 +186,19 @@ def test_a_cpu_run_gets_work_per_sample_and_the_spec_frames_stay_as_they_are():
     assert math.isnan(by_name.loc["gelu", "flops"]) and by_name.loc["gelu", "min_bytes"] == 2 * (16 + 4) * 32 * 4
     with pytest.raises(ValueError, match="by=None"):
         result.describe(by="device", roofline=True)
+
+
+def test_the_module_roofline_adds_up_the_calls_made_in_each_module(h200_result):
+    samples = h200_result.samples(roofline=True)
+    modules = h200_result.module_roofline()
+    assert list(modules.columns) == views.MODULE_ROOFLINE_COLUMNS
+    # every sampled call is in exactly one module row: the time and the time to gain add up
+    assert modules["kernel_us"].sum() == pytest.approx(samples["kernel_us"].sum())
+    assert modules["worth_us"].sum() == pytest.approx(samples["worth_us"].sum())
+    assert modules["calls"].sum() == samples["calls"].sum()
+    qkv = modules.set_index("module").loc["blocks.*.qkv"]
+    linear = samples[samples["function_name"] == "linear"]
+    # qkv's calls are linear calls only: their FLOPs are known and reach the fraction their time gives
+    assert qkv["flops"] > 0 and qkv["fraction_of_bound"] == pytest.approx(1 - qkv["worth_us"] / qkv["kernel_us"])
+    assert qkv["flops"] <= linear["flops"].sum()
+    assert modules["worth_us"].is_monotonic_decreasing

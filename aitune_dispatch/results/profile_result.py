@@ -150,6 +150,16 @@ class ProfileResult:
 
         return views.roofline_samples(table, work.sample_work(self.function_data), self.metadata)
 
+    def module_roofline(self) -> pd.DataFrame:
+        """The sampled calls' roofline per module pattern they ran directly in (``views.roofline_modules``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``views.MODULE_ROOFLINE_COLUMNS``, most ``worth_us`` first.
+        """
+        return views.roofline_modules(self, self.samples(roofline=True))
+
     def worth_optimizing(self, top: int | None = 10) -> pd.DataFrame:
         """The sampled calls ranked by the time the GPU's limits say could be saved.
 

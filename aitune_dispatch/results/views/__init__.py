@@ -26,7 +26,15 @@ from .modules import layer_pattern, local_name, module_groups, module_label, mod
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
 from .rollup import ROLLUP_COLUMNS, kernel_rollup
-from .roofline import WORTH_COLUMNS, device_limits, roofline_functions, roofline_samples, worth_optimizing
+from .roofline import (
+    MODULE_ROOFLINE_COLUMNS,
+    WORTH_COLUMNS,
+    device_limits,
+    roofline_functions,
+    roofline_modules,
+    roofline_samples,
+    worth_optimizing,
+)
 from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
@@ -37,6 +45,7 @@ __all__ = [
     "BAR_ROWS",
     "BUSY_COLUMNS",
     "GAP_COLUMNS",
+    "MODULE_ROOFLINE_COLUMNS",
     "ROLLUP_COLUMNS",
     "WORTH_COLUMNS",
     "FAST_PATH_OPS",
@@ -65,6 +74,7 @@ __all__ = [
     "function_ranks",
     "headline",
     "roofline_functions",
+    "roofline_modules",
     "roofline_samples",
     "idle_gaps",
     "kernel_rollup",

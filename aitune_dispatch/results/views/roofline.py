@@ -166,3 +166,87 @@ def worth_optimizing(samples: pd.DataFrame, top: int | None = None) -> pd.DataFr
     table = known.sort_values(["worth_us", "kernel_us"], ascending=False, kind="stable")[WORTH_COLUMNS]
     table = table.reset_index(drop=True)
     return table if top is None else table.head(int(top))
+
+
+MODULE_ROOFLINE_COLUMNS = [
+    "module",  # the module pattern (layer pattern, name or "<Type> (root)") the calls ran directly in
+    "calls",  # sampled functional calls made directly in those modules
+    "kernel_us",  # their attributed kernel time
+    "flops",  # their FLOPs; NaN where any of them has unknown FLOPs
+    "min_bytes",
+    "flop_per_s",
+    "bytes_per_s",
+    "fraction_of_bound",  # 1 - worth_us / kernel_us: the calls' fractions weighted by their time
+    "worth_us",  # the calls' time the limits say could be saved
+]
+
+
+def roofline_modules(result: Any, samples: pd.DataFrame) -> pd.DataFrame:
+    """The sampled calls' roofline per module pattern they ran directly in, most ``worth_us`` first.
+
+    Each call counts its sample's work per call and its own kernel time, and the time it could save
+    at its sample's ``fraction_of_bound``.
+
+    Parameters
+    ----------
+    result:
+        The result the samples come from (its calls, activity and modules).
+    samples:
+        :func:`roofline_samples`' frame of that result.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`MODULE_ROOFLINE_COLUMNS`; calls without a sample link or outside the hierarchy are left out.
+    """
+    from ... import encoded
+    from .accounting import attributed
+    from .modules import modules_frame, pattern_labels
+
+    empty = pd.DataFrame(
+        {c: pd.Series([], dtype=STRING_DTYPE if c == "module" else np.float64) for c in MODULE_ROOFLINE_COLUMNS}
+    ).astype({"calls": np.int64})
+    if result.calls.num_rows == 0 or result.modules.num_rows == 0:
+        return empty
+    calls = encoded.decoded(result.calls.select(["call_id", "function_name", "module_id", "sample"])).to_pandas()
+    calls = calls[(calls["sample"] >= 0) & (calls["module_id"] >= 0)]
+    if calls.empty:
+        return empty
+    kernel = (
+        attributed(result.activity).select(["call_id", "kernel_us"]).to_pandas().groupby("call_id")["kernel_us"].sum()
+    )
+    per_sample = samples.set_index(["function_name", "sample"])
+    per_call = per_sample[["flops", "min_bytes"]].div(per_sample["calls"].where(per_sample["calls"] > 0), axis=0)
+    keys = pd.MultiIndex.from_arrays([calls["function_name"].astype(object), calls["sample"].astype(np.int64)])
+    frame = pd.DataFrame(
+        {
+            "module": calls["module_id"].map(pattern_labels(modules_frame(result))).to_numpy(),
+            "kernel_us": calls["call_id"].map(kernel).fillna(0.0).to_numpy(),
+            "flops": per_call["flops"].reindex(keys).to_numpy(),
+            "min_bytes": per_call["min_bytes"].reindex(keys).to_numpy(),
+            "fraction": per_sample["fraction_of_bound"].reindex(keys).to_numpy(),
+        }
+    )
+    frame["worth_us"] = frame["kernel_us"] * (1.0 - frame["fraction"].clip(upper=1.0))
+    grouped = frame.groupby("module", sort=False)
+    table = pd.DataFrame(
+        {
+            "calls": grouped.size().astype(np.int64),
+            "kernel_us": grouped["kernel_us"].sum(),
+            "flops": grouped["flops"].sum(min_count=1).where(~grouped["flops"].apply(lambda s: s.isna().any())),
+            "min_bytes": grouped["min_bytes"]
+            .sum(min_count=1)
+            .where(~grouped["min_bytes"].apply(lambda s: s.isna().any())),
+            "worth_us": grouped["worth_us"]
+            .sum(min_count=1)
+            .where(~grouped["worth_us"].apply(lambda s: s.isna().any())),
+        }
+    )
+    seconds = (table["kernel_us"] / 1e6).where(table["kernel_us"] > 0)
+    table["flop_per_s"] = table["flops"] / seconds
+    table["bytes_per_s"] = table["min_bytes"] / seconds
+    table["fraction_of_bound"] = 1.0 - table["worth_us"] / table["kernel_us"].where(table["kernel_us"] > 0)
+    table = table.rename_axis("module").reset_index()
+    table["module"] = table["module"].astype(STRING_DTYPE)
+    table = table.sort_values(["worth_us", "kernel_us"], ascending=False, kind="stable", na_position="last")
+    return table[MODULE_ROOFLINE_COLUMNS].reset_index(drop=True)
