@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
 import gzip
 import html
 import json
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -473,3 +477,44 @@ def test_renderer_is_picked_by_file_name():
     assert isinstance(renderer_for("r.htm"), HtmlRenderer)
     with pytest.raises(ValueError, match=r"'\.pdf'; name the output \.html, \.htm, \.json, \.json\.gz"):
         renderer_for("report.pdf")
+
+
+# -- templates ----------------------------------------------------------------------------------------------
+def test_every_template_is_package_data():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from aitune_dispatch.reports import templating
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = root / "aitune_dispatch"
+    templates = sorted(p.relative_to(package).as_posix() for p in templating.TEMPLATES.iterdir())
+    assert "reports/templates/report.html.j2" in templates
+    # a non-editable install ships only what package-data names
+    assert [t for t in templates if not any(fnmatch.fnmatch(t, p) for p in patterns["aitune_dispatch"])] == []
+
+
+def test_jinja2_is_imported_on_the_first_render_only():
+    code = (
+        "import sys, aitune_dispatch, aitune_dispatch.reports\n"
+        "before = 'jinja2' in sys.modules\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from fixture_results import synthetic_result\n"
+        "synthetic_result()._repr_html_()\n"
+        "print(before, 'jinja2' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_name_parts_break_after_the_marks_and_join_back():
+    from aitune_dispatch.reports.templating import name_parts
+
+    assert name_parts("blocks.0.qkv") == ["blocks.", "0.", "qkv"]
+    assert name_parts("at::native::vectorized_layer_norm<float, 4>") == [
+        "at::", "native::", "vectorized_", "layer_", "norm<", "float, ", "4>"
+    ]
+    assert name_parts("") == [""] and name_parts("linear") == ["linear"]
+    page = HtmlRenderer().render(synthetic_result(fc_name="layers.0.fc_inner"))
+    assert "layers.<wbr>0.<wbr>fc_<wbr>inner" in page  # long names wrap at their break points
