@@ -34,7 +34,8 @@ from aitune_dispatch.reports import (
     write_perfetto,
     write_report,
 )
-from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
+from aitune_dispatch.reports.base import short_kernel_name
+from aitune_dispatch.reports.html import ROLLUP_ROWS, UNATTRIBUTED, Page, module_tree, report_data, value_text
 from aitune_dispatch.reports.perfetto import (
     CPU_PID,
     GPU_PID_BASE,
@@ -42,7 +43,7 @@ from aitune_dispatch.reports.perfetto import (
     device_properties,
     gpu_clock_offset,
 )
-from aitune_dispatch.results import ProfileResult
+from aitune_dispatch.results import ProfileResult, views
 
 HOST_CATS = {"module", "functional", "cpu_op"}
 EVIL = "fc<script>alert(1)</script>"
@@ -518,3 +519,32 @@ def test_name_parts_break_after_the_marks_and_join_back():
     assert name_parts("") == [""] and name_parts("linear") == ["linear"]
     page = HtmlRenderer().render(synthetic_result(fc_name="layers.0.fc_inner"))
     assert "layers.<wbr>0.<wbr>fc_<wbr>inner" in page  # long names wrap at their break points
+
+
+# -- kernels: the roll-up per name, then the split by op, call and module ----------------------------------
+def test_kernel_rollup_leads_the_kernel_section(h200_result):
+    page = HtmlRenderer().render(h200_result)
+    rollup, detail = views.kernel_rollup(h200_result), views.kernel_table(h200_result)
+    section = page[page.index('<section id="kernels">') :]
+    assert section.index('<table class="kernel-rollup">') < section.index('<table class="kernels">')
+    rows = table_rows(page, "kernel-rollup")
+    assert len(rows) == min(len(rollup), ROLLUP_ROWS)
+    state = Page.of(h200_result, "")
+    for row, expected in zip(rows, rollup.itertuples()):
+        assert row[0] == short_kernel_name(expected.kernel)
+        assert row[1:4] == [expected.kind, f"{expected.count:,}", state.time(expected.total_us)]
+    # the demo's costliest kernel over all its launches is not the first row of the split table
+    assert rollup["kernel"][0] != detail["kernel"][0]
+    assert rows[0][0] == short_kernel_name(rollup["kernel"][0])
+    rest = len(rollup) - ROLLUP_ROWS
+    assert len(table_rows(page, "kernel-rollup-more")) == rest and f"<summary>{rest} more</summary>" in page
+
+
+def test_kernel_rollup_caps_its_rows_with_a_note(h200_result, monkeypatch):
+    from aitune_dispatch.reports import html as report_html
+
+    monkeypatch.setattr(report_html, "MORE_KERNEL_ROWS", 2)
+    page = HtmlRenderer(sections=(report_html.kernels_section,)).render(h200_result)
+    total = len(views.kernel_rollup(h200_result))
+    assert len(table_rows(page, "kernel-rollup-more")) == 2
+    assert f"<summary>2 more (of {total - ROLLUP_ROWS})</summary>" in page

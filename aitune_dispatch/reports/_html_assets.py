@@ -12,7 +12,8 @@ main { max-width: 1360px; margin: 0 auto; padding: 22px 24px 40px; }
 header h1 { font-size: 22px; margin: 0 0 2px; }
 header p { margin: 0; color: var(--muted); }
 h2 { font-size: 16px; margin: 0 0 10px; }
-h2 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
+h3 { font-size: 14px; margin: 18px 0 8px; }
+h2 small, h3 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
 .cards { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; margin: 16px 0; }
 .card, section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; }
 .card { padding: 10px 14px; }

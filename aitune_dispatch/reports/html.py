@@ -34,7 +34,8 @@ from .templating import NO_VALUE, render
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-KERNEL_ROWS = 15  # shown at once; up to MORE_KERNEL_ROWS more behind "show more"
+ROLLUP_ROWS = 15  # kernel names shown at once; up to MORE_KERNEL_ROWS more behind "show more"
+KERNEL_ROWS = 15  # (kernel, op, call, module) groups shown at once; up to MORE_KERNEL_ROWS more likewise
 MORE_KERNEL_ROWS = 200
 MODULE_ROWS = 300
 MAX_SAMPLES_SHOWN = 50
@@ -227,9 +228,14 @@ def functions_section(page: Page) -> str:
 
 
 def kernels_section(page: Page) -> str:
-    """The top kernels: shortened name (full name on hover), op, functional call, module, calls, time, share."""
+    """The kernels: first every launch of each name added up (``views.kernel_rollup``: launches, total, mean,
+    min, max, share), costliest first, so a kernel many layers launch leads; then each kernel split by the
+    op, functional call and module that launched it (``views.kernel_table``). Names are shortened, the full
+    name on hover.
+    """
+    rollup = Capped.of(views.kernel_rollup(page.result), ROLLUP_ROWS, MORE_KERNEL_ROWS)
     detail = Capped.of(views.kernel_table(page.result), KERNEL_ROWS, MORE_KERNEL_ROWS)
-    return render("kernels.html.j2", page=page, detail=detail)
+    return render("kernels.html.j2", page=page, rollup=rollup, detail=detail)
 
 
 def modules_section(page: Page) -> str:
