@@ -35,7 +35,17 @@ from aitune_dispatch.reports import (
     write_report,
 )
 from aitune_dispatch.reports.base import short_kernel_name
-from aitune_dispatch.reports.html import ROLLUP_ROWS, UNATTRIBUTED, Page, module_tree, report_data, value_text
+from aitune_dispatch.reports.html import (
+    IDLE_GAP_ROWS,
+    ROLLUP_ROWS,
+    UNATTRIBUTED,
+    Page,
+    busy_reading,
+    module_tree,
+    percent,
+    report_data,
+    value_text,
+)
 from aitune_dispatch.reports.perfetto import (
     CPU_PID,
     GPU_PID_BASE,
@@ -548,3 +558,49 @@ def test_kernel_rollup_caps_its_rows_with_a_note(h200_result, monkeypatch):
     total = len(views.kernel_rollup(h200_result))
     assert len(table_rows(page, "kernel-rollup-more")) == 2
     assert f"<summary>2 more (of {total - ROLLUP_ROWS})</summary>" in page
+
+
+# -- GPU busy and idle ---------------------------------------------------------------------------------------
+def card_value(page: str, card_id: str) -> str:
+    card = rf'<div class="card" id="{card_id}"><div class="label">[^<]*</div><div class="value">([^<]*)<'
+    found = re.search(card, page)
+    assert found is not None, f"no card {card_id}"
+    return html.unescape(found.group(1))
+
+
+def test_gpu_busy_and_idle_figures_are_the_views(h200_result):
+    page = HtmlRenderer().render(h200_result)
+    busy, gaps = views.device_busy(h200_result), views.idle_gaps(h200_result)
+    device = busy[busy["stream"].isna()].iloc[0]
+    assert card_value(page, "card-gpu-busy") == percent(device.busy_share)  # near the top: the headline cards
+    assert page.index('id="card-gpu-busy"') < page.index('<section id="functions">')
+    assert f"GPU 0 was busy {percent(device.busy_share)} of the passes" in html.unescape(page)
+    state = Page.of(h200_result, "")
+    rows = table_rows(page, "device-busy")
+    assert len(rows) == len(busy)
+    assert rows[0][:6] == ["0", "all", state.time(device.wall_us), state.time(device.busy_us)] + [
+        percent(device.busy_share),
+        state.time(device.idle_us),
+    ]
+    shown = table_rows(page, "idle-gaps")
+    assert len(shown) == min(len(gaps), IDLE_GAP_ROWS) and len(gaps) > IDLE_GAP_ROWS
+    first = gaps.iloc[0]
+    assert shown[0][4] == state.time(first.gap_us) and shown[0][5] == first.modules  # the longest gap, its modules
+    assert len(table_rows(page, "idle-gaps-more")) == len(gaps) - IDLE_GAP_ROWS
+
+
+def test_a_cpu_result_says_it_has_no_gpu_activity(demo_result):
+    page = HtmlRenderer().render(demo_result)
+    assert views.device_busy(demo_result).empty  # the CPU source times aten ops on the host
+    section = page[page.index('<section id="gpu-time">') :]
+    section = html.unescape(section[: section.index("</section>")])
+    assert "No GPU activity: this result's activity source is cpu" in section
+    assert '<table class="device-busy">' not in section and '<table class="idle-gaps">' not in section
+    assert "%" not in section  # no busy share shown where there is none
+    assert card_value(page, "card-gpu-busy") == "\u2014"
+
+
+def test_busy_readings():
+    assert busy_reading(0.03)[0] == "launch-bound" and busy_reading(0.6)[0] == "partly launch-bound"
+    assert busy_reading(0.95)[0] == "compute-bound"
+    assert percent(0.028571) == "2.9%" and percent(float("nan")) == "\u2014"

@@ -14,7 +14,10 @@ header p { margin: 0; color: var(--muted); }
 h2 { font-size: 16px; margin: 0 0 10px; }
 h3 { font-size: 14px; margin: 18px 0 8px; }
 h2 small, h3 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
-.cards { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; margin: 16px 0; }
+.cards { display: grid; grid-template-columns: repeat(7, 1fr); gap: 12px; margin: 16px 0; }
+.cards.devices { grid-template-columns: repeat(auto-fill, minmax(220px, 1fr)); margin: 8px 0 12px; }
+.cards.devices .card { background: #fafbfc; }
+.reading { margin: 0 0 4px; }
 .card, section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; }
 .card { padding: 10px 14px; }
 .card .value { font-size: 20px; font-weight: 600; }
@@ -59,7 +62,7 @@ svg text { font-family: inherit; }
   main { padding: 16px 14px 32px; }
   .grid2, .grid2.wide-right { grid-template-columns: minmax(0, 1fr); }
   .grid2 > section { margin-bottom: 16px; }
-  .cards { grid-template-columns: repeat(3, 1fr); }
+  .cards { grid-template-columns: repeat(4, 1fr); }
 }
 @media (max-width: 640px) { .cards { grid-template-columns: repeat(2, 1fr); } }
 """

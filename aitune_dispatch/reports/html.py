@@ -10,6 +10,7 @@ Sections, charts and the window widths the layout was fitted to:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,7 @@ from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, time_unit
 from .ranks import ranks_section
 from .sample_time import sample_time_section
-from .templating import NO_VALUE, render
+from .templating import NO_VALUE, missing, render
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -41,6 +42,10 @@ MODULE_ROWS = 300
 MAX_SAMPLES_SHOWN = 50
 MAX_VALUE_CHARS = 160
 UNATTRIBUTED_ROWS = 12
+IDLE_GAP_ROWS = 12  # the longest idle gaps shown; up to MORE_KERNEL_ROWS more behind "show more"
+IDLE_GAP_MIN_US = 5.0  # shorter gaps are launch latency, not worth a row
+HOST_BOUND_BELOW = 0.5  # a device busy for less of the pass than this waited on the host most of it
+COMPUTE_BOUND_FROM = 0.9  # ... and one busy for at least this much was seldom kept waiting
 ALL_FUNCTIONS = 1 << 30
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
@@ -106,6 +111,111 @@ class Page:
     def basis(self) -> str:
         """The sentence that states the unit and the share base, shown under each section title."""
         return f"times in {self.unit.symbol}; shares of all kernel time ({human_time(self.total_us)})"
+
+    @functools.cached_property
+    def gpu(self) -> GpuTime:
+        """The devices' busy and idle time in the profiled passes (computed once, for the card and the section)."""
+        return GpuTime.of(self.result)
+
+
+def percent(share: float) -> str:
+    """A share (0..1) as the page writes it: ``2.9%``.
+
+    Parameters
+    ----------
+    share:
+        A fraction, ``busy_share`` of ``views.device_busy``.
+
+    Returns
+    -------
+    str
+        One decimal and a percent sign; ``—`` where missing.
+    """
+    return NO_VALUE if missing(share) else f"{100.0 * float(share):.1f}%"
+
+
+def busy_reading(share: float) -> tuple[str, str]:
+    """What a device's busy share says about the pass: waiting on the host (launch-bound) or not.
+
+    Parameters
+    ----------
+    share:
+        The device's busy time over the passes' wall time (0..1).
+
+    Returns
+    -------
+    tuple of str
+        The verdict (``launch-bound``) and what it means, for the card and the section's first sentence.
+    """
+    if share < HOST_BOUND_BELOW:
+        return "launch-bound", "the GPU waited on the host for most of it"
+    if share < COMPUTE_BOUND_FROM:
+        return "partly launch-bound", "the GPU waited on the host for part of it"
+    return "compute-bound", "the GPU was busy for nearly all of it"
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Each device's busy and idle time in the profiled passes, or why the result has none.
+
+    ``devices`` and ``streams`` are the per-device and per-stream rows of ``views.device_busy``, ``gaps``
+    the longest rows of ``views.idle_gaps``; ``absent`` is the plain sentence shown instead of figures
+    where there are none to show (the CPU activity source, no device activity, no pass times).
+    """
+
+    devices: list[Any]
+    streams: list[Any]
+    gaps: Capped
+    absent: str
+
+    @classmethod
+    def of(cls, result: ProfileResult) -> GpuTime:
+        """The busy and idle time of ``result``'s devices."""
+        busy = views.device_busy(result)
+        nothing = Capped([], [], 0)
+        if busy.empty:
+            cpu = result.source == "cpu" or str(result.metadata.get(schema.META_DEVICE, "")) == "cpu"
+            why = (
+                f"No GPU activity: this result's activity source is {result.source}, which times aten ops on the "
+                'host, so there is no GPU busy or idle time to show. Profile with device="cuda" to see them.'
+                if cpu
+                else "No device activity was recorded in the profiled passes, so there is no busy or idle time to show."
+            )
+            return cls([], [], nothing, why)
+        if not (busy["wall_us"] > 0).any():
+            why = "The result recorded no module call times, so the passes' wall time, and the busy share, is unknown."
+            return cls([], [], nothing, why)
+        gaps = Capped.of(views.idle_gaps(result, min_gap_us=IDLE_GAP_MIN_US), IDLE_GAP_ROWS, MORE_KERNEL_ROWS)
+        per_device = busy["stream"].isna()
+        return cls(list(busy[per_device].itertuples()), list(busy.itertuples()), gaps, "")
+
+    def card(self) -> Card:
+        """The headline card: the busy share of the pass (the range where several devices ran) and its reading."""
+        if self.absent:
+            return Card("GPU busy", NO_VALUE, "no GPU activity in this result", id="card-gpu-busy")
+        shares = [float(row.busy_share) for row in self.devices]
+        low, high = min(shares), max(shares)
+        value = percent(low) if len(shares) == 1 else f"{percent(low)}\u2013{percent(high)}"
+        wall = human_time(float(self.devices[0].wall_us))
+        gpus = "" if len(shares) == 1 else f" on each of {len(shares)} GPUs"
+        idle = human_time(max(float(row.idle_us) for row in self.devices))
+        note = f"of the profiled passes' wall time ({wall}){gpus}, idle {idle}: {busy_reading(low)[0]}"
+        return Card("GPU busy", value, note, low, id="card-gpu-busy")
+
+    def sentence(self) -> str:
+        """The section's first line: how busy each device was, what that says, and the tracer's caveat."""
+        if self.absent:
+            return self.absent
+        parts = [
+            f"GPU {int(row.device)} was busy {percent(row.busy_share)} of the passes' wall time "
+            f"({human_time(float(row.busy_us))} of {human_time(float(row.wall_us))})"
+            for row in self.devices
+        ]
+        verdict, meaning = busy_reading(min(float(row.busy_share) for row in self.devices))
+        return (
+            "; ".join(parts) + f", so the pass is {verdict}: {meaning}. The tracer adds host time to every op "
+            "and call, so an unprofiled pass keeps the GPU somewhat busier."
+        )
 
 
 Section = Callable[[Page], str]
@@ -189,12 +299,13 @@ def header_section(page: Page) -> str:
 
 
 def headline_cards(page: Page) -> list[Card]:
-    """Headline numbers: kernel time, coverage, distinct kernels, functions, ops, modules."""
+    """Headline numbers: kernel time, GPU busy share, coverage, distinct kernels, functions, ops, modules."""
     result, head = page.result, views.headline(page.result)
     known = not math.isnan(head.coverage)
     kinds = ", ".join(f"{count:,} {kind}" for kind, count in views.activity_kinds(result).items()) or "none"
     return [
         Card("kernel time", human_time(result.total_us), f"{result.activity.num_rows:,} activity rows ({kinds})"),
+        page.gpu.card(),
         Card(
             "coverage",
             f"{head.coverage:.1%}" if known else NO_VALUE,
@@ -236,6 +347,14 @@ def kernels_section(page: Page) -> str:
     rollup = Capped.of(views.kernel_rollup(page.result), ROLLUP_ROWS, MORE_KERNEL_ROWS)
     detail = Capped.of(views.kernel_table(page.result), KERNEL_ROWS, MORE_KERNEL_ROWS)
     return render("kernels.html.j2", page=page, rollup=rollup, detail=detail)
+
+
+def gpu_section(page: Page) -> str:
+    """GPU busy and idle: per device and stream, busy time over the passes' wall time (``views.device_busy``),
+    and the longest idle gaps with the modules the host ran meanwhile (``views.idle_gaps``); a plain sentence
+    instead where the result has no GPU activity.
+    """
+    return render("gpu.html.j2", page=page, gpu=page.gpu, percent=percent, min_gap=human_time(IDLE_GAP_MIN_US))
 
 
 def modules_section(page: Page) -> str:
@@ -380,6 +499,7 @@ SECTIONS: tuple[Section, ...] = (
     cards_section,
     functions_section,
     kernels_section,
+    gpu_section,
     modules_section,
     coverage_section,
     lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
