@@ -604,3 +604,21 @@ def test_busy_readings():
     assert busy_reading(0.03)[0] == "launch-bound" and busy_reading(0.6)[0] == "partly launch-bound"
     assert busy_reading(0.95)[0] == "compute-bound"
     assert percent(0.028571) == "2.9%" and percent(float("nan")) == "\u2014"
+
+
+# -- sortable tables -------------------------------------------------------------------------------------------
+def test_numeric_cells_carry_their_raw_value_for_sorting(h200_result, demo_result):
+    page = HtmlRenderer().render(h200_result)
+    rollup = views.kernel_rollup(h200_result).head(ROLLUP_ROWS)
+    body = re.search(r'<table class="kernel-rollup">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body is not None
+    keys = [re.findall(r'<td class="num" data-sort="([^"]*)">', row) for row in re.findall(r"<tr>(.*?)</tr>", body[1])]
+    # launches, total, mean, min, max, share (by total): the view's numbers, not the formatted text
+    columns = ["count", "total_us", "mean_us", "min_us", "max_us", "total_us"]
+    assert [[float(k) for k in row] for row in keys] == rollup[columns].astype(float).values.tolist()
+    assert keys[0][1] == repr(float(rollup["total_us"][0]))  # full precision: 35.36, not "35.4"
+    for report in (page, HtmlRenderer().render(demo_result)):
+        for attrs, text in re.findall(r'<td class="num"([^>]*)>(.*?)</td>', report, re.S):
+            key = re.fullmatch(r' data-sort="([^"]*)"', attrs)
+            assert (key is not None and float(key[1]) == float(key[1])) or text == "\u2014", (attrs, text)
+
