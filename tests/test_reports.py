@@ -622,3 +622,19 @@ def test_numeric_cells_carry_their_raw_value_for_sorting(h200_result, demo_resul
             key = re.fullmatch(r' data-sort="([^"]*)"', attrs)
             assert (key is not None and float(key[1]) == float(key[1])) or text == "\u2014", (attrs, text)
 
+
+
+# -- the notebook view ---------------------------------------------------------------------------------------
+def test_the_notebook_names_the_top_kernels_and_the_busy_share(h200_result, demo_result):
+    from aitune_dispatch.reports.html import NOTEBOOK_KERNELS
+
+    page = h200_result._repr_html_()
+    assert "<script" not in page
+    rollup = views.kernel_rollup(h200_result, top=NOTEBOOK_KERNELS)
+    rows = table_rows(page, "kernel-rollup")
+    assert [row[0] for row in rows] == [short_kernel_name(name) for name in rollup["kernel"]]
+    assert rows[0][1] == f"{rollup['count'][0]:,}"
+    busy = views.device_busy(h200_result)
+    assert f"GPU busy {percent(busy['busy_share'][0])} of the profiled passes" in html.unescape(page)
+    cpu = demo_result._repr_html_()
+    assert "no GPU activity: the CPU activity source" in cpu and "GPU busy" not in cpu

@@ -167,6 +167,7 @@ class GpuTime:
     streams: list[Any]
     gaps: Capped
     absent: str
+    absent_note: str = ""  # the same, in a few words, for the card
 
     @classmethod
     def of(cls, result: ProfileResult) -> GpuTime:
@@ -181,10 +182,11 @@ class GpuTime:
                 if cpu
                 else "No device activity was recorded in the profiled passes, so there is no busy or idle time to show."
             )
-            return cls([], [], nothing, why)
+            note = "no GPU activity: the CPU activity source times ops on the host" if cpu else "no device activity"
+            return cls([], [], nothing, why, note)
         if not (busy["wall_us"] > 0).any():
             why = "The result recorded no module call times, so the passes' wall time, and the busy share, is unknown."
-            return cls([], [], nothing, why)
+            return cls([], [], nothing, why, "no pass times recorded")
         gaps = Capped.of(views.idle_gaps(result, min_gap_us=IDLE_GAP_MIN_US), IDLE_GAP_ROWS, MORE_KERNEL_ROWS)
         per_device = busy["stream"].isna()
         return cls(list(busy[per_device].itertuples()), list(busy.itertuples()), gaps, "")
@@ -192,7 +194,7 @@ class GpuTime:
     def card(self) -> Card:
         """The headline card: the busy share of the pass (the range where several devices ran) and its reading."""
         if self.absent:
-            return Card("GPU busy", NO_VALUE, "no GPU activity in this result", id="card-gpu-busy")
+            return Card("GPU busy", NO_VALUE, self.absent_note, id="card-gpu-busy")
         shares = [float(row.busy_share) for row in self.devices]
         low, high = min(shares), max(shares)
         value = percent(low) if len(shares) == 1 else f"{percent(low)}\u2013{percent(high)}"
@@ -555,16 +557,21 @@ NOTEBOOK_CSS = (
     ".aitune-nb .note{color:#5f6b7a}"
 )
 NOTEBOOK_ROWS = 8
+NOTEBOOK_KERNELS = 5
 
 
 def notebook_html(result: ProfileResult) -> str:
-    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: headline, functions, coverage."""
+    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: the headline with the GPU
+    busy share, the functions, the costliest kernels over all their launches, and what was not attributed.
+    """
     page = Page.of(result, "")
     head = views.headline(result)
     return render(
         "notebook.html.j2",
         page=page,
         head=head,
+        busy=page.gpu.card(),
+        kernels=list(views.kernel_rollup(result, top=NOTEBOOK_KERNELS).itertuples()),
         css=templating.markup(NOTEBOOK_CSS),
         coverage=NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}",
         rows=list(page.summary.head(NOTEBOOK_ROWS).itertuples()),
