@@ -199,9 +199,9 @@ class GpuTime:
         low, high = min(shares), max(shares)
         value = percent(low) if len(shares) == 1 else f"{percent(low)}\u2013{percent(high)}"
         wall = human_time(float(self.devices[0].wall_us))
-        gpus = "" if len(shares) == 1 else f" on each of {len(shares)} GPUs"
         idle = human_time(max(float(row.idle_us) for row in self.devices))
-        note = f"of the profiled passes' wall time ({wall}){gpus}, idle {idle}: {busy_reading(low)[0]}"
+        gpus = "" if len(shares) == 1 else f" on the idlest of {len(shares)} GPUs"
+        note = f"{busy_reading(low)[0]}: idle {idle} of the passes' {wall}{gpus}"
         return Card("GPU busy", value, note, low, id="card-gpu-busy")
 
     def sentence(self) -> str:
