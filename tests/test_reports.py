@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
 import gzip
 import html
 import json
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +34,18 @@ from aitune_dispatch.reports import (
     write_perfetto,
     write_report,
 )
-from aitune_dispatch.reports.html import UNATTRIBUTED, Page, module_tree, report_data, value_text
+from aitune_dispatch.reports.base import short_kernel_name
+from aitune_dispatch.reports.html import (
+    IDLE_GAP_ROWS,
+    ROLLUP_ROWS,
+    UNATTRIBUTED,
+    Page,
+    busy_reading,
+    module_tree,
+    percent,
+    report_data,
+    value_text,
+)
 from aitune_dispatch.reports.perfetto import (
     CPU_PID,
     GPU_PID_BASE,
@@ -38,7 +53,7 @@ from aitune_dispatch.reports.perfetto import (
     device_properties,
     gpu_clock_offset,
 )
-from aitune_dispatch.results import ProfileResult
+from aitune_dispatch.results import ProfileResult, views
 
 HOST_CATS = {"module", "functional", "cpu_op"}
 EVIL = "fc<script>alert(1)</script>"
@@ -473,3 +488,153 @@ def test_renderer_is_picked_by_file_name():
     assert isinstance(renderer_for("r.htm"), HtmlRenderer)
     with pytest.raises(ValueError, match=r"'\.pdf'; name the output \.html, \.htm, \.json, \.json\.gz"):
         renderer_for("report.pdf")
+
+
+# -- templates ----------------------------------------------------------------------------------------------
+def test_every_template_is_package_data():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from aitune_dispatch.reports import templating
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    package = root / "aitune_dispatch"
+    templates = sorted(p.relative_to(package).as_posix() for p in templating.TEMPLATES.iterdir())
+    assert "reports/templates/report.html.j2" in templates
+    # a non-editable install ships only what package-data names
+    assert [t for t in templates if not any(fnmatch.fnmatch(t, p) for p in patterns["aitune_dispatch"])] == []
+
+
+def test_jinja2_is_imported_on_the_first_render_only():
+    code = (
+        "import sys, aitune_dispatch, aitune_dispatch.reports\n"
+        "before = 'jinja2' in sys.modules\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from fixture_results import synthetic_result\n"
+        "synthetic_result()._repr_html_()\n"
+        "print(before, 'jinja2' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_name_parts_break_after_the_marks_and_join_back():
+    from aitune_dispatch.reports.templating import name_parts
+
+    assert name_parts("blocks.0.qkv") == ["blocks.", "0.", "qkv"]
+    assert name_parts("at::native::vectorized_layer_norm<float, 4>") == [
+        "at::", "native::", "vectorized_", "layer_", "norm<", "float, ", "4>"
+    ]
+    assert name_parts("") == [""] and name_parts("linear") == ["linear"]
+    page = HtmlRenderer().render(synthetic_result(fc_name="layers.0.fc_inner"))
+    assert "layers.<wbr>0.<wbr>fc_<wbr>inner" in page  # long names wrap at their break points
+
+
+# -- kernels: the roll-up per name, then the split by op, call and module ----------------------------------
+def test_kernel_rollup_leads_the_kernel_section(h200_result):
+    page = HtmlRenderer().render(h200_result)
+    rollup, detail = views.kernel_rollup(h200_result), views.kernel_table(h200_result)
+    section = page[page.index('<section id="kernels">') :]
+    assert section.index('<table class="kernel-rollup">') < section.index('<table class="kernels">')
+    rows = table_rows(page, "kernel-rollup")
+    assert len(rows) == min(len(rollup), ROLLUP_ROWS)
+    state = Page.of(h200_result, "")
+    for row, expected in zip(rows, rollup.itertuples()):
+        assert row[0] == short_kernel_name(expected.kernel)
+        assert row[1:4] == [expected.kind, f"{expected.count:,}", state.time(expected.total_us)]
+    # the demo's costliest kernel over all its launches is not the first row of the split table
+    assert rollup["kernel"][0] != detail["kernel"][0]
+    assert rows[0][0] == short_kernel_name(rollup["kernel"][0])
+    rest = len(rollup) - ROLLUP_ROWS
+    assert len(table_rows(page, "kernel-rollup-more")) == rest and f"<summary>{rest} more</summary>" in page
+
+
+def test_kernel_rollup_caps_its_rows_with_a_note(h200_result, monkeypatch):
+    from aitune_dispatch.reports import html as report_html
+
+    monkeypatch.setattr(report_html, "MORE_KERNEL_ROWS", 2)
+    page = HtmlRenderer(sections=(report_html.kernels_section,)).render(h200_result)
+    total = len(views.kernel_rollup(h200_result))
+    assert len(table_rows(page, "kernel-rollup-more")) == 2
+    assert f"<summary>2 more (of {total - ROLLUP_ROWS})</summary>" in page
+
+
+# -- GPU busy and idle ---------------------------------------------------------------------------------------
+def card_value(page: str, card_id: str) -> str:
+    card = rf'<div class="card" id="{card_id}"><div class="label">[^<]*</div><div class="value">([^<]*)<'
+    found = re.search(card, page)
+    assert found is not None, f"no card {card_id}"
+    return html.unescape(found.group(1))
+
+
+def test_gpu_busy_and_idle_figures_are_the_views(h200_result):
+    page = HtmlRenderer().render(h200_result)
+    busy, gaps = views.device_busy(h200_result), views.idle_gaps(h200_result)
+    device = busy[busy["stream"].isna()].iloc[0]
+    assert card_value(page, "card-gpu-busy") == percent(device.busy_share)  # near the top: the headline cards
+    assert page.index('id="card-gpu-busy"') < page.index('<section id="functions">')
+    assert f"GPU 0 was busy {percent(device.busy_share)} of the passes" in html.unescape(page)
+    state = Page.of(h200_result, "")
+    rows = table_rows(page, "device-busy")
+    assert len(rows) == len(busy)
+    assert rows[0][:6] == ["0", "all", state.time(device.wall_us), state.time(device.busy_us)] + [
+        percent(device.busy_share),
+        state.time(device.idle_us),
+    ]
+    shown = table_rows(page, "idle-gaps")
+    assert len(shown) == min(len(gaps), IDLE_GAP_ROWS) and len(gaps) > IDLE_GAP_ROWS
+    first = gaps.iloc[0]
+    assert shown[0][4] == state.time(first.gap_us) and shown[0][5] == first.host_modules  # the longest gap, its modules
+    assert len(table_rows(page, "idle-gaps-more")) == len(gaps) - IDLE_GAP_ROWS
+
+
+def test_a_cpu_result_says_it_has_no_gpu_activity(demo_result):
+    page = HtmlRenderer().render(demo_result)
+    assert views.device_busy(demo_result).empty  # the CPU source times aten ops on the host
+    section = page[page.index('<section id="gpu-time">') :]
+    section = html.unescape(section[: section.index("</section>")])
+    assert "No GPU activity: this result's activity source is cpu" in section
+    assert '<table class="device-busy">' not in section and '<table class="idle-gaps">' not in section
+    assert "%" not in section  # no busy share shown where there is none
+    assert card_value(page, "card-gpu-busy") == "\u2014"
+
+
+def test_busy_readings():
+    assert busy_reading(0.03)[0] == "launch-bound" and busy_reading(0.6)[0] == "partly launch-bound"
+    assert busy_reading(0.95)[0] == "compute-bound"
+    assert percent(0.028571) == "2.9%" and percent(float("nan")) == "\u2014"
+
+
+# -- sortable tables -------------------------------------------------------------------------------------------
+def test_numeric_cells_carry_their_raw_value_for_sorting(h200_result, demo_result):
+    page = HtmlRenderer().render(h200_result)
+    rollup = views.kernel_rollup(h200_result).head(ROLLUP_ROWS)
+    body = re.search(r'<table class="kernel-rollup">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body is not None
+    keys = [re.findall(r'<td class="num" data-sort="([^"]*)">', row) for row in re.findall(r"<tr>(.*?)</tr>", body[1])]
+    # launches, total, mean, min, max, share (by total): the view's numbers, not the formatted text
+    columns = ["count", "total_us", "mean_us", "min_us", "max_us", "total_us"]
+    assert [[float(k) for k in row] for row in keys] == rollup[columns].astype(float).values.tolist()
+    assert keys[0][1] == repr(float(rollup["total_us"][0]))  # full precision: 35.36, not "35.4"
+    for report in (page, HtmlRenderer().render(demo_result)):
+        for attrs, text in re.findall(r'<td class="num"([^>]*)>(.*?)</td>', report, re.S):
+            key = re.fullmatch(r' data-sort="([^"]*)"', attrs)
+            assert (key is not None and float(key[1]) == float(key[1])) or text == "\u2014", (attrs, text)
+
+
+
+# -- the notebook view ---------------------------------------------------------------------------------------
+def test_the_notebook_names_the_top_kernels_and_the_busy_share(h200_result, demo_result):
+    from aitune_dispatch.reports.html import NOTEBOOK_KERNELS
+
+    page = h200_result._repr_html_()
+    assert "<script" not in page
+    rollup = views.kernel_rollup(h200_result, top=NOTEBOOK_KERNELS)
+    rows = table_rows(page, "kernel-rollup")
+    assert [row[0] for row in rows] == [short_kernel_name(name) for name in rollup["kernel"]]
+    assert rows[0][1] == f"{rollup['count'][0]:,}"
+    busy = views.device_busy(h200_result)
+    assert f"GPU busy {percent(busy['busy_share'][0])} (launch-bound: idle" in html.unescape(page)  # 2.9%
+    cpu = demo_result._repr_html_()
+    assert "no GPU activity: the CPU activity source" in cpu and "GPU busy" not in cpu

@@ -189,6 +189,75 @@ def test_h200_report_stacks_below_1100_px_and_redraws_on_resize(h200_page, tmp_p
     assert console_problems(done.stderr) == []
 
 
+SORT_PROBE = """<script>
+(function () {  // after the report's script: click a numeric header twice, read the column, measure overflow
+  function column(table, index) {
+    return Array.prototype.map.call(table.tBodies[0].rows, function (row) {
+      return parseFloat(row.cells[index].getAttribute("data-sort"));
+    });
+  }
+  var table = document.querySelector("table.kernel-rollup"), heads = table.tHead.rows[0].cells, index = -1;
+  for (var i = 0; i < heads.length; i++) { if (heads[i].textContent.indexOf("mean") === 0) { index = i; } }
+  var out = {before: column(table, index), buttons: table.querySelectorAll("th button.sort").length};
+  heads[index].querySelector("button").click();
+  out.ascending = column(table, index);
+  out.aria_first = heads[index].getAttribute("aria-sort");
+  heads[index].querySelector("button").click();
+  out.descending = column(table, index);
+  out.aria_second = heads[index].getAttribute("aria-sort");
+  out.overflow = Array.prototype.filter.call(document.querySelectorAll("section"), function (section) {
+    return section.scrollWidth > section.clientWidth + 1;
+  }).map(function (section) { return section.id; });
+  var probe = document.createElement("div");
+  probe.id = "probe";
+  probe.textContent = JSON.stringify(out);
+  document.body.appendChild(probe);
+})();
+</script>"""
+
+
+def rows_of(dom: str, css: str) -> list[str]:
+    """The body rows' HTML of ``<table class="css">`` in a dumped DOM."""
+    body = re.search(rf'<table class="{css}">.*?<tbody>(.*?)</tbody>', dom, re.S)
+    assert body is not None, f"no {css} table"
+    return re.findall(r"<tr>(.*?)</tr>", body.group(1), re.S)
+
+
+@pytest.mark.parametrize("window", [WINDOW, (900, 1800)], ids=["1400px", "900px"])
+def test_h200_report_shows_rollup_and_gpu_busy_and_sorts(h200_page, h200_result, tmp_path, window):
+    import html
+    import json
+
+    from aitune_dispatch.reports.html import percent
+    from aitune_dispatch.results import views
+
+    page = tmp_path / "sorting.html"
+    page.write_text(h200_page.read_text(encoding="utf-8").replace("</body>", SORT_PROBE + "</body>"), encoding="utf-8")
+    dom, log = dump_dom(page, tmp_path / "profile", window)
+    ok = RENDER_OK.search(dom)
+    assert ok is not None and ok.group(1) == "" and console_problems(log) == [], (dom[-500:], console_problems(log))
+    # the roll-up's first row is the kernel with the largest total over all its launches
+    rollup = views.kernel_rollup(h200_result)
+    title = re.search(r'<code title="([^"]*)"', rows_of(dom, "kernel-rollup")[0])
+    assert title is not None and html.unescape(title.group(1)) == rollup["kernel"][0]
+    # the busy share shown (the headline card) is device_busy's, as the page formats it
+    busy = views.device_busy(h200_result)
+    share = percent(busy[busy["stream"].isna()]["busy_share"].iloc[0])
+    card = re.search(r'<div class="card" id="card-gpu-busy">.*?<div class="value">([^<]*)</div>', dom, re.S)
+    assert card is not None and card.group(1) == share
+    assert len(rows_of(dom, "device-busy")) == len(busy)
+    assert len(rows_of(dom, "idle-gaps")) > 0  # the longest idle gaps, with the modules the host ran
+    # clicking a numeric header sorts by the raw values, then reverses
+    found = re.search(r'<div id="probe">(.*?)</div>', dom, re.S)
+    assert found is not None, dom[-800:]
+    seen = json.loads(html.unescape(found.group(1)))
+    assert seen["buttons"] == 8  # every header of the roll-up sorts
+    assert sorted(seen["before"]) == seen["ascending"] != seen["before"]
+    assert seen["descending"] == sorted(seen["before"], reverse=True)
+    assert (seen["aria_first"], seen["aria_second"]) == ("ascending", "descending")
+    assert seen["overflow"] == []  # sorted tables still fit the window
+
+
 def test_report_screenshot(demo_page, tmp_path):
     png = screenshot(demo_page, tmp_path / "report.png", tmp_path / "profile")
     assert png_size(png) == WINDOW

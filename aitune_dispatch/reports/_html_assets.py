@@ -12,8 +12,12 @@ main { max-width: 1360px; margin: 0 auto; padding: 22px 24px 40px; }
 header h1 { font-size: 22px; margin: 0 0 2px; }
 header p { margin: 0; color: var(--muted); }
 h2 { font-size: 16px; margin: 0 0 10px; }
-h2 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
-.cards { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; margin: 16px 0; }
+h3 { font-size: 14px; margin: 18px 0 8px; }
+h2 small, h3 small, .note { color: var(--muted); font-weight: normal; font-size: 12.5px; }
+.cards { display: grid; grid-template-columns: repeat(7, 1fr); gap: 12px; margin: 16px 0; }
+.cards.devices { grid-template-columns: repeat(auto-fill, minmax(220px, 1fr)); margin: 8px 0 12px; }
+.cards.devices .card { background: #fafbfc; }
+.reading { margin: 0 0 4px; }
 .card, section { background: var(--card); border: 1px solid var(--line); border-radius: 8px; }
 .card { padding: 10px 14px; }
 .card .value { font-size: 20px; font-weight: 600; }
@@ -38,6 +42,11 @@ table.kv thead { display: none; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.summary th.num { white-space: normal; }  /* its titles wrap in the narrow side panel */
 tr:hover td { background: #f7f9fc; }
+th button.sort { background: none; border: 0; padding: 0; margin: 0; font: inherit; color: inherit; cursor: pointer;
+                 text-align: inherit; white-space: inherit; }
+th button.sort:hover, th button.sort:focus-visible { color: var(--ink); text-decoration: underline; }
+th[aria-sort="ascending"] button.sort::after { content: " \\25B2"; font-size: 9px; }
+th[aria-sort="descending"] button.sort::after { content: " \\25BC"; font-size: 9px; }
 code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 12px; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
 .bar { height: 8px; border-radius: 4px; background: var(--accent); }
@@ -58,7 +67,7 @@ svg text { font-family: inherit; }
   main { padding: 16px 14px 32px; }
   .grid2, .grid2.wide-right { grid-template-columns: minmax(0, 1fr); }
   .grid2 > section { margin-bottom: 16px; }
-  .cards { grid-template-columns: repeat(3, 1fr); }
+  .cards { grid-template-columns: repeat(4, 1fr); }
 }
 @media (max-width: 640px) { .cards { grid-template-columns: repeat(2, 1fr); } }
 """
@@ -213,6 +222,56 @@ JS = r"""
   }
   var zoom = null;
 
+  // Sortable tables: a header's button sorts its table's body rows by that column, ascending, then
+  // descending on the next click (aria-sort says which). Numeric columns (th.num) sort by each cell's
+  // data-sort, the raw value the page wrote beside the formatted text; text columns by data-sort or
+  // the cell's text. Missing values go last either way; ties keep their order.
+  function sortKey(cell, numeric) {
+    var raw = cell ? cell.getAttribute("data-sort") : null;
+    if (numeric) {
+      var value = parseFloat(raw !== null ? raw : cell ? cell.textContent.replace(/[^0-9eE.+-]/g, "") : "");
+      return isNaN(value) ? null : value;
+    }
+    var text = raw !== null ? raw : cell ? cell.textContent : "";
+    text = text.trim();
+    return text === "" || text === "\u2014" ? null : text;
+  }
+  function compare(a, b, numeric) {
+    if (numeric) { return a - b; }
+    return a.localeCompare(b, "en", { numeric: true, sensitivity: "base" });
+  }
+  function sortTable(table, th) {
+    var index = th.cellIndex, numeric = th.classList.contains("num");
+    var ascending = th.getAttribute("aria-sort") !== "ascending";
+    Array.prototype.forEach.call(th.parentNode.cells, function (other) { other.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    var body = table.tBodies[0];
+    var rows = Array.prototype.map.call(body.rows, function (row, i) {
+      return { row: row, key: sortKey(row.cells[index], numeric), i: i };
+    });
+    rows.sort(function (a, b) {
+      if (a.key === null || b.key === null) { return (a.key === null) - (b.key === null) || a.i - b.i; }
+      var order = compare(a.key, b.key, numeric);
+      return (ascending ? order : -order) || a.i - b.i;
+    });
+    rows.forEach(function (item) { body.appendChild(item.row); });
+  }
+  function makeSortable() {
+    Array.prototype.forEach.call(document.querySelectorAll("main table:not(.kv)"), function (table) {
+      if (!table.tHead || !table.tBodies.length || table.tBodies[0].rows.length < 2) { return; }
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+        if (!th.textContent.trim()) { return; }
+        var button = document.createElement("button");
+        button.type = "button";
+        button.className = "sort";
+        button.title = "sort by " + th.textContent.trim();
+        while (th.firstChild) { button.appendChild(th.firstChild); }
+        th.appendChild(button);
+        button.addEventListener("click", function () { sortTable(table, th); });
+      });
+    });
+  }
+
   function overflowing() {  // sections whose content is wider than the section: clipped or scrolled
     var out = [];
     Array.prototype.forEach.call(document.querySelectorAll("section"), function (section) {
@@ -226,8 +285,10 @@ JS = r"""
     if (icicle) { drawIcicle(icicle, zoom); }
   }
 
+  var sortable = false;
   function render() {
     try {
+      if (!sortable) { makeSortable(); sortable = true; }
       drawAll();
       mark("render-ok").setAttribute("data-overflow", overflowing());
     } catch (err) {

@@ -1,17 +1,19 @@
 """The self-contained HTML report: one file, inline CSS, JS and SVG, the chart data embedded as JSON.
 
 The page is a sequence of section functions of one :class:`Page` (the result, its summary, one time unit,
-the function colours), so a section is added without touching the others; no torch import (sample tensors
-are read by duck typing). Sections, charts and the window widths the layout was fitted to:
+the function colours), so a section is added without touching the others. Each section gathers its rows
+from the views here and lays them out in its Jinja2 template (``reports/templates/<section>.html.j2``,
+shared pieces in ``_macros.html.j2``); no torch import (sample tensors are read by duck typing).
+Sections, charts and the window widths the layout was fitted to:
 ``docs/design.md``, "The HTML report".
 """
 
 from __future__ import annotations
 
-import html
+import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,35 +25,30 @@ from ..results import views
 from ..results.views import UNATTRIBUTED, module_tree
 from ..schema import seconds_key
 from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
+from . import templating
 from ._html_assets import CSS, JS
-from .base import Renderer, TimeUnit, human_time, short_kernel_name, time_unit
+from .base import Renderer, TimeUnit, human_time, time_unit
 from .ranks import ranks_section
 from .sample_time import sample_time_section
+from .templating import NO_VALUE, missing, render
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-KERNEL_ROWS = 15  # shown at once; up to MORE_KERNEL_ROWS more behind "show more"
+ROLLUP_ROWS = 15  # kernel names shown at once; up to MORE_KERNEL_ROWS more behind "show more"
+KERNEL_ROWS = 15  # (kernel, op, call, module) groups shown at once; up to MORE_KERNEL_ROWS more likewise
 MORE_KERNEL_ROWS = 200
 MODULE_ROWS = 300
 MAX_SAMPLES_SHOWN = 50
 MAX_VALUE_CHARS = 160
 UNATTRIBUTED_ROWS = 12
+IDLE_GAP_ROWS = 12  # the longest idle gaps shown; up to MORE_KERNEL_ROWS more behind "show more"
+IDLE_GAP_MIN_US = 5.0  # shorter gaps are launch latency, not worth a row
+HOST_BOUND_BELOW = 0.5  # a device busy for less of the pass than this waited on the host most of it
+COMPUTE_BOUND_FROM = 0.9  # ... and one busy for at least this much was seldom kept waiting
 ALL_FUNCTIONS = 1 << 30
-NO_VALUE = "\u2014"
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
-
-
-def esc(value: Any) -> str:
-    """Text as HTML, quotes included."""
-    return html.escape(str(value), quote=True)
-
-
-def _number(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NO_VALUE
-    return f"{int(round(float(value))):,}" if digits == 0 else f"{float(value):,.{digits}f}"
 
 
 def tensor_text(value: Any) -> str:
@@ -115,6 +112,113 @@ class Page:
         """The sentence that states the unit and the share base, shown under each section title."""
         return f"times in {self.unit.symbol}; shares of all kernel time ({human_time(self.total_us)})"
 
+    @functools.cached_property
+    def gpu(self) -> GpuTime:
+        """The devices' busy and idle time in the profiled passes (computed once, for the card and the section)."""
+        return GpuTime.of(self.result)
+
+
+def percent(share: float) -> str:
+    """A share (0..1) as the page writes it: ``2.9%``.
+
+    Parameters
+    ----------
+    share:
+        A fraction, ``busy_share`` of ``views.device_busy``.
+
+    Returns
+    -------
+    str
+        One decimal and a percent sign; ``—`` where missing.
+    """
+    return NO_VALUE if missing(share) else f"{100.0 * float(share):.1f}%"
+
+
+def busy_reading(share: float) -> tuple[str, str]:
+    """What a device's busy share says about the pass: waiting on the host (launch-bound) or not.
+
+    Parameters
+    ----------
+    share:
+        The device's busy time over the passes' wall time (0..1).
+
+    Returns
+    -------
+    tuple of str
+        The verdict (``launch-bound``) and what it means, for the card and the section's first sentence.
+    """
+    if share < HOST_BOUND_BELOW:
+        return "launch-bound", "the GPU waited on the host for most of it"
+    if share < COMPUTE_BOUND_FROM:
+        return "partly launch-bound", "the GPU waited on the host for part of it"
+    return "compute-bound", "the GPU was busy for nearly all of it"
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Each device's busy and idle time in the profiled passes, or why the result has none.
+
+    ``devices`` and ``streams`` are the per-device and per-stream rows of ``views.device_busy``, ``gaps``
+    the longest rows of ``views.idle_gaps``; ``absent`` is the plain sentence shown instead of figures
+    where there are none to show (the CPU activity source, no device activity, no pass times).
+    """
+
+    devices: list[Any]
+    streams: list[Any]
+    gaps: Capped
+    absent: str
+    absent_note: str = ""  # the same, in a few words, for the card
+
+    @classmethod
+    def of(cls, result: ProfileResult) -> GpuTime:
+        """The busy and idle time of ``result``'s devices."""
+        busy = views.device_busy(result)
+        nothing = Capped([], [], 0)
+        if busy.empty:
+            cpu = result.source == "cpu" or str(result.metadata.get(schema.META_DEVICE, "")) == "cpu"
+            why = (
+                f"No GPU activity: this result's activity source is {result.source}, which times aten ops on the "
+                'host, so there is no GPU busy or idle time to show. Profile with device="cuda" to see them.'
+                if cpu
+                else "No device activity was recorded in the profiled passes, so there is no busy or idle time to show."
+            )
+            note = "no GPU activity: the CPU activity source times ops on the host" if cpu else "no device activity"
+            return cls([], [], nothing, why, note)
+        if not (busy["wall_us"] > 0).any():
+            why = "The result recorded no module call times, so the passes' wall time, and the busy share, is unknown."
+            return cls([], [], nothing, why, "no pass times recorded")
+        gaps = Capped.of(views.idle_gaps(result, min_gap_us=IDLE_GAP_MIN_US), IDLE_GAP_ROWS, MORE_KERNEL_ROWS)
+        per_device = busy["stream"].isna()
+        return cls(list(busy[per_device].itertuples()), list(busy.itertuples()), gaps, "")
+
+    def card(self) -> Card:
+        """The headline card: the busy share of the pass (the range where several devices ran) and its reading."""
+        if self.absent:
+            return Card("GPU busy", NO_VALUE, self.absent_note, id="card-gpu-busy")
+        shares = [float(row.busy_share) for row in self.devices]
+        low, high = min(shares), max(shares)
+        value = percent(low) if len(shares) == 1 else f"{percent(low)}\u2013{percent(high)}"
+        wall = human_time(float(self.devices[0].wall_us))
+        idle = human_time(max(float(row.idle_us) for row in self.devices))
+        gpus = "" if len(shares) == 1 else f" on the idlest of {len(shares)} GPUs"
+        note = f"{busy_reading(low)[0]}: idle {idle} of the passes' {wall}{gpus}"
+        return Card("GPU busy", value, note, low, id="card-gpu-busy")
+
+    def sentence(self) -> str:
+        """The section's first line: how busy each device was, what that says, and the tracer's caveat."""
+        if self.absent:
+            return self.absent
+        parts = [
+            f"GPU {int(row.device)} was busy {percent(row.busy_share)} of the passes' wall time "
+            f"({human_time(float(row.busy_us))} of {human_time(float(row.wall_us))})"
+            for row in self.devices
+        ]
+        verdict, meaning = busy_reading(min(float(row.busy_share) for row in self.devices))
+        return (
+            "; ".join(parts) + f", so the pass is {verdict}: {meaning}. The tracer adds host time to every op "
+            "and call, so an unprofiled pass keeps the GPU somewhat busier."
+        )
+
 
 Section = Callable[[Page], str]
 
@@ -144,58 +248,46 @@ def embed_json(value: Any) -> str:
     return text
 
 
-def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[Iterable[str]], css: str = "") -> str:
-    """An HTML table; ``headers`` are (title, numeric), cells are HTML already escaped."""
-    heads = list(headers)
-    head = "".join(f'<th class="num">{esc(t)}</th>' if num else f"<th>{esc(t)}</th>" for t, num in heads)
-    cell = '<td class="num">{}</td>', "<td>{}</td>"
-    body = "".join(
-        "<tr>" + "".join(cell[0 if num else 1].format(c) for c, (_, num) in zip(row, heads)) + "</tr>" for row in rows
-    )
-    klass = f' class="{css}"' if css else ""
-    return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None  # a missing string is NaN in pandas' str dtype
 
 
-def _code(value: Any, title: str | None = None) -> str:
-    hover = f' title="{esc(title)}"' if title else ""
-    return f"<code{hover}>{esc(value)}</code>"
+@dataclass(frozen=True)
+class Capped:
+    """The first rows of a long table, the next ones (behind "show more") and how many there were."""
+
+    shown: list[Any]
+    rest: list[Any]
+    total: int
+
+    @classmethod
+    def of(cls, table: pd.DataFrame, first: int, more: int = 0) -> Capped:
+        """``table``'s first ``first`` rows (as named tuples), then up to ``more`` more."""
+        rows = list(table.head(first + more).itertuples())
+        return cls(rows[:first], rows[first:], len(table))
+
+    @property
+    def note(self) -> str:
+        """``first 15 of 30`` where rows were left off the page, else ``""``."""
+        shown = len(self.shown) + len(self.rest)
+        return f"first {shown:,} of {self.total:,}" if self.total > shown else ""
+
+    @property
+    def rest_label(self) -> str:
+        """The "show more" line: ``15 more``, ``200 more (of 1,234)``."""
+        hidden = self.total - len(self.shown)
+        return f"{len(self.rest):,} more" + (f" (of {hidden:,})" if hidden > len(self.rest) else "")
 
 
-_BREAK_AFTER = (".", "_", "::", ", ", "<")
-BREAK_CHARS = 24  # names longer than this may wrap inside table cells at any window width
+@dataclass(frozen=True)
+class Card:
+    """A headline figure: its label, value, a note under it and an optional meter (0..1)."""
 
-
-def _breakable(value: Any, title: str | None = None, css: str | None = None) -> str:
-    """Code text that may wrap after ``.``, ``_``, ``::``, ``, `` and ``<`` (names, ops, kernels), nowhere else."""
-    text = esc(value)
-    for mark in _BREAK_AFTER:
-        text = text.replace(esc(mark), f"{esc(mark)}<wbr>")
-    hover = f' title="{esc(title)}"' if title else ""
-    kind = f' class="{css}"' if css else ""
-    return f"<code{hover}{kind}>{text}</code>"
-
-
-def _maybe_code(value: Any) -> str:
-    """A name in a table cell (``—`` for none); short ones stay whole in a wide window (``code.name``)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NO_VALUE
-    return _breakable(value) if len(str(value)) > BREAK_CHARS else _breakable(value, css="name")
-
-
-def _section(section_id: str, title: str, note: str, body: str) -> str:
-    return f'<section id="{section_id}"><h2>{esc(title)} <small>{esc(note)}</small></h2>{body}</section>'
-
-
-def _card(label: str, value: str, note: str, meter: float | None = None) -> str:
-    bar = "" if meter is None else f'<div class="meter"><div class="bar" style="width:{100 * meter:.1f}%"></div></div>'
-    return (
-        f'<div class="card"><div class="label">{esc(label)}</div><div class="value">{esc(value)}</div>'
-        f'<div class="note">{esc(note)}</div>{bar}</div>'
-    )
-
-
-def _swatch(color: str) -> str:
-    return f'<span class="swatch" style="background:{color}"></span>'
+    label: str
+    value: str
+    note: str = ""
+    meter: float | None = None
+    id: str | None = None
 
 
 def header_section(page: Page) -> str:
@@ -205,169 +297,72 @@ def header_section(page: Page) -> str:
     parts = [f"{device} run" if device else "run", f"{result.source} activity source"]
     if result.metadata.get(schema.META_TORCH):
         parts.append(f"torch {result.metadata[schema.META_TORCH]}")
-    return f"<header><h1>{esc(page.title)}</h1><p>{esc(' · '.join(parts))}</p></header>"
+    return render("header.html.j2", title=page.title, line=" \u00b7 ".join(parts))
 
 
-def cards_section(page: Page) -> str:
-    """Headline numbers: kernel time, coverage, distinct kernels, functions, ops, modules."""
+def headline_cards(page: Page) -> list[Card]:
+    """Headline numbers: kernel time, GPU busy share, coverage, distinct kernels, functions, ops, modules."""
     result, head = page.result, views.headline(page.result)
     known = not math.isnan(head.coverage)
     kinds = ", ".join(f"{count:,} {kind}" for kind, count in views.activity_kinds(result).items()) or "none"
-    cards = [
-        _card("kernel time", human_time(result.total_us), f"{result.activity.num_rows:,} activity rows ({kinds})"),
-        _card(
+    return [
+        Card("kernel time", human_time(result.total_us), f"{result.activity.num_rows:,} activity rows ({kinds})"),
+        page.gpu.card(),
+        Card(
             "coverage",
             f"{head.coverage:.1%}" if known else NO_VALUE,
             f"{human_time(result.attributed_us)} in a module and a functional call",
             head.coverage if known else None,
         ),
-        _card("kernels", f"{head.kernels:,}", "distinct names"),
-        _card("functions", f"{len(page.summary):,}", f"{result.calls.num_rows:,} functional calls"),
-        _card("aten ops", f"{result.ops.num_rows:,}", "dispatched in the recorded pass"),
-        _card("modules", f"{result.modules.num_rows:,}", f"{result.module_calls.num_rows:,} forwards"),
+        Card("kernels", f"{head.kernels:,}", "distinct names"),
+        Card("functions", f"{len(page.summary):,}", f"{result.calls.num_rows:,} functional calls"),
+        Card("aten ops", f"{result.ops.num_rows:,}", "dispatched in the recorded pass"),
+        Card("modules", f"{result.modules.num_rows:,}", f"{result.module_calls.num_rows:,} forwards"),
     ]
-    return f'<div class="cards">{"".join(cards)}</div>'
 
 
-def _summary_rows(page: Page) -> list[list[str]]:
-    rows = [
-        [
-            f'<span class="fn">{_swatch(page.colors[r.function_name])}{_maybe_code(r.function_name)}</span>',
-            _number(r.calls, 0),
-            _number(r.num_distinct_samples, 0),
-            _number(r.num_modules, 0),
-            page.time(float(r.time_spent_us)),
-            page.share(float(r.time_spent_us)),
-            _number(float(r.tensor_size_MB), 3),
-        ]
-        for r in page.summary.itertuples()
-    ]
-    rest = page.result.total_us - page.result.attributed_us
-    if rest > 1e-9:
-        label = f'<span class="fn">{_swatch(GREY)}<em>{esc(UNATTRIBUTED)}</em></span>'
-        rows.append([label, NO_VALUE, NO_VALUE, NO_VALUE, page.time(rest), page.share(rest), NO_VALUE])
-    return rows
+def cards_section(page: Page) -> str:
+    """The row of headline cards."""
+    return render("cards.html.j2", cards=headline_cards(page))
 
 
 def functions_section(page: Page) -> str:
     """Kernel time per functional call: the bar chart beside the summary table, one unit, one share base."""
-    headers = [
-        ("function", False),
-        ("calls", True),
-        ("samples", True),
-        ("modules", True),
-        (f"time ({page.unit.symbol})", True),
-        ("share", True),
-        ("tensors (MB)", True),
-    ]
-    bars = _section("functions", "Kernel time per functional call", page.basis(), '<div id="bar-chart"></div>')
-    note = "describe(); samples = distinct inputs; the last row is what no functional call encloses"
-    table = _section("summary", "Summary", note, _table(headers, _summary_rows(page), "summary"))
-    return f'<div class="grid2 wide-right row">{bars}{table}</div>'
-
-
-def _kernel_rows(page: Page, table: pd.DataFrame) -> list[list[str]]:
-    return [
-        [
-            _breakable(short_kernel_name(r.kernel), title=r.kernel),
-            _maybe_code(r.op),
-            _maybe_code(r.function_name),
-            _maybe_code(r.module),
-            _number(r.calls, 0),
-            page.time(float(r.total_us)),
-            page.time(float(r.mean_us)),
-            page.share(float(r.total_us)),
-        ]
-        for r in table.itertuples()
-    ]
+    rest = page.result.total_us - page.result.attributed_us
+    rows = list(page.summary.itertuples())
+    return render(
+        "functions.html.j2",
+        page=page,
+        rows=rows,
+        rest_us=rest if rest > 1e-9 else 0.0,
+        GREY=GREY,
+        UNATTRIBUTED=UNATTRIBUTED,
+    )
 
 
 def kernels_section(page: Page) -> str:
-    """The top kernels: shortened name (full name on hover), op, functional call, module, calls, time, share."""
-    table = views.kernel_table(page.result)
-    headers = [
-        ("kernel", False),
-        ("op", False),
-        ("functional call", False),
-        ("module", False),
-        ("calls", True),
-        (f"time ({page.unit.symbol})", True),
-        (f"mean ({page.unit.symbol})", True),
-        ("share", True),
-    ]
-    if table.empty:
-        return _section("kernels", "Kernels", page.basis(), "<p>No kernels were recorded.</p>")
-    body = _table(headers, _kernel_rows(page, table.head(KERNEL_ROWS)), "kernels")
-    rest = table.iloc[KERNEL_ROWS : KERNEL_ROWS + MORE_KERNEL_ROWS]
-    if len(rest):
-        more = f"{len(rest):,} more" + (
-            f" (of {len(table) - KERNEL_ROWS:,})" if len(table) > KERNEL_ROWS + len(rest) else ""
-        )
-        hidden = _table(headers, _kernel_rows(page, rest), "kernels-more")
-        body += f'<details class="more"><summary>{esc(more)}</summary>{hidden}</details>'
-    note = f"{len(table):,} (kernel, op, call, module) groups, largest first; layers grouped; {page.basis()}"
-    return _section("kernels", "Kernels", note, body)
+    """The kernels: first every launch of each name added up (``views.kernel_rollup``: launches, total, mean,
+    min, max, share), costliest first, so a kernel many layers launch leads; then each kernel split by the
+    op, functional call and module that launched it (``views.kernel_table``). Names are shortened, the full
+    name on hover.
+    """
+    rollup = Capped.of(views.kernel_rollup(page.result), ROLLUP_ROWS, MORE_KERNEL_ROWS)
+    detail = Capped.of(views.kernel_table(page.result), KERNEL_ROWS, MORE_KERNEL_ROWS)
+    return render("kernels.html.j2", page=page, rollup=rollup, detail=detail)
 
 
-def _members(row: Any, page: Page) -> str:
-    if row.instances <= 1:
-        return _code(row.pattern)
-    items = "".join(f"<li>{_code(name)} {esc(page.time(us))}</li>" for name, us in row.members)
-    head = f'{_code(row.pattern)} <span class="note">\u00d7{row.instances}</span>'
-    return f"<details><summary>{head}</summary><ul>{items}</ul></details>"
-
-
-def _text_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None  # a missing string is NaN in pandas' str dtype
+def gpu_section(page: Page) -> str:
+    """GPU busy and idle: per device and stream, busy time over the passes' wall time (``views.device_busy``),
+    and the longest idle gaps with the modules the host ran meanwhile (``views.idle_gaps``); a plain sentence
+    instead where the result has no GPU activity.
+    """
+    return render("gpu.html.j2", page=page, gpu=page.gpu, percent=percent, min_gap=human_time(IDLE_GAP_MIN_US))
 
 
 def modules_section(page: Page) -> str:
     """The module table (repeated layers grouped, expandable) and the icicle of the module tree."""
-    table = views.module_table(page.result)
-    shown = table.head(MODULE_ROWS)
-    rows = [
-        [
-            f'<div class="tree" style="padding-left:{min(int(r.depth), 12) * 14}px">{_members(r, page)}</div>',
-            esc(r.module_type),
-            _number(r.forwards, 0),
-            page.time(float(r.total_us)),
-            page.share(float(r.total_us)),
-            _maybe_code(_text_or_none(r.top_function)),
-            page.time(float(r.self_us)),
-            _maybe_code(_text_or_none(r.top_self_function)),
-        ]
-        for r in shown.itertuples()
-    ]
-    headers = [
-        ("module", False),
-        ("type", False),
-        ("forwards", True),
-        (f"time ({page.unit.symbol})", True),
-        ("share", True),
-        ("top call in time", False),
-        (f"own ({page.unit.symbol})", True),
-        ("top call in own", False),
-    ]
-    more = f" (first {len(shown)} of {len(table):,} rows)" if len(table) > len(shown) else ""
-    note = (
-        "time includes submodules, own is what the module launched directly; each top call is the "
-        f"functional call with the most of that time; {page.basis()}{more}"
-    )
-    body = _table(headers, rows, "modules") if rows else "<p>No modules were profiled.</p>"
-    return _section("module-table", "Modules", note, body) + _icicle_section()
-
-
-def _icicle_section() -> str:
-    legend = (
-        '<div class="legend"><span><span class="swatch" style="background:#c9d4e1"></span>module (width includes '
-        'submodules)</span><span><span class="swatch" style="background:#f28e2b"></span>functional call made '
-        'directly in the module (colour as in the bar chart)</span><span><span class="swatch" '
-        'style="background:#b8bec7"></span>not attributed: outside any functional call or profiled module</span></div>'
-    )
-    return (
-        '<section id="modules"><h2>Module tree <small>kernel time; boxes show local names, hover for the full '
-        f'name; click a box to zoom in, again to zoom out</small></h2>{legend}<div id="icicle"></div></section>'
-    )
+    modules = Capped.of(views.module_table(page.result), MODULE_ROWS)
+    return render("modules.html.j2", page=page, modules=modules, GREY=GREY, text_or_none=_text_or_none)
 
 
 def _coverage_sentence(page: Page) -> str:
@@ -384,34 +379,8 @@ def _coverage_sentence(page: Page) -> str:
 
 def coverage_section(page: Page) -> str:
     """The largest unattributed ops with their modules, why they are unattributed and what to do."""
-    table = views.unattributed_table(page.result, top=UNATTRIBUTED_ROWS)
-    rows = [
-        [
-            _maybe_code(r.op),
-            _maybe_code(r.module),
-            _number(r.kernels, 0),
-            page.time(float(r.total_us)),
-            page.share(float(r.total_us)),
-            f'<div>{esc(r.why)}</div><div class="note">{esc(r.hint)}</div>',
-        ]
-        for r in table.itertuples()
-    ]
-    headers = [
-        ("op", False),
-        ("module", False),
-        ("kernels", True),
-        (f"time ({page.unit.symbol})", True),
-        ("share", True),
-        ("why, and what to do", False),
-    ]
-    body = f"<p>{esc(_coverage_sentence(page))}</p>"
-    body += _table(headers, rows, "coverage") if rows else "<p>Every kernel was attributed.</p>"
-    return _section("coverage", "Coverage", "the largest unattributed ops", body)
-
-
-def _lines(texts: Iterable[str]) -> str:
-    cells = "".join(f"<div>{_code(text)}</div>" for text in texts)
-    return f'<div class="args">{cells or NO_VALUE}</div>'
+    rows = list(views.unattributed_table(page.result, top=UNATTRIBUTED_ROWS).itertuples())
+    return render("coverage.html.j2", page=page, rows=rows, sentence=_coverage_sentence(page))
 
 
 def _split_sample(sample: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -421,23 +390,27 @@ def _split_sample(sample: Any) -> tuple[list[Any], dict[str, Any]]:
     return [sample], {}
 
 
-def _sample_rows(entries: list[tuple[int, Any]]) -> list[list[str]]:
-    rows = []
-    for index, (count, sample) in enumerate(entries[:MAX_SAMPLES_SHOWN]):
-        args, kwargs = _split_sample(sample)
-        kw_texts = (f"{key}={value_text(value)}" for key, value in kwargs.items())
-        rows.append([str(index), _number(count, 0), _lines(map(value_text, args)), _lines(kw_texts)])
-    return rows
+@dataclass(frozen=True)
+class SampleRow:
+    """One distinct sample as text: its index, how many calls had it, its arguments."""
+
+    index: int
+    count: int
+    args: list[str]
+    kwargs: list[str]
 
 
-def _samples_block(name: str, entries: list[tuple[int, Any]], is_open: bool) -> str:
+def _sample_block(name: str, entries: list[tuple[int, Any]]) -> dict[str, Any]:
     calls = sum(int(count) for count, _ in entries)
     note = f"{calls:,} calls, {len(entries):,} distinct samples"
     if len(entries) > MAX_SAMPLES_SHOWN:
         note += f" (first {MAX_SAMPLES_SHOWN} shown)"
-    headers = [("#", True), ("calls", True), ("positional arguments", False), ("keyword arguments", False)]
-    head = f'<summary>{_code(name)}<span class="note">{esc(note)}</span></summary>'
-    return f"<details{' open' if is_open else ''}>{head}{_table(headers, _sample_rows(entries))}</details>"
+    rows = []
+    for index, (count, sample) in enumerate(entries[:MAX_SAMPLES_SHOWN]):
+        args, kwargs = _split_sample(sample)
+        kw_texts = [f"{key}={value_text(value)}" for key, value in kwargs.items()]
+        rows.append(SampleRow(index, int(count), [value_text(arg) for arg in args], kw_texts))
+    return {"name": name, "note": note, "rows": rows}
 
 
 def _seconds(text: str) -> str:
@@ -513,9 +486,7 @@ def metadata_rows(result: ProfileResult) -> list[tuple[str, str]]:
 
 def run_section(page: Page) -> str:
     """The run in words: device, torch, tracer, phase times; then the run's warnings."""
-    rows = [[esc(label), esc(value)] for label, value in metadata_rows(page.result)]
-    rows += [['<span class="warn">warning</span>', esc(text)] for text in page.result.warnings]
-    return _section("metadata", "Run", "how this result was recorded", _table([("", False), ("", False)], rows, "kv"))
+    return render("run.html.j2", rows=metadata_rows(page.result), warnings=list(page.result.warnings))
 
 
 def samples_section(page: Page) -> str:
@@ -523,9 +494,7 @@ def samples_section(page: Page) -> str:
     result, summary = page.result, page.summary
     order = [name for name in summary["function_name"] if name in result.function_data]
     order += [name for name in result.function_data if name not in set(order)]
-    blocks = [_samples_block(name, result.function_data[name], pos == 0) for pos, name in enumerate(order)]
-    title = "<h2>Distinct input samples <small>per function; tensors as dtype[shape] stride</small></h2>"
-    return f'<section id="samples">{title}{"".join(blocks) or "<p>No samples were collected.</p>"}</section>'
+    return render("samples.html.j2", blocks=[_sample_block(name, result.function_data[name]) for name in order])
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -533,6 +502,7 @@ SECTIONS: tuple[Section, ...] = (
     cards_section,
     functions_section,
     kernels_section,
+    gpu_section,
     modules_section,
     coverage_section,
     lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks
@@ -551,7 +521,7 @@ class HtmlRenderer(Renderer):
         The page title.
     sections:
         The section functions, in page order (default ``SECTIONS``); each takes the :class:`Page`
-        and returns HTML.
+        and returns HTML (the built-in ones render a template of ``reports/templates``).
     """
 
     extension = ".html"
@@ -576,15 +546,10 @@ class HtmlRenderer(Renderer):
             One HTML document with its CSS, script and data inline.
         """
         page = Page.of(result, self.title)
-        body = "".join(section(page) for section in self.sections)
-        data = embed_json(report_data(result, page.summary, page.unit))
-        return (
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(self.title)}</title><style>{CSS}</style></head><body><main>{body}</main>"
-            f'<script type="application/json" id="report-data">{data}</script>'
-            f"<script>{JS}</script></body></html>\n"
-        )
+        sections = [templating.markup(section(page)) for section in self.sections]
+        data = templating.markup(embed_json(report_data(result, page.summary, page.unit)))
+        css, js = templating.markup(CSS), templating.markup(JS)
+        return render("report.html.j2", title=self.title, sections=sections, css=css, js=js, data=data) + "\n"
 
 
 NOTEBOOK_CSS = (
@@ -593,33 +558,26 @@ NOTEBOOK_CSS = (
     ".aitune-nb .note{color:#5f6b7a}"
 )
 NOTEBOOK_ROWS = 8
+NOTEBOOK_KERNELS = 5
 
 
 def notebook_html(result: ProfileResult) -> str:
-    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: headline, functions, coverage."""
+    """The fragment (no script, inline style) Jupyter shows for a ``ProfileResult``: the headline with the GPU
+    busy share, the functions, the costliest kernels over all their launches, and what was not attributed.
+    """
     page = Page.of(result, "")
     head = views.headline(result)
-    coverage = NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}"
-    device = f" on {head.device}" if head.device else ""
-    title = (
-        f'<b>ProfileResult</b> <span class="note">{esc(result.source)}{esc(device)} \u00b7 '
-        f"{head.activity_rows:,} activity rows \u00b7 {head.kernels:,} distinct kernels \u00b7 "
-        f"{esc(human_time(result.total_us))} kernel time \u00b7 coverage {coverage}</span>"
+    return render(
+        "notebook.html.j2",
+        page=page,
+        head=head,
+        busy=page.gpu.card(),
+        kernels=list(views.kernel_rollup(result, top=NOTEBOOK_KERNELS).itertuples()),
+        css=templating.markup(NOTEBOOK_CSS),
+        coverage=NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}",
+        rows=list(page.summary.head(NOTEBOOK_ROWS).itertuples()),
+        missing_rows=list(views.unattributed_table(result, top=3).itertuples()),
     )
-    headers = [("function", False), ("calls", True), (f"time ({page.unit.symbol})", True), ("share", True)]
-    rows = [
-        [_code(r.function_name), _number(r.calls, 0), page.time(float(r.time_spent_us)), page.share(r.time_spent_us)]
-        for r in page.summary.head(NOTEBOOK_ROWS).itertuples()
-    ]
-    table = _table(headers, rows, "summary") if rows else "<p>No functional call launched a kernel.</p>"
-    missing = views.unattributed_table(result, top=3)
-    notes = "".join(
-        f"<li>{_maybe_code(r.op)} in {_maybe_code(r.module)}: {esc(human_time(r.total_us))} "
-        f'({page.share(r.total_us)}) <span class="note">{esc(r.hint)}</span></li>'
-        for r in missing.itertuples()
-    )
-    unattributed = f"<p>Not attributed:</p><ul>{notes}</ul>" if notes else ""
-    return f'<div class="aitune-nb"><style>{NOTEBOOK_CSS}</style><p>{title}</p>{table}{unattributed}</div>'
 
 
 def write_report(result: ProfileResult, path: str | Path, *, title: str = "aitune_dispatch profile") -> Path:

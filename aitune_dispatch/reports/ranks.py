@@ -5,27 +5,20 @@ reports are unchanged.
 
 from __future__ import annotations
 
-import html
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..results.views import ranks
-from .base import human_time, short_kernel_name
+from .base import human_time
+from .templating import render
 from .text import DEFAULT_WIDTH, Column, format_table
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ..results import ProfileResult
 
 TOP_FUNCTIONS = 20
 TOP_COLLECTIVES = 20
 NO_VALUE = "\u2014"
-
-
-def _esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _share(value: float) -> str:
@@ -40,118 +33,25 @@ def _or_dash(value: object) -> str:
     return NO_VALUE if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" else str(value)
 
 
-def _html_table(headers: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]], css: str) -> str:
-    """Cells are HTML already escaped; ``headers`` are (title, numeric)."""
-    head = "".join(f'<th class="num">{_esc(t)}</th>' if num else f"<th>{_esc(t)}</th>" for t, num in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(f'<td class="num">{c}</td>' if num else f"<td>{c}</td>" for c, (_, num) in zip(row, headers))
-        + "</tr>"
-        for row in rows
-    )
-    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def _summary_cells(table: pd.DataFrame) -> list[list[str]]:
-    return [
-        [
-            str(int(r.rank)),
-            _esc(_or_dash(r.host)),
-            _esc(_or_dash(r.devices)),
-            f"{int(r.activity_rows):,}",
-            _esc(human_time(float(r.total_us))),
-            _esc(human_time(float(r.attributed_us))),
-            _share(float(r.coverage)),
-            _esc(human_time(float(r.collective_us))),
-        ]
-        for r in table.itertuples()
-    ]
-
-
-def _function_cells(table: pd.DataFrame) -> list[list[str]]:
-    return [
-        [
-            f"<code>{_esc(r.function_name)}</code>",
-            str(int(r.ranks)),
-            _esc(human_time(float(r.mean_us))),
-            _esc(human_time(float(r.min_us))),
-            _esc(human_time(float(r.max_us))),
-            str(int(r.slowest_rank)),
-            _ratio(float(r.imbalance)),
-        ]
-        for r in table.itertuples()
-    ]
-
-
-def _collective_cells(table: pd.DataFrame) -> list[list[str]]:
-    return [
-        [
-            str(int(r.rank)),
-            f"<code>{_esc(_or_dash(r.module_name))}</code>",
-            f"<code>{_esc(_or_dash(r.op))}</code>",
-            f'<code title="{_esc(r.kernel)}">{_esc(short_kernel_name(str(r.kernel)))}</code>',
-            f"{int(r.calls):,}",
-            _esc(human_time(float(r.total_us))),
-        ]
-        for r in table.itertuples()
-    ]
-
-
-SUMMARY_HEADERS = (
-    ("rank", True),
-    ("host", False),
-    ("GPUs", False),
-    ("activity rows", True),
-    ("kernel time", True),
-    ("attributed", True),
-    ("coverage", True),
-    ("collectives", True),
-)
-FUNCTION_HEADERS = (
-    ("function", False),
-    ("ranks", True),
-    ("mean", True),
-    ("min", True),
-    ("max", True),
-    ("slowest rank", True),
-    ("max / mean", True),
-)
-COLLECTIVE_HEADERS = (
-    ("rank", True),
-    ("module", False),
-    ("op", False),
-    ("kernel", False),
-    ("calls", True),
-    ("time", True),
-)
-
-
 def ranks_section(result: ProfileResult) -> str:
     """The ``<section id="ranks">`` of a merged result (ranks, the top functions by slowest rank, the top
     collectives); ``""`` for any other result.
     """
     if not ranks.is_merged(result):
         return ""
-    summary = ranks.rank_summary(result)
     functions = ranks.function_ranks(result)
     collectives = ranks.collectives(result)
-    title = (
-        f"<h2>Ranks <small>{len(summary)} ranks merged; kernel time per rank, and per functional call "
-        "across ranks (a rank where it launched nothing counts 0)</small></h2>"
+    return render(
+        "ranks.html.j2",
+        summary=list(ranks.rank_summary(result).itertuples()),
+        functions=list(functions.head(TOP_FUNCTIONS).itertuples()),
+        functions_total=len(functions),
+        collectives=list(collectives.head(TOP_COLLECTIVES).itertuples()),
+        collectives_total=len(collectives),
+        or_dash=_or_dash,
+        percent=_share,
+        ratio=_ratio,
     )
-    body = _html_table(SUMMARY_HEADERS, _summary_cells(summary), "ranks")
-    if len(functions):
-        shown = functions.head(TOP_FUNCTIONS)
-        body += f"<h3>Functional calls across ranks <small>{len(shown)} of {len(functions)}, slowest first</small></h3>"
-        body += _html_table(FUNCTION_HEADERS, _function_cells(shown), "rank-functions")
-    if len(collectives):
-        shown = collectives.head(TOP_COLLECTIVES)
-        body += (
-            f"<h3>Collectives <small>{len(shown)} of {len(collectives)} (rank, module, op, kernel) groups; "
-            "the module and collective op that launched each kernel</small></h3>"
-        )
-        body += _html_table(COLLECTIVE_HEADERS, _collective_cells(shown), "collectives")
-    return f'<section id="ranks">{title}{body}</section>'
 
 
 def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:

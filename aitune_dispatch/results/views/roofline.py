@@ -28,7 +28,18 @@ WORTH_COLUMNS = ["function_name", "sample", "signature", "calls", "kernel_us", "
 
 
 def device_limits(metadata: Mapping[str, str]) -> DeviceLimits | None:
-    """The limits of the GPU a run recorded (None for the CPU source or an unknown GPU)."""
+    """The limits of the GPU a run recorded.
+
+    Parameters
+    ----------
+    metadata:
+        A result's metadata (its device and GPU name).
+
+    Returns
+    -------
+    DeviceLimits or None
+        None for the CPU source or a GPU ``results/limits.py`` does not know.
+    """
     if metadata.get(schema.META_DEVICE) not in (None, "cuda") and not metadata.get(schema.META_GPU_NAME):
         return None
     return limits_for(metadata.get(schema.META_GPU_NAME))
