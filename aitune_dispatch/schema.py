@@ -381,7 +381,8 @@ ROOFLINE_COLUMNS = [
     "intensity",  # flops / min_bytes, FLOP per byte (an upper bound, as min_bytes is a lower one)
     "flop_per_s",  # flops / kernel time
     "bytes_per_s",  # min_bytes / kernel time (a lower bound)
-    "peak_flop_per_s",  # the device's dense peak for the call's dtype; NaN where unknown
+    "dtype",  # the call's compute dtype (its first floating input's), which picks the peak
+    "peak_flop_per_s",  # the device's dense peak for that dtype; NaN where unknown
     "peak_bytes_per_s",  # the device's memory bandwidth; NaN where unknown
     "bound",  # "compute" or "memory" (intensity against the ridge point); missing where FLOPs are unknown
     # achieved over attainable, min(peak, intensity x bandwidth); where FLOPs are unknown, bytes/s

@@ -638,3 +638,25 @@ def test_the_notebook_names_the_top_kernels_and_the_busy_share(h200_result, demo
     assert f"GPU busy {percent(busy['busy_share'][0])} (launch-bound: idle" in html.unescape(page)  # 2.9%
     cpu = demo_result._repr_html_()
     assert "no GPU activity: the CPU activity source" in cpu and "GPU busy" not in cpu
+
+
+def test_the_roofline_section_places_the_samples_and_ranks_what_is_worth_optimizing(h200_result):
+    from aitune_dispatch.reports.html import HtmlRenderer, roofline_section
+
+    page = HtmlRenderer(sections=(roofline_section,)).render(h200_result)
+    samples = h200_result.samples(roofline=True)
+    placed = samples[(samples["intensity"] > 0) & (samples["flop_per_s"] > 0)]
+    assert page.count("<circle ") == len(placed) > 0  # one point per sample whose FLOPs are known
+    ranked = h200_result.worth_optimizing(top=None)
+    table = page[page.index('class="worth"') :]
+    body = table.index("<tbody>")
+    first_row = table[body : table.index("</tr>", body)]
+    assert html.escape(ranked["signature"].iloc[0]) in first_row  # the largest worth_us leads
+    assert "H200 SXM" in page and "float32 peak" in page  # the demo ran in float32: that roof is drawn
+
+
+def test_the_roofline_section_says_why_a_cpu_run_has_no_bounds(demo_result):
+    from aitune_dispatch.reports.html import HtmlRenderer, roofline_section
+
+    page = HtmlRenderer(sections=(roofline_section,)).render(demo_result)
+    assert "are not known" in page and "<circle" not in page and 'class="worth"' not in page

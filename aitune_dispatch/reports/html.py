@@ -25,7 +25,7 @@ from ..results import views
 from ..results.views import UNATTRIBUTED, module_tree
 from ..schema import seconds_key
 from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
-from . import templating
+from . import roofline_plot, templating
 from ._html_assets import CSS, JS
 from .base import Renderer, TimeUnit, human_time, time_unit
 from .ranks import ranks_section
@@ -359,6 +359,47 @@ def gpu_section(page: Page) -> str:
     return render("gpu.html.j2", page=page, gpu=page.gpu, percent=percent, min_gap=human_time(IDLE_GAP_MIN_US))
 
 
+WORTH_ROWS = 12
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The report's "worth optimizing" part: a sentence on the limits used, the chart, the ranking."""
+
+    sentence: str
+    chart: roofline_plot.RooflineChart | None
+    rows: Capped
+
+    @classmethod
+    def of(cls, result: ProfileResult) -> Roofline:
+        """The roofline of ``result``'s samples (empty, with the reason, where it cannot be read)."""
+        nothing = Capped([], [], 0)
+        if not result.function_data:
+            return cls("No samples were collected (function_names=set()), so no call can be placed.", None, nothing)
+        limits = views.device_limits(result.metadata)
+        try:
+            samples = result.samples(roofline=True)
+        except ImportError:
+            return cls("Counting a call's FLOPs needs torch, which is not installed here.", None, nothing)
+        if limits is None:
+            what = result.metadata.get(schema.META_GPU_NAME) or "the CPU activity source"
+            why = f"The limits of {what} are not known (results/limits.py), so no fraction of a bound can be given."
+            return cls(why, None, nothing)
+        ranked = views.worth_optimizing(samples)
+        sentence = (
+            f"Limits: {limits.name}, {limits.bandwidth / 1e12:g} TB/s and its dense peaks per dtype ({limits.source}). "
+            f"The sampled calls could save {human_time(float(ranked['worth_us'].sum()))} of their "
+            f"{human_time(float(samples['kernel_us'].sum()))} at their bounds."
+        )
+        return cls(sentence, roofline_plot.chart(samples), Capped.of(ranked, WORTH_ROWS))
+
+
+def roofline_section(page: Page) -> str:
+    """Worth optimizing: the sampled calls on the GPU's roofline (``views.roofline_samples``) and ranked by
+    the time their bound says could be saved (``views.worth_optimizing``)."""
+    return render("roofline.html.j2", page=page, roof=Roofline.of(page.result), percent=percent, GREY=GREY)
+
+
 def modules_section(page: Page) -> str:
     """The module table (repeated layers grouped, expandable) and the icicle of the module tree."""
     modules = Capped.of(views.module_table(page.result), MODULE_ROWS)
@@ -503,6 +544,7 @@ SECTIONS: tuple[Section, ...] = (
     functions_section,
     kernels_section,
     gpu_section,
+    roofline_section,
     modules_section,
     coverage_section,
     lambda page: ranks_section(page.result),  # merged results only: per rank, per function across ranks

@@ -62,6 +62,7 @@ def _rates(samples: pd.DataFrame, work: Mapping[tuple[str, int], Any], metadata:
         frame["intensity"] = frame["flops"] / frame["min_bytes"].where(frame["min_bytes"] > 0)
         frame["flop_per_s"] = frame["flops"] / seconds
         frame["bytes_per_s"] = frame["min_bytes"] / seconds
+    frame["dtype"] = pd.Series([None if w is None else w.dtype for w in found], index=frame.index, dtype=object)
     peaks = [peak_flops(limits, None if w is None else w.dtype, tf32) for w in found]
     frame["peak_flop_per_s"] = np.array([np.nan if p is None else p for p in peaks], dtype=np.float64)
     frame["peak_bytes_per_s"] = float(limits.bandwidth) if limits is not None else np.nan
@@ -74,7 +75,7 @@ def _rates(samples: pd.DataFrame, work: Mapping[tuple[str, int], Any], metadata:
     by_bytes = frame["bytes_per_s"] / frame["peak_bytes_per_s"]
     frame["fraction_of_bound"] = by_flops.where(known, by_bytes)
     frame["worth_us"] = samples["kernel_us"] * (1.0 - frame["fraction_of_bound"].clip(upper=1.0))
-    frame["bound"] = frame["bound"].astype(STRING_DTYPE)
+    frame = frame.astype({"bound": STRING_DTYPE, "dtype": STRING_DTYPE})
     return frame[ROOFLINE_COLUMNS]
 
 
@@ -125,8 +126,8 @@ def roofline_functions(summary: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
         own = samples[samples["function_name"] == name]
         rows.append(_function_row(own))
     extra = pd.DataFrame(rows, columns=ROOFLINE_COLUMNS, index=summary.index)
-    extra = extra.astype({c: np.float64 for c in ROOFLINE_COLUMNS if c != "bound"})
-    extra["bound"] = extra["bound"].astype(STRING_DTYPE)
+    extra = extra.astype({c: np.float64 for c in ROOFLINE_COLUMNS if c not in ("bound", "dtype")})
+    extra = extra.astype({"bound": STRING_DTYPE, "dtype": STRING_DTYPE})
     return pd.concat([summary, extra], axis=1)
 
 
@@ -137,6 +138,11 @@ def _sum_or_nan(values: pd.Series) -> float:
 def _one_or_nan(values: pd.Series) -> float:
     unique = values.dropna().unique()
     return float(unique[0]) if len(unique) == 1 and values.notna().all() else np.nan
+
+
+def _one_or_none(values: pd.Series) -> str | None:
+    unique = values.dropna().unique()
+    return str(unique[0]) if len(unique) == 1 else None
 
 
 def _function_row(own: pd.DataFrame) -> dict[str, Any]:
@@ -150,6 +156,7 @@ def _function_row(own: pd.DataFrame) -> dict[str, Any]:
         "intensity": flops / min_bytes if min_bytes and min_bytes > 0 else np.nan,
         "flop_per_s": flops / seconds if seconds > 0 else np.nan,
         "bytes_per_s": min_bytes / seconds if seconds > 0 else np.nan,
+        "dtype": _one_or_none(own["dtype"]),
         "peak_flop_per_s": _one_or_nan(own["peak_flop_per_s"]),
         "peak_bytes_per_s": _one_or_nan(own["peak_bytes_per_s"]),
         "bound": None if not bounds or own["bound"].isna().any() else (bounds.pop() if len(bounds) == 1 else "mixed"),
