@@ -549,3 +549,56 @@ def test_the_docs_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, caps
     # the README's screenshot is the committed one that tests/test_reports_browser.py makes
     assert "![HTML report of the demo model](docs/report.png)" in (root / "README.md").read_text(encoding="utf-8")
     assert (root / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- top kernels and GPU busy/idle -------------------------------------------------------------------------
+def _section(lines: list[str], title: str) -> list[list[str]]:
+    """The cells of the table under the line starting with ``title``, up to the next blank or title line."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rule = next(i for i in range(start, len(lines)) if lines[i].lstrip().startswith("---"))
+    rows = []
+    for line in lines[rule + 1 :]:
+        if not line.strip() or line.endswith(":"):
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
+    from aitune_dispatch.reports.base import short_kernel_name
+    from aitune_dispatch.results.views.origins import kernel_origins
+
+    monkeypatch.setenv("COLUMNS", "250")  # room for whole names
+    code, stdout, _ = _run(["report", str(H200), "--top", "4", "-q"])
+    assert code == 0
+    result = load(H200)
+    rollup, origins = result.kernel_rollup(top=4), kernel_origins(result).head(4)
+    rows = _section(stdout.splitlines(), "top kernels (4 of ")
+    assert [row[0] for row in rows] == [short_kernel_name(k) for k in rollup["kernel"]]  # largest total first
+    assert [int(row[1]) for row in rows] == list(rollup["count"])
+    assert [row[4] for row in rows] == [f"{100 * s:.1f}%" for s in rollup["share"]]
+    assert [row[5] for row in rows] == [f or "(no call)" for f in origins["top_function"]]
+    assert [row[6] for row in rows] == list(origins["top_module"])
+
+
+def test_report_shows_the_gpu_busy_and_idle_time(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, stdout, _ = _run(["report", str(H200), "--top", "3", "-q"])
+    assert code == 0
+    result = load(H200)
+    lines = stdout.splitlines()
+    busy = result.device_busy()
+    (device_row,) = _section(lines, "GPU busy time in the profiled passes")  # one device, one stream: one row
+    stream = int(busy["stream"].dropna().iloc[0])
+    assert device_row[:2] == ["0", str(stream)] and device_row[4] == f"{100 * busy['busy_share'][0]:.1f}%"
+    assert int(device_row[6]) == busy["launches"][0]
+    gaps = result.idle_gaps(top=3)
+    rows = _section(lines, "longest GPU idle stretches (3 of ")
+    assert [row[-1] for row in rows] == list(gaps["modules"])  # longest first, with the modules the host ran
+
+
+def test_a_cpu_result_says_it_has_no_gpu_time(two_saved):
+    code, stdout, _ = _run(["report", str(two_saved[0]), "-q"])
+    assert code == 0
+    assert "GPU busy/idle: no GPU activity in this result (cpu activity source)" in stdout.splitlines()
+    assert "busy (" not in stdout and "idle stretches" not in stdout  # no false figures

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .. import schema
 from ..results import views
+from ..results.views.origins import kernel_origins
 from .base import Renderer, human_time, short_kernel_name, time_unit
 
 if TYPE_CHECKING:
@@ -137,6 +138,118 @@ def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_
     return "\n".join(lines)
 
 
+def _fixed_times(values: Sequence[float], signed: bool = False) -> tuple[str, list[str]]:
+    """One unit for ``values`` (by the largest) and each value in it with the unit's fixed decimals.
+
+    µs keep one decimal, ms and s three, so every cell of a column has as many decimals and the points
+    line up; NaN reads ``-``.
+    """
+    unit = time_unit(max((abs(v) for v in values if v == v), default=0.0))
+    decimals = 1 if unit.scale == 1.0 else 3
+    sign = "+" if signed else ""
+    return unit.symbol, [NO_VALUE if v != v else f"{v / unit.scale:{sign},.{decimals}f}" for v in values]
+
+
+def _share_cell(share: float) -> str:
+    return NO_VALUE if share != share else f"{100 * share:.1f}%"
+
+
+def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """The ``top`` kernel names by total time (``kernel_rollup``), each with the functional call and the
+    module pattern that spent most of its time (``views.origins.kernel_origins``); empty where nothing ran.
+    """
+    rollup = views.kernel_rollup(result)
+    if rollup.empty or top <= 0:
+        return ""
+    shown = rollup.head(top)
+    origins = kernel_origins(result).set_index(["kernel", "kind"])
+    totals, means = [float(v) for v in shown["total_us"]], [float(v) for v in shown["mean_us"]]
+    symbol, times = _fixed_times(totals + means)
+    rows = []
+    for index, r in enumerate(shown.itertuples()):
+        origin = origins.loc[(r.kernel, r.kind)] if (r.kernel, r.kind) in origins.index else None
+        call = NO_VALUE if origin is None else origin["top_function"] or "(no call)"
+        module = NO_VALUE if origin is None else origin["top_module"] or "(no module)"
+        cells = [short_kernel_name(str(r.kernel)), _count(r.count), times[index], times[len(totals) + index]]
+        rows.append([*cells, _share_cell(float(r.share)), str(call), str(module)])
+    columns = [
+        Column("kernel", numeric=False, flexible=True),
+        Column("launches"),
+        Column(f"total ({symbol})"),
+        Column(f"mean ({symbol})"),
+        Column("share"),
+        Column("top call", numeric=False, flexible=True),
+        Column("top module", numeric=False, flexible=True),
+    ]
+    title = f"top kernels ({len(shown)} of {len(rollup)}), with the call and module pattern that spent most of each:"
+    return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
+
+
+def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """Each device's (and stream's) busy time over the passes' wall time (``device_busy``), then the
+    ``top`` longest stretches it ran nothing (``idle_gaps``) with the modules the host ran then.
+
+    One line instead where the result has no device activity (the CPU source): no figure to show.
+    """
+    busy = views.device_busy(result)
+    if busy.empty:
+        return f"GPU busy/idle: no GPU activity in this result ({result.source} activity source)"
+    passes = len(views.pass_windows(result))
+    devices = busy[busy["stream"].isna()]
+    streams = busy[busy["stream"].notna()]
+    shown = []
+    for device in devices.itertuples():
+        own = streams[streams["device"] == device.device]
+        label = str(int(own["stream"].iloc[0])) if len(own) == 1 else "all"
+        shown.append((device, label))
+        if len(own) > 1:
+            shown += [(stream, str(int(stream.stream))) for stream in own.itertuples()]
+    values = [float(getattr(r, c)) for c in ("wall_us", "busy_us", "idle_us") for r, _ in shown]
+    symbol, times = _fixed_times(values)
+    n = len(shown)
+    rows = [
+        [str(int(r.device)), label, times[i], times[n + i], _share_cell(float(r.busy_share)), times[2 * n + i]]
+        + [_count(r.launches)]
+        for i, (r, label) in enumerate(shown)
+    ]
+    columns = [
+        Column("device"),
+        Column("stream"),
+        Column(f"wall ({symbol})"),
+        Column(f"busy ({symbol})"),
+        Column("busy"),
+        Column(f"idle ({symbol})"),
+        Column("launches"),
+    ]
+    title = f"GPU busy time in the profiled passes (wall time summed over {passes} pass{'es' if passes != 1 else ''}):"
+    parts = [wrap_title(title, width), format_table(columns, rows, width)]
+    gaps = views.idle_gaps(result) if top > 0 else None
+    if gaps is not None:
+        parts.append(_gaps_text(gaps, top, width))
+    return "\n".join(parts)
+
+
+def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
+    if gaps.empty:
+        return "no GPU idle stretch of 5 µs or more in the passes"
+    shown = gaps.head(top)
+    symbol, times = _fixed_times([float(v) for v in shown["start_us"]] + [float(v) for v in shown["gap_us"]])
+    n = len(shown)
+    rows = [
+        [str(int(r.device)), _count(r.sample), times[i], times[n + i], str(r.modules) or NO_VALUE]
+        for i, r in enumerate(shown.itertuples())
+    ]
+    columns = [
+        Column("device"),
+        Column("sample"),
+        Column(f"from ({symbol})"),
+        Column(f"idle ({symbol})"),
+        Column("modules the host ran then", numeric=False, flexible=True),
+    ]
+    title = f"longest GPU idle stretches ({len(shown)} of {len(gaps)}; from: time into the pass):"
+    return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
+
+
 def wrap_title(line: str, width: int = DEFAULT_WIDTH) -> str:
     """``line`` wrapped to ``width``, continuation lines indented (a long title or path kept whole)."""
     return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)) or line
@@ -179,7 +292,13 @@ class TextRenderer(Renderer):
         parts = [] if self.title is None else [wrap_title(self.title, self.width)]
         parts.append(summary_text(result, self.top_k, self.width))
         hints = unattributed_text(result, width=self.width)
-        return "\n".join([*parts, hints] if hints else parts)
+        if hints:
+            parts.append(hints)
+        kernels = kernels_text(result, self.top_k, self.width)
+        if kernels:
+            parts += ["", kernels]
+        parts += ["", gpu_time_text(result, self.top_k, self.width)]
+        return "\n".join(parts)
 
 
 def _change(before: float, after: float) -> str:
