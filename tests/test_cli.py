@@ -602,3 +602,19 @@ def test_a_cpu_result_says_it_has_no_gpu_time(two_saved):
     assert code == 0
     assert "GPU busy/idle: no GPU activity in this result (cpu activity source)" in stdout.splitlines()
     assert "busy (" not in stdout and "idle stretches" not in stdout  # no false figures
+
+
+@pytest.mark.parametrize("command", ["report", "profile", "compare"])
+def test_top_zero_hides_the_rows_and_says_nothing_false(command, models):
+    argv = {
+        "report": ["report", str(H200)],
+        "profile": ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "0"],
+        "compare": ["compare", str(H200), str(H200)],
+    }[command]
+    code, stdout, _ = _run([*argv, "--top-k" if command != "compare" else "--top", "0", "-q"])
+    assert code == 0
+    assert "no functional call launched a kernel" not in stdout and "(none)" not in stdout
+    assert "(rows hidden: --top 0)" in stdout.splitlines()
+    assert "top kernels" not in stdout and "idle stretches" not in stdout
+    rules = [line for line in stdout.splitlines() if line.lstrip().startswith("---")]
+    assert len(rules) == (1 if command == "report" else 0)  # the busy table lists every device: no top

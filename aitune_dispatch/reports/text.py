@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULT_WIDTH = 100
 NO_VALUE = "-"
+HIDDEN = "(rows hidden: --top 0)"  # a table asked for no rows says only that, never "nothing ran"
 GAP = "  "
 
 
@@ -112,7 +113,10 @@ def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WI
         Column("share"),
         Column("tensors (MB)"),
     ]
-    table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
+    if top_k <= 0:
+        table = HIDDEN
+    else:
+        table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
     return "\n".join([table, *textwrap.wrap(coverage_line(result), width, subsequent_indent="  ")])
 
 
@@ -334,6 +338,8 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
         Column("change"),
     ]
     title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}):"
+    if top <= 0 and len(rows_of_level):
+        return f"{title}\n{HIDDEN}"
     return title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
 
 
