@@ -1,13 +1,13 @@
 """aitune-dispatch: which CUDA kernels each torch.nn.functional call launches, and for how long.
 
-  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top-k K] [--functions functional|all]
+  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top N] [--functions functional|all]
                        [--out DIR [--with-tensors]] [--write FILE ...] [--quiet]
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
-  aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
+  aitune-dispatch report RESULT [--top N] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
                          [--write FILE ...]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
-  aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--cache warm|cold]
+  aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N] [--warmup-calls N] [--cache warm|cold]
                        [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
@@ -352,7 +352,7 @@ def _write_requested(result: ProfileResult, args: argparse.Namespace) -> None:
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
     result = _record(workload, device, args, label)
     _print_summary(
-        result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
+        result, args.top, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
     )
     if args.out is not None:
         _save(result, args.out / "result", args.with_tensors)
@@ -383,8 +383,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     result = _load(args.result)
     tail = f" ({result.source} activity source; shares of all kernel time)"
     name = text.cut_middle(str(args.result), max(_width() - len(tail), 20))
-    _print_summary(result, args.top_k, name + tail)
-    ranks = rank_text(result, args.top_k, _width())  # merged results only
+    _print_summary(result, args.top, name + tail)
+    ranks = rank_text(result, args.top, _width())  # merged results only
     if ranks:
         print(f"\n{ranks}")
     _write_requested(result, args)
@@ -446,7 +446,7 @@ def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
         "per-rank results or a saved merge). Needs no torch.",
     )
     ranks.add_argument("result", metavar="RESULT", help="a directory of per-rank results, or a saved merge")
-    ranks.add_argument("--top", type=_non_negative, default=10, metavar="N", help="rows per table (default: 10)")
+    _add_top(ranks, 10, "rows per table")
     ranks.add_argument(
         "--compare", type=_non_negative, nargs=2, metavar=("R1", "R2"), help="also compare rank R1 (before) with R2"
     )
@@ -491,9 +491,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         table = benchmark(
             result,
-            sorted(args.functions) if args.functions else None,
+            sorted(args.function_names) if args.function_names else None,
             repeats=args.repeats,
-            warmup=args.warmup,
+            warmup=args.warmup_calls,
             cache=args.cache,
             progress=lambda done, total, label: progress.step(f"replayed {label};", done, total),
         )
@@ -518,17 +518,23 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     bench.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
     bench.add_argument(
-        "--functions",
+        "--function-names",
         type=_names,
         metavar="NAMES",
         help="replay these functions only, e.g. linear,conv2d (default: every function with samples)",
     )
+    _deprecated_alias(bench, "--functions", "--function-names", type=_names)
     bench.add_argument(
         "--repeats", type=_positive, default=50, metavar="N", help="timed calls per sample (default: 50)"
     )
     bench.add_argument(
-        "--warmup", type=_non_negative, default=5, metavar="N", help="untimed calls before them (default: 5)"
+        "--warmup-calls",
+        type=_non_negative,
+        default=5,
+        metavar="N",
+        help="untimed calls per sample before the timed ones (default: 5)",
     )
+    _deprecated_alias(bench, "--warmup", "--warmup-calls", type=_non_negative)
     bench.add_argument(
         "--cache",
         choices=config.CACHE_STATES,
@@ -538,6 +544,40 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     bench.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full table to this file")
     bench.set_defaults(run=cmd_bench)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new one's ``dest`` and notes the new name on stderr."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, replacement: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.replacement = replacement
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        print(f"{PROG}: warning: {option} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, type: Callable[[str], Any]) -> None:
+    """``old`` as a hidden, still working spelling of ``new`` (same ``dest``) that warns when used."""
+    dest = new.lstrip("-").replace("-", "_")
+    parser.add_argument(
+        old,
+        dest=dest,
+        type=type,
+        action=_DeprecatedAlias,
+        replacement=new,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
+def _add_top(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--top N`` (``what`` it limits), with the old ``--top-k`` as a hidden alias (same ``dest``)."""
+    parser.add_argument("--top", type=_non_negative, default=default, metavar="N", help=f"{what} (default: {default})")
+    parser.add_argument("--top-k", dest="top", type=_non_negative, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _non_negative(value: str) -> int:
@@ -629,7 +669,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="where to run (default: auto, i.e. cuda when available, else cpu)",
     )
     parser.add_argument("--warmup", type=_non_negative, default=3, metavar="N", help="warm-up passes (default: 3)")
-    parser.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
+    _add_top(parser, 10, "rows per table")
     parser.add_argument(
         "--functions",
         choices=list(config.FUNCTIONS),
@@ -687,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints the summary of RESULT; writes the HTML report and the trace where asked. Needs no torch.",
     )
     report.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
-    report.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
+    _add_top(report, 10, "rows per table")
     report.add_argument("--html", type=_HTML, metavar="FILE.html", help="write the HTML report to this file")
     report.add_argument(
         "--perfetto", type=_TRACE, metavar="FILE.json", help="write the trace to this file (.json.gz: gzip)"
@@ -703,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comparison.add_argument("before", metavar="A", help="the saved result before the change")
     comparison.add_argument("after", metavar="B", help="the saved result after the change")
-    comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
+    _add_top(comparison, 20, "rows per level")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
     _add_ranks(commands, common)

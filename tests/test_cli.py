@@ -323,7 +323,7 @@ def two_saved(models, tmp_path) -> tuple[Path, Path]:
 def test_report_prints_the_summary_and_writes_reports(two_saved, fake_reports, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # room for the whole temporary path in the title line
     saved, _ = two_saved
-    code, stdout, _ = _run(["report", str(saved), "--top-k", "1", "--out", str(tmp_path / "r")])
+    code, stdout, _ = _run(["report", str(saved), "--top", "1", "--out", str(tmp_path / "r")])
     assert code == 0
     lines = stdout.splitlines()
     expected = load(saved).describe(1)
@@ -440,7 +440,7 @@ def test_version_and_help(capsys):
         main(["demo", "--help"])
     demo_help = " ".join(capsys.readouterr().out.split())
     assert "Profile the built-in demo model." in demo_help  # a description, not only a usage line
-    assert "--warmup N" in demo_help and "--top-k K" in demo_help and "--out DIR" in demo_help  # metavars
+    assert "--warmup N" in demo_help and "--top N" in demo_help and "--out DIR" in demo_help  # metavars
     assert "default: auto, i.e. cuda when available, else cpu" in demo_help
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -611,7 +611,7 @@ def test_top_zero_hides_the_rows_and_says_nothing_false(command, models):
         "profile": ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "0"],
         "compare": ["compare", str(H200), str(H200)],
     }[command]
-    code, stdout, _ = _run([*argv, "--top-k" if command != "compare" else "--top", "0", "-q"])
+    code, stdout, _ = _run([*argv, "--top", "0", "-q"])
     assert code == 0
     assert "no functional call launched a kernel" not in stdout and "(none)" not in stdout
     assert "(rows hidden: --top 0)" in stdout.splitlines()
