@@ -1,14 +1,16 @@
 """aitune-dispatch: which CUDA kernels each torch.nn.functional call launches, and for how long.
 
-  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top N] [--functions functional|all]
-                       [--out DIR [--with-tensors]] [--write FILE ...] [--quiet]
-  aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
-  aitune-dispatch report RESULT [--top N] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
-                         [--write FILE ...]
+  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top N]
+      [--functions functional|all] [--out DIR [--with-tensors]]
+      [--write FILE ...] [--quiet]
+  aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu]
+      [same options as demo]
+  aitune-dispatch report RESULT [--top N] [--html FILE.html]
+      [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
-  aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N] [--warmup-calls N] [--cache warm|cold]
-                       [--csv FILE.csv]
+  aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N]
+      [--warmup-calls N] [--cache warm|cold] [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
 or a path/to/file.py) and calls FACTORY (an attribute, dotted for nested ones) with
@@ -27,6 +29,7 @@ silences progress. Warnings are one line each on stderr. Bad input exits with st
 line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
 status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
 it).
+
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table (the median time per call and the
@@ -45,6 +48,7 @@ import inspect
 import os
 import shutil
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
     from .capture import Step
 
 PROG = "aitune-dispatch"
+HELP_WIDTH = 80  # --help is read at any terminal width: longer lines are harder to read, not more useful
 CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
 
 
@@ -438,12 +443,13 @@ def cmd_ranks(args: argparse.Namespace) -> int:
 
 
 def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
-    ranks = commands.add_parser(
+    ranks = _subcommand(
+        commands,
         "ranks",
-        parents=[common],
-        help="the per-rank view of a torch.distributed job",
-        description="Per rank, and per functional call across ranks, of a merged result (a directory of "
-        "per-rank results or a saved merge). Needs no torch.",
+        common,
+        "the per-rank view of a torch.distributed job",
+        "Per rank, and per functional call across ranks, of a merged result (a directory of per-rank results "
+        "or a saved merge). Needs no torch.",
     )
     ranks.add_argument("result", metavar="RESULT", help="a directory of per-rank results, or a saved merge")
     _add_top(ranks, 10, "rows per table")
@@ -532,15 +538,15 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
         type=_non_negative,
         default=5,
         metavar="N",
-        help="untimed calls per sample before the timed ones (default: 5)",
+        help="untimed calls per sample first (default: 5)",
     )
     _deprecated_alias(bench, "--warmup", "--warmup-calls", type=_non_negative)
     bench.add_argument(
         "--cache",
         choices=config.CACHE_STATES,
         default="warm",
-        help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) is overwritten before "
-        "each timed call (default: warm)",
+        help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) overwritten before each "
+        "(default: warm)",
     )
     bench.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full table to this file")
     bench.set_defaults(run=cmd_bench)
@@ -652,7 +658,7 @@ def _add_outputs(parser: argparse.ArgumentParser, saves: bool) -> None:
         type=_any_output,
         action="append",
         metavar="FILE",
-        help=f"write this file, in the format its name ends in ({endings}); repeatable",
+        help=f"write this file in the format its name ends in ({endings}); repeatable",
     )
 
 
@@ -674,11 +680,37 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--functions",
         choices=list(config.FUNCTIONS),
         default="functional",
-        help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
+        help="all: also attribute ops outside functional calls to torch-level calls (torch.addmm) "
         "(default: functional)",
     )
     _add_outputs(parser, saves=True)
     parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help at most ``HELP_WIDTH`` columns (less on a narrower terminal), never cutting a word.
+
+    Paragraphs of a description are filled to the width, except indented ones (the synopsis), kept as
+    written; words are wrapped whole, hyphenated options included (``--function-names``).
+    """
+
+    def __init__(self, prog: str) -> None:
+        columns = shutil.get_terminal_size((HELP_WIDTH, 24)).columns
+        super().__init__(prog, width=max(min(HELP_WIDTH, columns - 1), 40))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            if paragraph.startswith(" "):
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                words = " ".join(paragraph.split())
+                wrap = textwrap.wrap(words, width, break_long_words=False, break_on_hyphens=False)
+                paragraphs.append("\n".join(indent + line for line in wrap))
+        return "\n\n".join(paragraphs)
 
 
 def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summary: str, details: str) -> Any:
@@ -687,12 +719,13 @@ def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summa
         parents=[common],
         help=summary,
         description=f"{summary[0].upper()}{summary[1:]}. {details}",
+        formatter_class=_HelpFormatter,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {PACKAGE_VERSION}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")

@@ -618,3 +618,35 @@ def test_top_zero_hides_the_rows_and_says_nothing_false(command, models):
     assert "top kernels" not in stdout and "idle stretches" not in stdout
     rules = [line for line in stdout.splitlines() if line.lstrip().startswith("---")]
     assert len(rules) == (1 if command == "report" else 0)  # the busy table lists every device: no top
+
+
+def _help_texts(parser) -> list[str]:
+    """Every description and option help a parser and its subparsers show."""
+    import argparse
+
+    texts = [parser.description or ""]
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            texts.append(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                texts += _help_texts(sub)
+    return texts
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+@pytest.mark.parametrize("command", ["", "demo", "profile", "report", "compare", "ranks", "bench"])
+def test_every_help_fits_80_columns_and_keeps_words_whole(command, columns, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", columns)
+    with pytest.raises(SystemExit):
+        main([command, "--help"] if command else ["--help"])
+    shown = capsys.readouterr().out
+    limit = min(80, int(columns))
+    assert all(len(line) <= limit for line in shown.splitlines()), [x for x in shown.splitlines() if len(x) > limit]
+    parser = cli.build_parser()
+    if command:
+        parser = parser._subparsers._group_actions[0].choices[command]
+    words = set(shown.split())
+    for text in _help_texts(parser) if command else [parser.description]:
+        cut = [word for word in text.split() if word not in words]
+        assert not cut, cut  # each word of the help as written, never split at a hyphen or the edge
