@@ -14,6 +14,7 @@ import textwrap
 import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from fixture_results import H200_RESULT
@@ -574,7 +575,7 @@ def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
     result = load(H200)
     rollup, origins = result.kernel_rollup(top=4), kernel_origins(result).head(4)
     rows = _section(stdout.splitlines(), "top kernels (4 of ")
-    assert [row[0] for row in rows] == [short_kernel_name(k) for k in rollup["kernel"]]  # largest total first
+    assert [row[0] for row in rows] == [short_kernel_name(k, 120) for k in rollup["kernel"]]  # largest first
     assert [int(row[1]) for row in rows] == list(rollup["count"])
     assert [row[4] for row in rows] == [f"{100 * s:.1f}%" for s in rollup["share"]]
     assert [row[5] for row in rows] == [f or "(no call)" for f in origins["top_function"]]
@@ -650,3 +651,50 @@ def test_every_help_fits_80_columns_and_keeps_words_whole(command, columns, monk
     for text in _help_texts(parser) if command else [parser.description]:
         cut = [word for word in text.split() if word not in words]
         assert not cut, cut  # each word of the help as written, never split at a hyphen or the edge
+
+
+ELEMENTWISE = [  # demangled names that share a long prefix and differ deep inside or at the end
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float>"
+    " >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda"
+    ">(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::MulFunctor<float> >"
+    "(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::MulFunctor<float> >"
+    "(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const>, "
+    "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >(cublasGemvParams<float>)",
+    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, cublasGemvTensorStridedBatched<float const>, "
+    "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >(cublasGemvParams<float>)",
+]
+
+
+@pytest.mark.parametrize("columns", [70, 80, 100])
+def test_compare_keeps_kernels_that_share_a_prefix_apart(columns):
+    from aitune_dispatch.reports.text import comparison_text
+
+    table = pd.DataFrame(
+        {
+            "level": "kernel",
+            "function_name": ["mul"] * len(ELEMENTWISE),
+            "kernel": ELEMENTWISE,
+            "before_us": [float(10 + i) for i in range(len(ELEMENTWISE))],
+            "after_us": [float(12 + i) for i in range(len(ELEMENTWISE))],
+            "delta_us": 2.0,
+        }
+    )
+    lines = comparison_text(table, "kernel", 20, columns).splitlines()
+    assert all(len(line) <= columns for line in lines)
+    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[3:]]
+    assert len(shown) == len(ELEMENTWISE) and any("\u2026" in name for name in shown)  # cut to fit ...
+    assert len(set(shown)) == len(ELEMENTWISE), shown  # ... yet every kernel reads differently
+
+
+def test_distinct_cuts_keep_equal_names_equal_and_short_names_whole():
+    from aitune_dispatch.reports.text import distinct_cuts
+
+    names = ["elementwise_kernel<a_long_functor_add>", "elementwise_kernel<a_long_functor_mul>", "relu", "relu"]
+    cuts = distinct_cuts([*names, names[0]], 20)
+    assert cuts[2:4] == ["relu", "relu"] and cuts[4] == cuts[0]
+    assert cuts[0] != cuts[1] and all(len(cut) == 20 for cut in cuts[:2])
+    assert cuts[0].startswith("elemen") and cuts[0].endswith("_functor_add>")  # the head, then the telling tail

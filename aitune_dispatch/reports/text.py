@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULT_WIDTH = 100
 NO_VALUE = "-"
+KERNEL_CHARS = 120  # a kernel's name before the table cuts it: long enough to keep what tells kernels apart
 HIDDEN = "(rows hidden: --top 0)"  # a table asked for no rows says only that, never "nothing ran"
 GAP = "  "
 
@@ -39,6 +40,57 @@ class Column:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "\u2026"
+
+
+def distinct_cuts(names: Sequence[str], width: int) -> list[str]:
+    """``names`` cut to ``width`` characters so that different names stay different where they can.
+
+    A name that fits is kept. The others lose their end (``…``), as a reader scans from the start; where
+    that makes two different names read the same (kernels such as ``elementwise_kernel<128, 2, …``
+    differ only deep inside), each of them keeps a tail instead, the shortest that tells them apart
+    and at least two thirds of the width: ``elementwis…Functor_add<float>>>``. Where no tail does (the
+    difference lies in the middle of long names), each keeps a window from where it first differs from
+    the name most like it: ``head…window…``.
+    Equal names stay equal.
+    """
+    width = max(width, 1)
+    cuts = {name: _cut(name, width) for name in dict.fromkeys(names)}
+    groups: dict[str, list[str]] = {}
+    for name, cut in cuts.items():
+        groups.setdefault(cut, []).append(name)
+    for group in (group for group in groups.values() if len(group) > 1):
+        cuts.update(_told_apart(group, width))
+    return [cuts[name] for name in names]
+
+
+def _told_apart(group: list[str], width: int) -> dict[str, str]:
+    """Cuts of the (different) names of ``group``, all ``width`` long, that differ from each other."""
+    already_cut = any(name.endswith("\u2026") for name in group)  # their ends are where a cut fell
+    for tail in range(1, 0 if already_cut else width - 1):  # a head, "…" and the shortest telling tail
+        if len({name[len(name) - tail :] for name in group}) == len(group):
+            tail = max(tail, width - 1 - max(width // 3, 1))  # then two thirds for the tail, to read it
+            return {name: _head_tail(name, width, tail) for name in group}
+    head = max(width // 3, 1)
+    window = max(width - head - 2, 1)
+    cuts = {}
+    for name in group:  # from where it first differs from the name most like it, a little before
+        differs = max(_common_prefix(name, other) for other in group if other != name)
+        start = max(differs - window // 4, min(head, differs))
+        cuts[name] = name[: min(head, start)] + "\u2026" + _cut(name[start:], window + 1)
+    return cuts
+
+
+def _head_tail(name: str, width: int, tail: int) -> str:
+    if len(name) <= width:
+        return name
+    return name[: width - 1 - tail] + "\u2026" + name[len(name) - tail :]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
 
 
 def cut_middle(text: str, width: int) -> str:
@@ -67,12 +119,15 @@ def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
         widest = max(room, key=lambda i: widths[i])
         widths[widest] -= 1
         excess -= 1
-    lines = []
-    for cells in [[c.title for c in columns], *rows]:
-        parts = []
-        for cell, column, size in zip(cells, columns, widths):
-            text = _cut(cell, size)
-            parts.append(text.rjust(size) if column.numeric else text.ljust(size))
+    shown = [distinct_cuts([row[i] for row in rows], widths[i]) for i in range(len(columns))]
+    lines = [GAP.join(_cut(c.title, size).ljust(size) for c, size in zip(columns, widths)).rstrip()]
+    lines[0] = GAP.join(
+        _cut(c.title, size).rjust(size) if c.numeric else _cut(c.title, size).ljust(size)
+        for c, size in zip(columns, widths)
+    ).rstrip()
+    for index in range(len(rows)):
+        cells = (shown[i][index] for i in range(len(columns)))
+        parts = [cell.rjust(size) if c.numeric else cell.ljust(size) for cell, c, size in zip(cells, columns, widths)]
         lines.append(GAP.join(parts).rstrip())
     lines.insert(1, GAP.join("-" * size for size in widths))
     return "\n".join(lines)
@@ -174,7 +229,8 @@ def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDT
         origin = origins.loc[(r.kernel, r.kind)] if (r.kernel, r.kind) in origins.index else None
         call = NO_VALUE if origin is None else origin["top_function"] or "(no call)"
         module = NO_VALUE if origin is None else origin["top_module"] or "(no module)"
-        cells = [short_kernel_name(str(r.kernel)), _count(r.count), times[index], times[len(totals) + index]]
+        name = short_kernel_name(str(r.kernel), KERNEL_CHARS)
+        cells = [name, _count(r.count), times[index], times[len(totals) + index]]
         rows.append([*cells, _share_cell(float(r.share)), str(call), str(module)])
     columns = [
         Column("kernel", numeric=False, flexible=True),
@@ -324,7 +380,7 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
     rows = []
     for r in shown.itertuples():
         name = r.function_name if isinstance(r.function_name, str) else "(no functional call)"
-        cells = [name] + ([short_kernel_name(str(r.kernel))] if level == "kernel" else [])
+        cells = [name] + ([short_kernel_name(str(r.kernel), KERNEL_CHARS)] if level == "kernel" else [])
         cells += [time(r.before_us), time(r.after_us), time(r.delta_us, True), _change(r.before_us, r.after_us)]
         rows.append(cells)
     columns = [Column("function", numeric=False, flexible=True)]
