@@ -698,3 +698,15 @@ def test_distinct_cuts_keep_equal_names_equal_and_short_names_whole():
     assert cuts[2:4] == ["relu", "relu"] and cuts[4] == cuts[0]
     assert cuts[0] != cuts[1] and all(len(cut) == 20 for cut in cuts[:2])
     assert cuts[0].startswith("elemen") and cuts[0].endswith("_functor_add>")  # the head, then the telling tail
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_decimal_points_align_in_every_table(columns, two_saved, monkeypatch):
+    from text_tables import misaligned, tables
+
+    monkeypatch.setenv("COLUMNS", columns)
+    for argv in (["report", str(H200)], ["report", str(two_saved[0])], ["compare", str(H200), str(two_saved[0])]):
+        code, stdout, _ = _run([*argv, "-q"])
+        assert code == 0
+        assert len(tables(stdout)) >= 2 and misaligned(stdout) == [], stdout
+    assert misaligned("t\n    n  x\n-----  -\n  1.5  a\n12.25  b") == ["n"]  # the check sees a shifted point

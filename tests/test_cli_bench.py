@@ -43,6 +43,9 @@ def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsy
     last_digit = 0.05 if scale == 1.0 else 0.005 * scale  # µs show 1 decimal, ms and s 2 (more below 0.1)
     assert shown == pytest.approx(written["replay_iqr_us"].tolist(), rel=0.05, abs=last_digit)
     assert "e+" not in out and "e-0" not in out
+    from text_tables import misaligned
+
+    assert misaligned(out) == []  # the decimal points of every numeric column line up
 
 
 def test_cli_bench_help_and_early_checks(mixed_result, tmp_path, capsys):

@@ -137,16 +137,24 @@ def _count(value: float) -> str:
     return NO_VALUE if value is None or (isinstance(value, float) and math.isnan(value)) else f"{int(value):,}"
 
 
-def _unit_column(values: Sequence[float]) -> tuple[str, list[str]]:
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-    return unit.symbol, [f"{v / unit.scale:,.{unit.decimals(v)}f}" for v in values]
+def fixed_times(values: Sequence[float], signed: bool = False, like: str | None = None) -> tuple[str, list[str]]:
+    """One unit for ``values`` (by the largest, or the one whose symbol is ``like``) and each value in it.
+
+    µs keep one decimal, ms and s three (µs and ms resolution), so every cell of a column has as many
+    decimals and the points line up; NaN reads ``-``.
+    """
+    units = {unit.symbol: unit for unit in (time_unit(0.0), time_unit(1e3), time_unit(1e6))}
+    unit = units[like] if like else time_unit(max((abs(v) for v in values if v == v), default=0.0))
+    decimals = 1 if unit.scale == 1.0 else 3
+    sign = "+" if signed else ""
+    return unit.symbol, [NO_VALUE if v != v else f"{v / unit.scale:{sign},.{decimals}f}" for v in values]
 
 
 def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
     """``describe(top_k)`` as a table, shares over all kernel time, then the coverage line."""
     summary = result.describe(top_k)
     total = result.total_us
-    symbol, times = _unit_column([float(v) for v in summary["time_spent_us"]])
+    symbol, times = fixed_times([float(v) for v in summary["time_spent_us"]])
     rows = [
         [
             str(r.function_name),
@@ -197,18 +205,6 @@ def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_
     return "\n".join(lines)
 
 
-def _fixed_times(values: Sequence[float], signed: bool = False) -> tuple[str, list[str]]:
-    """One unit for ``values`` (by the largest) and each value in it with the unit's fixed decimals.
-
-    µs keep one decimal, ms and s three, so every cell of a column has as many decimals and the points
-    line up; NaN reads ``-``.
-    """
-    unit = time_unit(max((abs(v) for v in values if v == v), default=0.0))
-    decimals = 1 if unit.scale == 1.0 else 3
-    sign = "+" if signed else ""
-    return unit.symbol, [NO_VALUE if v != v else f"{v / unit.scale:{sign},.{decimals}f}" for v in values]
-
-
 def _share_cell(share: float) -> str:
     return NO_VALUE if share != share else f"{100 * share:.1f}%"
 
@@ -223,7 +219,7 @@ def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDT
     shown = rollup.head(top)
     origins = kernel_origins(result).set_index(["kernel", "kind"])
     totals, means = [float(v) for v in shown["total_us"]], [float(v) for v in shown["mean_us"]]
-    symbol, times = _fixed_times(totals + means)
+    symbol, times = fixed_times(totals + means)
     rows = []
     for index, r in enumerate(shown.itertuples()):
         origin = origins.loc[(r.kernel, r.kind)] if (r.kernel, r.kind) in origins.index else None
@@ -265,7 +261,7 @@ def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WID
         if len(own) > 1:
             shown += [(stream, str(int(stream.stream))) for stream in own.itertuples()]
     values = [float(getattr(r, c)) for c in ("wall_us", "busy_us", "idle_us") for r, _ in shown]
-    symbol, times = _fixed_times(values)
+    symbol, times = fixed_times(values)
     n = len(shown)
     rows = [
         [str(int(r.device)), label, times[i], times[n + i], _share_cell(float(r.busy_share)), times[2 * n + i]]
@@ -293,7 +289,7 @@ def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
     if gaps.empty:
         return "no GPU idle stretch of 5 µs or more in the passes"
     shown = gaps.head(top)
-    symbol, times = _fixed_times([float(v) for v in shown["start_us"]] + [float(v) for v in shown["gap_us"]])
+    symbol, times = fixed_times([float(v) for v in shown["start_us"]] + [float(v) for v in shown["gap_us"]])
     n = len(shown)
     rows = [
         [str(int(r.device)), _count(r.sample), times[i], times[n + i], str(r.modules) or NO_VALUE]
@@ -371,22 +367,18 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
     """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first."""
     rows_of_level = table[table["level"] == level]
     shown = rows_of_level.head(top)
-    values = [float(v) for column in ("before_us", "after_us", "delta_us") for v in shown[column]]
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-
-    def time(us: float, signed: bool = False) -> str:
-        return f"{us / unit.scale:{'+' if signed else ''},.{unit.decimals(us)}f}"
-
+    n = len(shown)
+    symbol, times = fixed_times([float(v) for column in ("before_us", "after_us") for v in shown[column]])
+    _, deltas = fixed_times([float(v) for v in shown["delta_us"]], signed=True, like=symbol)
     rows = []
-    for r in shown.itertuples():
+    for i, r in enumerate(shown.itertuples()):
         name = r.function_name if isinstance(r.function_name, str) else "(no functional call)"
         cells = [name] + ([short_kernel_name(str(r.kernel), KERNEL_CHARS)] if level == "kernel" else [])
-        cells += [time(r.before_us), time(r.after_us), time(r.delta_us, True), _change(r.before_us, r.after_us)]
+        cells += [times[i], times[n + i], deltas[i], _change(r.before_us, r.after_us)]
         rows.append(cells)
     columns = [Column("function", numeric=False, flexible=True)]
     if level == "kernel":
         columns.append(Column("kernel", numeric=False, flexible=True))
-    symbol = unit.symbol
     columns += [
         Column(f"before ({symbol})"),
         Column(f"after ({symbol})"),
@@ -434,44 +426,43 @@ def _ratio(value: float) -> str:
 
 
 def _error(value: float) -> str:
-    return NO_VALUE if value is None or math.isnan(value) else f"{value:.2g}"
+    """An error with a fixed mantissa (``1.2e-06``: the points align), ``0`` where there is none."""
+    if value is None or math.isnan(value):
+        return NO_VALUE
+    return "0" if value == 0 else f"{value:.1e}"
 
 
 def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     """``benchmark()``'s table as text: one row per (function, sample, implementation), times in one unit."""
     if table.empty:
         return "(no samples replayed)"
-    times = ("recorded_us_per_call", "us_per_call", "replay_iqr_us")
-    values = [float(v) for column in times for v in table[column] if v == v]
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-
-    def time(us: float) -> str:
-        return NO_VALUE if us != us else f"{us / unit.scale:,.{unit.decimals(us)}f}"
-
+    n = len(table)
+    values = [float(v) for column in ("recorded_us_per_call", "us_per_call", "replay_iqr_us") for v in table[column]]
+    symbol, times = fixed_times(values)
     rows = [
         [
             str(r.function_name),
             _count(r.sample),
             str(r.implementation),
             _count(r.calls),
-            time(float(r.recorded_us_per_call)),
-            time(float(r.us_per_call)),
-            time(float(r.replay_iqr_us)),
+            times[i],
+            times[n + i],
+            times[2 * n + i],
             _ratio(float(r.speedup)),
             _flag(r.kernels_match, "same", "differ"),
             _error(float(r.max_abs_error)),
             _flag(r.ok),
         ]
-        for r in table.itertuples()
+        for i, r in enumerate(table.itertuples())
     ]
     columns = [
         Column("function", numeric=False, flexible=True),
         Column("sample"),
         Column("variant", numeric=False, flexible=True),
         Column("calls"),
-        Column(f"recorded ({unit.symbol})"),
-        Column(f"replayed ({unit.symbol})"),
-        Column(f"IQR ({unit.symbol})"),
+        Column(f"recorded ({symbol})"),
+        Column(f"replayed ({symbol})"),
+        Column(f"IQR ({symbol})"),
         Column("speedup"),
         Column("kernels", numeric=False),
         Column("max error"),
@@ -484,7 +475,7 @@ def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     """``weighted_totals()`` as text: per function and implementation, Σ calls × time per call."""
     if totals.empty:
         return "(no samples replayed)"
-    symbol, times = _unit_column([float(v) for v in totals["weighted_us"]])
+    symbol, times = fixed_times([float(v) for v in totals["weighted_us"]])
     rows = [
         [str(r.function_name), str(r.implementation), _count(r.samples), _count(r.calls), _count(r.fallbacks), t]
         + [_ratio(float(r.speedup))]
