@@ -22,10 +22,10 @@ the function once without arguments.
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
 DIR/trace.json (Perfetto, Kineto's conventions); --write FILE writes FILE in the format its name
 ends in (.html, .htm, .json, .json.gz), and --html / --perfetto name the file of that format
-instead of DIR's. Output names are checked before any work is done. Progress goes to stderr,
-from the profiler's own progress steps (each warm-up pass and recorded sample, and where
-post-processing begins); on long runs a step line appears at most once a second. --quiet
-silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
+instead of DIR's. Output names are checked before any work is done. Progress goes to stderr: a
+line per stage (warm-up, recording, post-processing) and, where stderr is a terminal, a bar with a
+count and an ETA for the warm-up passes, the recorded samples and bench's replayed samples.
+--quiet silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
 line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
 status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
 it).
@@ -49,7 +49,6 @@ import os
 import shutil
 import sys
 import textwrap
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -58,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import config, reports
+from .progress import Progress
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
@@ -79,36 +79,6 @@ class CliError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
-
-
-class Progress:
-    """Progress lines on stderr; step lines at most once per ``interval_s`` (the last always)."""
-
-    def __init__(self, quiet: bool, interval_s: float = 1.0) -> None:
-        self.quiet = quiet
-        self._interval_s = interval_s
-        self._stage_started = self._last = time.perf_counter()
-
-    def line(self, text: str) -> None:
-        """Print one progress line unless quiet."""
-        self._last = time.perf_counter()
-        if not self.quiet:
-            print(f"{PROG}: {text}", file=sys.stderr, flush=True)
-
-    def stage(self, text: str) -> None:
-        """Start a stage: print its line and restart the stage clock."""
-        self.line(text)
-        self._stage_started = self._last
-
-    def elapsed(self) -> float:
-        """Seconds since the current stage started."""
-        return time.perf_counter() - self._stage_started
-
-    def step(self, label: str, done: int, total: int) -> None:
-        """Report ``done`` of ``total`` steps when the last line is old enough, or at the end."""
-        now = time.perf_counter()
-        if done >= total or now - self._last >= self._interval_s:
-            self.line(f"{label} {done}/{total} ({now - self._stage_started:.1f} s)")
 
 
 @dataclass(frozen=True)
@@ -252,13 +222,11 @@ class _Following:
         if step.phase == "warmup" and step.total:
             if step.done == 0:
                 progress.stage(f"warmup: {step.total} passes of {calls} calls")
-            else:
-                progress.step("warmup pass", step.done, step.total)
+            progress.step("warm-up passes", step.done, step.total)
         elif step.phase == "pass":
             if step.done == 0:
                 progress.stage(f"recording one pass of {calls} calls on {self.device}")
-            else:
-                progress.step("recorded sample", step.done, step.total)
+            progress.step("recorded samples", step.done, step.total)
         elif step.phase == "flush":
             progress.stage("post-processing: joining kernels to ops, functional calls and modules")
 
@@ -281,13 +249,14 @@ def _record(workload: Workload, device: str, args: argparse.Namespace, label: st
     progress = Progress(args.quiet)
     following = _Following(progress, workload, device)
     try:
-        result = profiler.profile_result(
-            workload.function,
-            workload.samples,
-            module=workload.module,
-            warmup_iterations=args.warmup,
-            on_progress=following,
-        )
+        with progress:
+            result = profiler.profile_result(
+                workload.function,
+                workload.samples,
+                module=workload.module,
+                warmup_iterations=args.warmup,
+                on_progress=following,
+            )
     except Exception as error:  # the user's model (or the capture) failed
         raise following.failure(error, label) from error
     progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
@@ -495,14 +464,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     progress.stage(f"replaying the samples of {args.result} ({args.repeats} timed calls each)")
     try:
-        table = benchmark(
-            result,
-            sorted(args.function_names) if args.function_names else None,
-            repeats=args.repeats,
-            warmup=args.warmup_calls,
-            cache=args.cache,
-            progress=lambda done, total, label: progress.step(f"replayed {label};", done, total),
-        )
+        with progress:
+            table = benchmark(
+                result,
+                sorted(args.function_names) if args.function_names else None,
+                repeats=args.repeats,
+                warmup=args.warmup_calls,
+                cache=args.cache,
+                progress=lambda done, total, label: progress.step(f"replayed {label}", done, total),
+            )
     except (TypeError, ValueError, RuntimeError) as error:
         raise CliError(str(error)) from error
     _print_bench(table)
@@ -728,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {PACKAGE_VERSION}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    common.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = _subcommand(
         commands,

@@ -174,11 +174,13 @@ def test_demo_prints_the_summary_table(demo):
 def test_demo_shows_progress_on_stderr(demo):
     _, stdout, stderr, _, _ = demo
     lines = stderr.splitlines()
-    assert lines[0] == "aitune-dispatch: warmup: 1 passes of 2 calls"
-    assert any(line.startswith("aitune-dispatch: warmup pass 1/1 (") for line in lines)
-    assert "aitune-dispatch: recording one pass of 2 calls on cpu" in lines
-    assert any(line.startswith("aitune-dispatch: recorded sample 2/2 (") for line in lines)
-    assert any(line.startswith("aitune-dispatch: post-processing done: ") for line in lines)
+    assert lines[:3] == [  # stderr is no terminal here: a line per stage, no bar
+        "aitune-dispatch: warmup: 1 passes of 2 calls",
+        "aitune-dispatch: recording one pass of 2 calls on cpu",
+        "aitune-dispatch: post-processing: joining kernels to ops, functional calls and modules",
+    ]
+    assert lines[3].startswith("aitune-dispatch: post-processing done: ") and len(lines) == 4
+    assert "\r" not in stderr and "\x1b" not in stderr and "1/1" not in stderr
     assert "warmup" not in stdout  # progress never mixes into the table
 
 
@@ -207,7 +209,7 @@ def test_profile_a_factory_from_a_file(models, monkeypatch):
     assert set(rows) == {"linear", "relu"}
     assert rows["linear"][1:3] == ["2", "2"]  # 2 calls, 2 distinct samples (batch 2, 3)
     assert rows["relu"][1:3] == ["-", "-"]  # --function-names: no samples kept for relu
-    assert "aitune-dispatch: warmup pass 2/2" in stderr and "recorded sample 2/2" in stderr
+    assert "aitune-dispatch: warmup: 2 passes of 2 calls" in stderr.splitlines()
 
 
 def test_profile_a_function_with_its_module(models, tmp_path):
@@ -237,23 +239,73 @@ def test_quiet_silences_progress(models):
     argv = ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "1"]
     loud, quiet = _run(argv), _run([*argv, "--quiet"])
     assert loud[0] == quiet[0] == 0
-    assert "warmup pass 1/1" in loud[2] and quiet[2] == ""
+    assert "warmup: 1 passes" in loud[2] and quiet[2] == ""
     assert header(quiet[1].splitlines()[1]) == SUMMARY_HEADER  # the table is still printed
 
 
-def test_progress_steps_are_throttled(capsys):
-    slow = cli.Progress(quiet=False, interval_s=3600.0)
-    for done in (1, 2, 3):
-        slow.step("pass", done, 3)
-    every = cli.Progress(quiet=False, interval_s=0.0)
-    for done in (1, 2):
-        every.step("pass", done, 2)
-    lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" (")[0] for line in lines] == [
-        "aitune-dispatch: pass 3/3",  # the slow one prints only its last step
-        "aitune-dispatch: pass 1/2",
-        "aitune-dispatch: pass 2/2",
-    ]
+def test_progress_draws_no_bar_where_stderr_is_no_terminal(capsys):
+    progress = cli.Progress(quiet=False)  # pytest's captured stderr is no terminal
+    assert not progress.draws_bars
+    with progress:
+        progress.stage("warmup: 3 passes of 2 calls")
+        for done in range(4):
+            progress.step("warm-up passes", done, 3)
+    assert capsys.readouterr().err == "aitune-dispatch: warmup: 3 passes of 2 calls\n"  # the stage, no count
+
+
+def test_progress_draws_a_bar_with_a_count_on_a_terminal():
+    stream = io.StringIO()
+    with cli.Progress(quiet=False, stream=stream, tty=True) as progress:
+        progress.stage("recording one pass of 3 calls on cpu")
+        for done in range(4):
+            progress.step("recorded samples", done, 3)
+    drawn = stream.getvalue()
+    assert "aitune-dispatch: recording one pass of 3 calls on cpu" in drawn
+    assert "recorded samples" in drawn and "3/3" in drawn and "ETA" in drawn
+    quiet = io.StringIO()
+    with cli.Progress(quiet=True, stream=quiet, tty=True) as progress:
+        progress.stage("warmup")
+        progress.step("warm-up passes", 1, 3)
+    assert quiet.getvalue() == ""  # --quiet: silent, terminal or not
+
+
+PTY_PROGRESS = textwrap.dedent(
+    """
+    import sys, time
+    from aitune_dispatch.progress import Progress
+    with Progress(quiet=False) as progress:
+        progress.stage("warmup: 4 passes of 1 calls")
+        for done in range(5):
+            progress.step("warm-up passes", done, 4)
+            time.sleep(0.05)
+    print("rich" in sys.modules, file=sys.stdout)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_on_a_real_terminal_shows_the_count():
+    import pty
+
+    leader, follower = pty.openpty()
+    run = subprocess.run(
+        [sys.executable, "-c", PTY_PROGRESS], stderr=follower, stdout=subprocess.PIPE, text=True, timeout=120
+    )
+    os.close(follower)
+    drawn = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(leader, 65536):
+            drawn += chunk
+    os.close(leader)
+    assert run.returncode == 0 and run.stdout.strip() == "True"  # rich is imported for the bar only
+    text = drawn.decode("utf-8", "replace")
+    assert "warmup: 4 passes of 1 calls" in text and "warm-up passes" in text and "/4" in text
+
+
+def test_progress_without_a_terminal_imports_no_rich():
+    script = PTY_PROGRESS.replace("Progress(quiet=False)", "Progress(quiet=False, tty=False)")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "False" and run.stderr.count("\n") == 1
 
 
 # -- bad input ---------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ def test_cli_bench_prints_the_table_and_writes_csv(mixed_result, tmp_path, capsy
     csv = tmp_path / "bench.csv"
     assert main(["bench", str(saved), "--function-names", "relu,gelu", "--repeats", "2", "--csv", str(csv)]) == 0
     out, err = capsys.readouterr()
-    assert "weighted per function" in out and "replayed" in err
+    assert "weighted per function" in out and "replaying the samples of" in err
     written = pd.read_csv(csv)
     # functions in name order: gelu 0, 1 then relu 0, 1; one implementation each
     assert list(zip(written["function_name"], written["sample"])) == [
