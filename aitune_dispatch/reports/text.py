@@ -1,16 +1,19 @@
 """Plain-text tables for a terminal, returned as text so that the CLI only prints.
 
-Each time column has one unit (µs, ms or s, by its largest value), the one flexible column is cut with
-``…`` so every line fits ``width``, and there is no colour or box drawing, so the text pastes anywhere.
+Each time column has one unit (µs, ms or s, by its largest value) and that unit's fixed decimals, so
+the points line up; the flexible (name) columns are cut with ``…`` so every line fits ``width``, names
+staying distinct (:func:`distinct_cuts`); there is no colour or box drawing, so the text pastes
+anywhere. ``rich`` lays the tables out (:func:`format_table`); what is ours is what goes in them.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -106,31 +109,95 @@ def cut_middle(text: str, width: int) -> str:
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
     """Rows of cell text as aligned columns under a title line and a rule, at most ``width`` per line.
 
-    The widest flexible column is cut (``…``) a character at a time, none below its title or 8 characters,
-    so a line of many fixed columns can still be wider.
+    ``rich`` lays the table out (imported here, on the first table): numeric columns right-aligned,
+    two spaces between columns, and where the line is too wide the flexible columns shrink, widest
+    first, none below its title or 8 characters (so a line of many fixed columns can still be wider).
+    Each flexible column's names are cut to the width it gets by :func:`distinct_cuts`.
     """
-    widths = [max([len(c.title), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
-    excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
-    floors = {i: min(widths[i], max(len(column.title), 8)) for i, column in enumerate(columns) if column.flexible}
-    while excess > 0:
-        room = [i for i in floors if widths[i] > floors[i]]
-        if not room:
-            break
-        widest = max(room, key=lambda i: widths[i])
-        widths[widest] -= 1
-        excess -= 1
-    shown = [distinct_cuts([row[i] for row in rows], widths[i]) for i in range(len(columns))]
-    lines = [GAP.join(_cut(c.title, size).ljust(size) for c, size in zip(columns, widths)).rstrip()]
-    lines[0] = GAP.join(
-        _cut(c.title, size).rjust(size) if c.numeric else _cut(c.title, size).ljust(size)
-        for c, size in zip(columns, widths)
-    ).rstrip()
-    for index in range(len(rows)):
-        cells = (shown[i][index] for i in range(len(columns)))
-        parts = [cell.rjust(size) if c.numeric else cell.ljust(size) for cell, c, size in zip(cells, columns, widths)]
-        lines.append(GAP.join(parts).rstrip())
-    lines.insert(1, GAP.join("-" * size for size in widths))
-    return "\n".join(lines)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, len(GAP), 0, 0), show_header=True)
+    least = len(GAP) * (len(columns) - 1)
+    for index, column in enumerate(columns):
+        natural = max([len(column.title), *(len(row[index]) for row in rows)])
+        floor = min(natural, max(len(column.title), 8)) if column.flexible else natural
+        least += floor
+        table.add_column(
+            Text(column.title, no_wrap=True, overflow="ellipsis"),
+            justify="right" if column.numeric else "left",
+            no_wrap=not column.flexible,  # rich shrinks only the columns that may wrap: the flexible ones
+            min_width=floor,
+        )
+    names = [_Names([row[i] for row in rows]) if column.flexible else None for i, column in enumerate(columns)]
+    table.add_row(*(_Rule() for _ in columns))
+    for index, row in enumerate(rows):
+        table.add_row(*(Text(cell) if shown is None else shown.cell(index) for cell, shown in zip(row, names)))
+    console = Console(
+        file=io.StringIO(),
+        width=max(width, least),  # rich would squeeze numbers out of sight: a wider line reads better
+        color_system=None,
+        force_terminal=False,
+        force_jupyter=False,
+        no_color=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=False,
+        legacy_windows=False,
+    )
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().rstrip("\n").splitlines())
+
+
+class _Rule:
+    """A rule cell: dashes across the column, whatever width it gets (it asks for none)."""
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
+        yield Text("-" * options.max_width)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement(1, 1)
+
+
+class _Names:
+    """A flexible column's names, cut together by :func:`distinct_cuts` to the width the layout gives."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self._cuts: dict[int, list[str]] = {}
+
+    def cut(self, index: int, width: int) -> str:
+        if width not in self._cuts:
+            self._cuts[width] = distinct_cuts(self.names, width)
+        return self._cuts[width][index]
+
+    def cell(self, index: int) -> _Name:
+        return _Name(self, index)
+
+
+class _Name:
+    """One name of a :class:`_Names` column: asks for its whole length, shows its cut."""
+
+    def __init__(self, names: _Names, index: int) -> None:
+        self.names, self.index = names, index
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
+        yield Text(self.names.cut(self.index, options.max_width), no_wrap=True, overflow="crop")
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        length = len(self.names.names[self.index])
+        return Measurement(min(length, 1), length).with_maximum(options.max_width)
 
 
 def _count(value: float) -> str:
