@@ -263,8 +263,12 @@ def _record(workload: Workload, device: str, args: argparse.Namespace, label: st
     return result
 
 
+MAX_WIDTH = 200  # tables stop growing here: wider lines are harder to follow, not more readable
+
+
 def _width() -> int:
-    return max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40)
+    """The terminal's width (``COLUMNS`` overrides it) within 40..``MAX_WIDTH`` columns."""
+    return min(max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40), MAX_WIDTH)
 
 
 def _fitted(line: str) -> str:

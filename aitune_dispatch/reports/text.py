@@ -348,7 +348,7 @@ def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WID
     parts = [wrap_title(title, width), format_table(columns, rows, width)]
     gaps = views.idle_gaps(result) if top > 0 else None
     if gaps is not None:
-        parts.append(_gaps_text(gaps, top, width))
+        parts += ["", _gaps_text(gaps, top, width)]
     return "\n".join(parts)
 
 
