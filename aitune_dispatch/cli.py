@@ -1,14 +1,16 @@
 """aitune-dispatch: which CUDA kernels each torch.nn.functional call launches, and for how long.
 
-  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top-k K] [--functions functional|all]
-                       [--out DIR [--with-tensors]] [--write FILE ...] [--quiet]
-  aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu] [same options as demo]
-  aitune-dispatch report RESULT [--top-k K] [--html FILE.html] [--perfetto FILE.json[.gz]] [--out DIR]
-                         [--write FILE ...]
+  aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top N]
+      [--functions functional|all] [--out DIR [--with-tensors]]
+      [--write FILE ...] [--quiet]
+  aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu]
+      [same options as demo]
+  aitune-dispatch report RESULT [--top N] [--html FILE.html]
+      [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
-  aitune-dispatch bench RESULT [--functions linear,conv2d] [--repeats N] [--warmup N] [--cache warm|cold]
-                       [--csv FILE.csv]
+  aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N]
+      [--warmup-calls N] [--cache warm|cold] [--csv FILE.csv]
 
 profile imports MODULE (a dotted module name found from the current directory or PYTHONPATH,
 or a path/to/file.py) and calls FACTORY (an attribute, dotted for nested ones) with
@@ -20,13 +22,14 @@ the function once without arguments.
 --out DIR writes DIR/result/ (the saved result, see ProfileResult.save), DIR/report.html and
 DIR/trace.json (Perfetto, Kineto's conventions); --write FILE writes FILE in the format its name
 ends in (.html, .htm, .json, .json.gz), and --html / --perfetto name the file of that format
-instead of DIR's. Output names are checked before any work is done. Progress goes to stderr,
-from the profiler's own progress steps (each warm-up pass and recorded sample, and where
-post-processing begins); on long runs a step line appears at most once a second. --quiet
-silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
+instead of DIR's. Output names are checked before any work is done. Progress goes to stderr: a
+line per stage (warm-up, recording, post-processing) and, where stderr is a terminal, a bar with a
+count and an ETA for the warm-up passes, the recorded samples and bench's replayed samples.
+--quiet silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
 line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
 status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
 it).
+
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
 the device it was recorded on, and prints the per-sample table (the median time per call and the
@@ -45,7 +48,7 @@ import inspect
 import os
 import shutil
 import sys
-import time
+import textwrap
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import config, reports
+from .progress import Progress
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
@@ -66,6 +70,7 @@ if TYPE_CHECKING:
     from .capture import Step
 
 PROG = "aitune-dispatch"
+HELP_WIDTH = 80  # --help is read at any terminal width: longer lines are harder to read, not more useful
 CSV_DIGITS = {"before_us": 3, "after_us": 3, "delta_us": 3, "ratio": 6}  # ns resolution; ratios to 6 places
 
 
@@ -74,36 +79,6 @@ class CliError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
-
-
-class Progress:
-    """Progress lines on stderr; step lines at most once per ``interval_s`` (the last always)."""
-
-    def __init__(self, quiet: bool, interval_s: float = 1.0) -> None:
-        self.quiet = quiet
-        self._interval_s = interval_s
-        self._stage_started = self._last = time.perf_counter()
-
-    def line(self, text: str) -> None:
-        """Print one progress line unless quiet."""
-        self._last = time.perf_counter()
-        if not self.quiet:
-            print(f"{PROG}: {text}", file=sys.stderr, flush=True)
-
-    def stage(self, text: str) -> None:
-        """Start a stage: print its line and restart the stage clock."""
-        self.line(text)
-        self._stage_started = self._last
-
-    def elapsed(self) -> float:
-        """Seconds since the current stage started."""
-        return time.perf_counter() - self._stage_started
-
-    def step(self, label: str, done: int, total: int) -> None:
-        """Report ``done`` of ``total`` steps when the last line is old enough, or at the end."""
-        now = time.perf_counter()
-        if done >= total or now - self._last >= self._interval_s:
-            self.line(f"{label} {done}/{total} ({now - self._stage_started:.1f} s)")
 
 
 @dataclass(frozen=True)
@@ -247,13 +222,11 @@ class _Following:
         if step.phase == "warmup" and step.total:
             if step.done == 0:
                 progress.stage(f"warmup: {step.total} passes of {calls} calls")
-            else:
-                progress.step("warmup pass", step.done, step.total)
+            progress.step("warm-up passes", step.done, step.total)
         elif step.phase == "pass":
             if step.done == 0:
                 progress.stage(f"recording one pass of {calls} calls on {self.device}")
-            else:
-                progress.step("recorded sample", step.done, step.total)
+            progress.step("recorded samples", step.done, step.total)
         elif step.phase == "flush":
             progress.stage("post-processing: joining kernels to ops, functional calls and modules")
 
@@ -276,21 +249,26 @@ def _record(workload: Workload, device: str, args: argparse.Namespace, label: st
     progress = Progress(args.quiet)
     following = _Following(progress, workload, device)
     try:
-        result = profiler.profile_result(
-            workload.function,
-            workload.samples,
-            module=workload.module,
-            warmup_iterations=args.warmup,
-            on_progress=following,
-        )
+        with progress:
+            result = profiler.profile_result(
+                workload.function,
+                workload.samples,
+                module=workload.module,
+                warmup_iterations=args.warmup,
+                on_progress=following,
+            )
     except Exception as error:  # the user's model (or the capture) failed
         raise following.failure(error, label) from error
     progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
     return result
 
 
+MAX_WIDTH = 200  # tables stop growing here: wider lines are harder to follow, not more readable
+
+
 def _width() -> int:
-    return max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40)
+    """The terminal's width (``COLUMNS`` overrides it) within 40..``MAX_WIDTH`` columns."""
+    return min(max(shutil.get_terminal_size((text.DEFAULT_WIDTH, 24)).columns, 40), MAX_WIDTH)
 
 
 def _fitted(line: str) -> str:
@@ -352,7 +330,7 @@ def _write_requested(result: ProfileResult, args: argparse.Namespace) -> None:
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
     result = _record(workload, device, args, label)
     _print_summary(
-        result, args.top_k, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
+        result, args.top, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
     )
     if args.out is not None:
         _save(result, args.out / "result", args.with_tensors)
@@ -383,8 +361,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     result = _load(args.result)
     tail = f" ({result.source} activity source; shares of all kernel time)"
     name = text.cut_middle(str(args.result), max(_width() - len(tail), 20))
-    _print_summary(result, args.top_k, name + tail)
-    ranks = rank_text(result, args.top_k, _width())  # merged results only
+    _print_summary(result, args.top, name + tail)
+    ranks = rank_text(result, args.top, _width())  # merged results only
     if ranks:
         print(f"\n{ranks}")
     _write_requested(result, args)
@@ -438,15 +416,16 @@ def cmd_ranks(args: argparse.Namespace) -> int:
 
 
 def _add_ranks(commands: Any, common: argparse.ArgumentParser) -> None:
-    ranks = commands.add_parser(
+    ranks = _subcommand(
+        commands,
         "ranks",
-        parents=[common],
-        help="the per-rank view of a torch.distributed job",
-        description="Per rank, and per functional call across ranks, of a merged result (a directory of "
-        "per-rank results or a saved merge). Needs no torch.",
+        common,
+        "the per-rank view of a torch.distributed job",
+        "Per rank, and per functional call across ranks, of a merged result (a directory of per-rank results "
+        "or a saved merge). Needs no torch.",
     )
     ranks.add_argument("result", metavar="RESULT", help="a directory of per-rank results, or a saved merge")
-    ranks.add_argument("--top", type=_non_negative, default=10, metavar="N", help="rows per table (default: 10)")
+    _add_top(ranks, 10, "rows per table")
     ranks.add_argument(
         "--compare", type=_non_negative, nargs=2, metavar=("R1", "R2"), help="also compare rank R1 (before) with R2"
     )
@@ -489,14 +468,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     progress.stage(f"replaying the samples of {args.result} ({args.repeats} timed calls each)")
     try:
-        table = benchmark(
-            result,
-            sorted(args.functions) if args.functions else None,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            cache=args.cache,
-            progress=lambda done, total, label: progress.step(f"replayed {label};", done, total),
-        )
+        with progress:
+            table = benchmark(
+                result,
+                sorted(args.function_names) if args.function_names else None,
+                repeats=args.repeats,
+                warmup=args.warmup_calls,
+                cache=args.cache,
+                progress=lambda done, total, label: progress.step(f"replayed {label}", done, total),
+            )
     except (TypeError, ValueError, RuntimeError) as error:
         raise CliError(str(error)) from error
     _print_bench(table)
@@ -518,26 +498,66 @@ def _add_bench(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     bench.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
     bench.add_argument(
-        "--functions",
+        "--function-names",
         type=_names,
         metavar="NAMES",
         help="replay these functions only, e.g. linear,conv2d (default: every function with samples)",
     )
+    _deprecated_alias(bench, "--functions", "--function-names", type=_names)
     bench.add_argument(
         "--repeats", type=_positive, default=50, metavar="N", help="timed calls per sample (default: 50)"
     )
     bench.add_argument(
-        "--warmup", type=_non_negative, default=5, metavar="N", help="untimed calls before them (default: 5)"
+        "--warmup-calls",
+        type=_non_negative,
+        default=5,
+        metavar="N",
+        help="untimed calls per sample first (default: 5)",
     )
+    _deprecated_alias(bench, "--warmup", "--warmup-calls", type=_non_negative)
     bench.add_argument(
         "--cache",
         choices=config.CACHE_STATES,
         default="warm",
-        help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) is overwritten before "
-        "each timed call (default: warm)",
+        help="warm: timed calls back to back; cold: the last-level cache (L2 on CUDA) overwritten before each "
+        "(default: warm)",
     )
     bench.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full table to this file")
     bench.set_defaults(run=cmd_bench)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new one's ``dest`` and notes the new name on stderr."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, replacement: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.replacement = replacement
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        print(f"{PROG}: warning: {option} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, type: Callable[[str], Any]) -> None:
+    """``old`` as a hidden, still working spelling of ``new`` (same ``dest``) that warns when used."""
+    dest = new.lstrip("-").replace("-", "_")
+    parser.add_argument(
+        old,
+        dest=dest,
+        type=type,
+        action=_DeprecatedAlias,
+        replacement=new,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
+def _add_top(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--top N`` (``what`` it limits), with the old ``--top-k`` as a hidden alias (same ``dest``)."""
+    parser.add_argument("--top", type=_non_negative, default=default, metavar="N", help=f"{what} (default: {default})")
+    parser.add_argument("--top-k", dest="top", type=_non_negative, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _non_negative(value: str) -> int:
@@ -612,7 +632,7 @@ def _add_outputs(parser: argparse.ArgumentParser, saves: bool) -> None:
         type=_any_output,
         action="append",
         metavar="FILE",
-        help=f"write this file, in the format its name ends in ({endings}); repeatable",
+        help=f"write this file in the format its name ends in ({endings}); repeatable",
     )
 
 
@@ -629,16 +649,42 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="where to run (default: auto, i.e. cuda when available, else cpu)",
     )
     parser.add_argument("--warmup", type=_non_negative, default=3, metavar="N", help="warm-up passes (default: 3)")
-    parser.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
+    _add_top(parser, 10, "rows per table")
     parser.add_argument(
         "--functions",
         choices=list(config.FUNCTIONS),
         default="functional",
-        help="all: also attribute ops outside functional calls to torch-level calls such as torch.addmm "
+        help="all: also attribute ops outside functional calls to torch-level calls (torch.addmm) "
         "(default: functional)",
     )
     _add_outputs(parser, saves=True)
     parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help at most ``HELP_WIDTH`` columns (less on a narrower terminal), never cutting a word.
+
+    Paragraphs of a description are filled to the width, except indented ones (the synopsis), kept as
+    written; words are wrapped whole, hyphenated options included (``--function-names``).
+    """
+
+    def __init__(self, prog: str) -> None:
+        columns = shutil.get_terminal_size((HELP_WIDTH, 24)).columns
+        super().__init__(prog, width=max(min(HELP_WIDTH, columns - 1), 40))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            if paragraph.startswith(" "):
+                paragraphs.append("\n".join(indent + line for line in paragraph.splitlines()))
+            else:
+                words = " ".join(paragraph.split())
+                wrap = textwrap.wrap(words, width, break_long_words=False, break_on_hyphens=False)
+                paragraphs.append("\n".join(indent + line for line in wrap))
+        return "\n\n".join(paragraphs)
 
 
 def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summary: str, details: str) -> Any:
@@ -647,15 +693,16 @@ def _subcommand(commands: Any, name: str, common: argparse.ArgumentParser, summa
         parents=[common],
         help=summary,
         description=f"{summary[0].upper()}{summary[1:]}. {details}",
+        formatter_class=_HelpFormatter,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {PACKAGE_VERSION}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    common.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = _subcommand(
         commands,
@@ -687,7 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Prints the summary of RESULT; writes the HTML report and the trace where asked. Needs no torch.",
     )
     report.add_argument("result", metavar="RESULT", help="a saved result (directory or .parquet file)")
-    report.add_argument("--top-k", type=_non_negative, default=10, metavar="K", help="summary rows (default: 10)")
+    _add_top(report, 10, "rows per table")
     report.add_argument("--html", type=_HTML, metavar="FILE.html", help="write the HTML report to this file")
     report.add_argument(
         "--perfetto", type=_TRACE, metavar="FILE.json", help="write the trace to this file (.json.gz: gzip)"
@@ -703,7 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comparison.add_argument("before", metavar="A", help="the saved result before the change")
     comparison.add_argument("after", metavar="B", help="the saved result after the change")
-    comparison.add_argument("--top", type=_non_negative, default=20, metavar="N", help="rows per level (default: 20)")
+    _add_top(comparison, 20, "rows per level")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
     _add_ranks(commands, common)

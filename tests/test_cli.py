@@ -14,6 +14,7 @@ import textwrap
 import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from fixture_results import H200_RESULT
@@ -173,11 +174,13 @@ def test_demo_prints_the_summary_table(demo):
 def test_demo_shows_progress_on_stderr(demo):
     _, stdout, stderr, _, _ = demo
     lines = stderr.splitlines()
-    assert lines[0] == "aitune-dispatch: warmup: 1 passes of 2 calls"
-    assert any(line.startswith("aitune-dispatch: warmup pass 1/1 (") for line in lines)
-    assert "aitune-dispatch: recording one pass of 2 calls on cpu" in lines
-    assert any(line.startswith("aitune-dispatch: recorded sample 2/2 (") for line in lines)
-    assert any(line.startswith("aitune-dispatch: post-processing done: ") for line in lines)
+    assert lines[:3] == [  # stderr is no terminal here: a line per stage, no bar
+        "aitune-dispatch: warmup: 1 passes of 2 calls",
+        "aitune-dispatch: recording one pass of 2 calls on cpu",
+        "aitune-dispatch: post-processing: joining kernels to ops, functional calls and modules",
+    ]
+    assert lines[3].startswith("aitune-dispatch: post-processing done: ") and len(lines) == 4
+    assert "\r" not in stderr and "\x1b" not in stderr and "1/1" not in stderr
     assert "warmup" not in stdout  # progress never mixes into the table
 
 
@@ -206,7 +209,7 @@ def test_profile_a_factory_from_a_file(models, monkeypatch):
     assert set(rows) == {"linear", "relu"}
     assert rows["linear"][1:3] == ["2", "2"]  # 2 calls, 2 distinct samples (batch 2, 3)
     assert rows["relu"][1:3] == ["-", "-"]  # --function-names: no samples kept for relu
-    assert "aitune-dispatch: warmup pass 2/2" in stderr and "recorded sample 2/2" in stderr
+    assert "aitune-dispatch: warmup: 2 passes of 2 calls" in stderr.splitlines()
 
 
 def test_profile_a_function_with_its_module(models, tmp_path):
@@ -236,23 +239,73 @@ def test_quiet_silences_progress(models):
     argv = ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "1"]
     loud, quiet = _run(argv), _run([*argv, "--quiet"])
     assert loud[0] == quiet[0] == 0
-    assert "warmup pass 1/1" in loud[2] and quiet[2] == ""
+    assert "warmup: 1 passes" in loud[2] and quiet[2] == ""
     assert header(quiet[1].splitlines()[1]) == SUMMARY_HEADER  # the table is still printed
 
 
-def test_progress_steps_are_throttled(capsys):
-    slow = cli.Progress(quiet=False, interval_s=3600.0)
-    for done in (1, 2, 3):
-        slow.step("pass", done, 3)
-    every = cli.Progress(quiet=False, interval_s=0.0)
-    for done in (1, 2):
-        every.step("pass", done, 2)
-    lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" (")[0] for line in lines] == [
-        "aitune-dispatch: pass 3/3",  # the slow one prints only its last step
-        "aitune-dispatch: pass 1/2",
-        "aitune-dispatch: pass 2/2",
-    ]
+def test_progress_draws_no_bar_where_stderr_is_no_terminal(capsys):
+    progress = cli.Progress(quiet=False)  # pytest's captured stderr is no terminal
+    assert not progress.draws_bars
+    with progress:
+        progress.stage("warmup: 3 passes of 2 calls")
+        for done in range(4):
+            progress.step("warm-up passes", done, 3)
+    assert capsys.readouterr().err == "aitune-dispatch: warmup: 3 passes of 2 calls\n"  # the stage, no count
+
+
+def test_progress_draws_a_bar_with_a_count_on_a_terminal():
+    stream = io.StringIO()
+    with cli.Progress(quiet=False, stream=stream, tty=True) as progress:
+        progress.stage("recording one pass of 3 calls on cpu")
+        for done in range(4):
+            progress.step("recorded samples", done, 3)
+    drawn = stream.getvalue()
+    assert "aitune-dispatch: recording one pass of 3 calls on cpu" in drawn
+    assert "recorded samples" in drawn and "3/3" in drawn and "ETA" in drawn
+    quiet = io.StringIO()
+    with cli.Progress(quiet=True, stream=quiet, tty=True) as progress:
+        progress.stage("warmup")
+        progress.step("warm-up passes", 1, 3)
+    assert quiet.getvalue() == ""  # --quiet: silent, terminal or not
+
+
+PTY_PROGRESS = textwrap.dedent(
+    """
+    import sys, time
+    from aitune_dispatch.progress import Progress
+    with Progress(quiet=False) as progress:
+        progress.stage("warmup: 4 passes of 1 calls")
+        for done in range(5):
+            progress.step("warm-up passes", done, 4)
+            time.sleep(0.05)
+    print("rich" in sys.modules, file=sys.stdout)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_progress_on_a_real_terminal_shows_the_count():
+    import pty
+
+    leader, follower = pty.openpty()
+    run = subprocess.run(
+        [sys.executable, "-c", PTY_PROGRESS], stderr=follower, stdout=subprocess.PIPE, text=True, timeout=120
+    )
+    os.close(follower)
+    drawn = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(leader, 65536):
+            drawn += chunk
+    os.close(leader)
+    assert run.returncode == 0 and run.stdout.strip() == "True"  # rich is imported for the bar only
+    text = drawn.decode("utf-8", "replace")
+    assert "warmup: 4 passes of 1 calls" in text and "warm-up passes" in text and "/4" in text
+
+
+def test_progress_without_a_terminal_imports_no_rich():
+    script = PTY_PROGRESS.replace("Progress(quiet=False)", "Progress(quiet=False, tty=False)")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "False" and run.stderr.count("\n") == 1
 
 
 # -- bad input ---------------------------------------------------------------------------------------
@@ -323,7 +376,7 @@ def two_saved(models, tmp_path) -> tuple[Path, Path]:
 def test_report_prints_the_summary_and_writes_reports(two_saved, fake_reports, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # room for the whole temporary path in the title line
     saved, _ = two_saved
-    code, stdout, _ = _run(["report", str(saved), "--top-k", "1", "--out", str(tmp_path / "r")])
+    code, stdout, _ = _run(["report", str(saved), "--top", "1", "--out", str(tmp_path / "r")])
     assert code == 0
     lines = stdout.splitlines()
     expected = load(saved).describe(1)
@@ -440,7 +493,7 @@ def test_version_and_help(capsys):
         main(["demo", "--help"])
     demo_help = " ".join(capsys.readouterr().out.split())
     assert "Profile the built-in demo model." in demo_help  # a description, not only a usage line
-    assert "--warmup N" in demo_help and "--top-k K" in demo_help and "--out DIR" in demo_help  # metavars
+    assert "--warmup N" in demo_help and "--top N" in demo_help and "--out DIR" in demo_help  # metavars
     assert "default: auto, i.e. cuda when available, else cpu" in demo_help
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -489,9 +542,11 @@ def test_narrow_terminal_cuts_every_name_column_and_wraps_titles(monkeypatch):
     code, stdout, _ = _run(["compare", str(H200), str(H200), "--top", "3"])
     assert code == 0
     assert all(len(line) <= 70 for line in stdout.splitlines()), stdout
-    # function and kernel names share the room left by the 47 characters of numbers: 11 and 12
+    # function and kernel names share the room left by the 47 characters of numbers, both cut
     row = next(line for line in stdout.split("per kernel")[1].splitlines() if line.startswith("scaled_dot"))
-    assert row.startswith("scaled_dot\u2026  fmha_cutlas\u2026 "), row  # the function column used to stay 28 wide
+    function, kernel = re.split(r"\s{2,}", row)[:2]
+    assert function.endswith("\u2026") and kernel.startswith("fmha_cutla") and kernel.endswith("\u2026"), row
+    assert abs(len(function) - len(kernel)) <= 1  # the function column used to stay 28 wide
     code, stdout, _ = _run(["report", str(H200), "-q"])
     title = stdout.splitlines()[:2]  # the title wraps instead of running past the edge
     assert all(len(line) <= 70 for line in title) and title[1].startswith("  "), title
@@ -503,8 +558,20 @@ def test_format_table_shares_the_cut_between_flexible_columns():
     columns = [Column("a", numeric=False, flexible=True), Column("b", numeric=False, flexible=True), Column("n")]
     table = format_table(columns, [["x" * 20, "y" * 30, "1"]], width=40)
     # 20 + 30 + 1 + 2 gaps of 2 = 55: 15 too many, taken from the wider column first (30 -> 20), then both
-    assert table.splitlines()[2] == "x" * 16 + "\u2026  " + "y" * 17 + "\u2026  1"  # widths 17 and 18
-    assert all(len(line) <= 40 for line in table.splitlines())
+    x, y, number = re.split(r"\s{2,}", table.splitlines()[2])
+    assert x.rstrip("\u2026") == "x" * (len(x) - 1) and y.rstrip("\u2026") == "y" * (len(y) - 1) and number == "1"
+    assert {len(x), len(y)} == {17, 18} and len(table.splitlines()[2]) == 40
+    assert table.splitlines()[:2] == [
+        "a" + " " * (len(x) + 1) + "b" + " " * (len(y) + 1) + "n",
+        "-" * len(x) + "  " + "-" * len(y) + "  -",
+    ]
+    # too many fixed columns: the line grows past the width rather than hiding numbers
+    wide = format_table(
+        [Column("name", numeric=False, flexible=True), *(Column(f"n{i}") for i in range(9))],
+        [["a" * 30, *("123.4",) * 9]],
+        width=40,
+    )
+    assert wide.splitlines()[2].endswith("123.4") and wide.splitlines()[2].count("123.4") == 9
 
 
 def test_compare_warns_when_the_gpus_differ(tmp_path):
@@ -549,3 +616,165 @@ def test_the_docs_cli_session_is_what_the_cli_prints(tmp_path, monkeypatch, caps
     # the README's screenshot is the committed one that tests/test_reports_browser.py makes
     assert "![HTML report of the demo model](docs/report.png)" in (root / "README.md").read_text(encoding="utf-8")
     assert (root / "docs" / "report.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- top kernels and GPU busy/idle -------------------------------------------------------------------------
+def _section(lines: list[str], title: str) -> list[list[str]]:
+    """The cells of the table under the line starting with ``title``, up to the next blank or title line."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rule = next(i for i in range(start, len(lines)) if lines[i].lstrip().startswith("---"))
+    rows = []
+    for line in lines[rule + 1 :]:
+        if not line.strip() or line.endswith(":"):
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
+    from aitune_dispatch.reports.base import short_kernel_name
+    from aitune_dispatch.results.views.origins import kernel_origins
+
+    monkeypatch.setenv("COLUMNS", "250")  # as wide as the CLI goes (200)
+    code, stdout, _ = _run(["report", str(H200), "--top", "4", "-q"])
+    assert code == 0
+    result = load(H200)
+    rollup, origins = result.kernel_rollup(top=4), kernel_origins(result).head(4)
+    rows = _section(stdout.splitlines(), "top kernels (4 of ")
+    names = [short_kernel_name(k, 120) for k in rollup["kernel"]]
+    for row, name in zip(rows, names, strict=True):  # largest first, whole or cut at the end (200 columns)
+        assert row[0] == name or row[0].endswith("\u2026") and name.startswith(row[0][:-1]), (row, name)
+    assert [int(row[1]) for row in rows] == list(rollup["count"])
+    assert [row[4] for row in rows] == [f"{100 * s:.1f}%" for s in rollup["share"]]
+    assert [row[5] for row in rows] == [f or "(no call)" for f in origins["top_function"]]
+    assert [row[6] for row in rows] == list(origins["top_module"])
+
+
+def test_report_shows_the_gpu_busy_and_idle_time(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, stdout, _ = _run(["report", str(H200), "--top", "3", "-q"])
+    assert code == 0
+    result = load(H200)
+    lines = stdout.splitlines()
+    busy = result.device_busy()
+    (device_row,) = _section(lines, "GPU busy time in the profiled passes")  # one device, one stream: one row
+    stream = int(busy["stream"].dropna().iloc[0])
+    assert device_row[:2] == ["0", str(stream)] and device_row[4] == f"{100 * busy['busy_share'][0]:.1f}%"
+    assert int(device_row[6]) == busy["launches"][0]
+    gaps = result.idle_gaps(top=3)
+    rows = _section(lines, "longest GPU idle stretches (3 of ")
+    assert [row[-1] for row in rows] == list(gaps["host_modules"])  # longest first, with the modules the host ran
+
+
+def test_a_cpu_result_says_it_has_no_gpu_time(two_saved):
+    code, stdout, _ = _run(["report", str(two_saved[0]), "-q"])
+    assert code == 0
+    assert "GPU busy/idle: no GPU activity in this result (cpu activity source)" in stdout.splitlines()
+    assert "busy (" not in stdout and "idle stretches" not in stdout  # no false figures
+
+
+@pytest.mark.parametrize("command", ["report", "profile", "compare"])
+def test_top_zero_hides_the_rows_and_says_nothing_false(command, models):
+    argv = {
+        "report": ["report", str(H200)],
+        "profile": ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "0"],
+        "compare": ["compare", str(H200), str(H200)],
+    }[command]
+    code, stdout, _ = _run([*argv, "--top", "0", "-q"])
+    assert code == 0
+    assert "no functional call launched a kernel" not in stdout and "(none)" not in stdout
+    assert "(rows hidden: --top 0)" in stdout.splitlines()
+    assert "top kernels" not in stdout and "idle stretches" not in stdout
+    rules = [line for line in stdout.splitlines() if line.lstrip().startswith("---")]
+    assert len(rules) == (1 if command == "report" else 0)  # the busy table lists every device: no top
+
+
+def _help_texts(parser) -> list[str]:
+    """Every description and option help a parser and its subparsers show."""
+    import argparse
+
+    texts = [parser.description or ""]
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            texts.append(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                texts += _help_texts(sub)
+    return texts
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+@pytest.mark.parametrize("command", ["", "demo", "profile", "report", "compare", "ranks", "bench"])
+def test_every_help_fits_80_columns_and_keeps_words_whole(command, columns, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", columns)
+    with pytest.raises(SystemExit):
+        main([command, "--help"] if command else ["--help"])
+    shown = capsys.readouterr().out
+    limit = min(80, int(columns))
+    assert all(len(line) <= limit for line in shown.splitlines()), [x for x in shown.splitlines() if len(x) > limit]
+    parser = cli.build_parser()
+    if command:
+        parser = parser._subparsers._group_actions[0].choices[command]
+    words = set(shown.split())
+    for text in _help_texts(parser) if command else [parser.description]:
+        cut = [word for word in text.split() if word not in words]
+        assert not cut, cut  # each word of the help as written, never split at a hyphen or the edge
+
+
+ELEMENTWISE = [  # demangled names that share a long prefix and differ deep inside or at the end
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float>"
+    " >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda"
+    ">(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::MulFunctor<float> >"
+    "(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::MulFunctor<float> >"
+    "(at::TensorIteratorBase&)::{lambda(int)#1}>(int, T3)",
+    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const>, "
+    "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >(cublasGemvParams<float>)",
+    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true, cublasGemvTensorStridedBatched<float const>, "
+    "cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float> >(cublasGemvParams<float>)",
+]
+
+
+@pytest.mark.parametrize("columns", [70, 80, 100])
+def test_compare_keeps_kernels_that_share_a_prefix_apart(columns):
+    from aitune_dispatch.reports.text import comparison_text
+
+    table = pd.DataFrame(
+        {
+            "level": "kernel",
+            "function_name": ["mul"] * len(ELEMENTWISE),
+            "kernel": ELEMENTWISE,
+            "before_us": [float(10 + i) for i in range(len(ELEMENTWISE))],
+            "after_us": [float(12 + i) for i in range(len(ELEMENTWISE))],
+            "delta_us": 2.0,
+        }
+    )
+    lines = comparison_text(table, "kernel", 20, columns).splitlines()
+    assert all(len(line) <= columns for line in lines)
+    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[3:]]
+    assert len(shown) == len(ELEMENTWISE) and any("\u2026" in name for name in shown)  # cut to fit ...
+    assert len(set(shown)) == len(ELEMENTWISE), shown  # ... yet every kernel reads differently
+
+
+def test_distinct_cuts_keep_equal_names_equal_and_short_names_whole():
+    from aitune_dispatch.reports.text import distinct_cuts
+
+    names = ["elementwise_kernel<a_long_functor_add>", "elementwise_kernel<a_long_functor_mul>", "relu", "relu"]
+    cuts = distinct_cuts([*names, names[0]], 20)
+    assert cuts[2:4] == ["relu", "relu"] and cuts[4] == cuts[0]
+    assert cuts[0] != cuts[1] and all(len(cut) == 20 for cut in cuts[:2])
+    assert cuts[0].startswith("elemen") and cuts[0].endswith("_functor_add>")  # the head, then the telling tail
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_decimal_points_align_in_every_table(columns, two_saved, monkeypatch):
+    from text_tables import misaligned, tables
+
+    monkeypatch.setenv("COLUMNS", columns)
+    for argv in (["report", str(H200)], ["report", str(two_saved[0])], ["compare", str(H200), str(two_saved[0])]):
+        code, stdout, _ = _run([*argv, "-q"])
+        assert code == 0
+        assert len(tables(stdout)) >= 2 and misaligned(stdout) == [], stdout
+    assert misaligned("t\n    n  x\n-----  -\n  1.5  a\n12.25  b") == ["n"]  # the check sees a shifted point

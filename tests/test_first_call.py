@@ -131,3 +131,17 @@ def test_a_model_compiled_inside_the_profiled_function_is_observed_as_when_induc
         assert report["meta_path_restored"] and report["hook_restored"] and report["loader_restored"]
         assert report["caches"] == [True, True]  # torch's defaults again: bypassed only while profile() ran
     assert fresh["activity"] == preloaded["activity"]
+
+
+def test_importing_the_package_or_the_cli_loads_no_rich():
+    """rich draws the CLI's tables and bar; it is imported where they are drawn, not at import."""
+    report = _run(
+        """
+import json, sys
+import aitune_dispatch
+after_package = "rich" in sys.modules
+from aitune_dispatch import cli
+print(json.dumps({"package": after_package, "cli": "rich" in sys.modules}))
+"""
+    )
+    assert report == {"package": False, "cli": False}

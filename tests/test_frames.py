@@ -51,6 +51,7 @@ def _frames(result: ProfileResult) -> dict[str, pd.DataFrame]:
         "describe_roofline": result.describe(roofline=True),
         "worth_optimizing": result.worth_optimizing(),
         "module_roofline": result.module_roofline(),
+        "kernel_origins": views.kernel_origins(result),
     }
 
 

@@ -71,6 +71,7 @@ MODULE_STAGES = {
     "backends": "capture",  # the one place that picks the tracer and the decoder, native or pure Python
     "profiler": "profiler",
     "cli": "cli",
+    "progress": "cli",  # the CLI's progress bar and stage lines
 }
 
 

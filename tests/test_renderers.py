@@ -105,7 +105,9 @@ def test_the_text_renderer_is_the_terminal_summary(result, tmp_path):
     renderer = TextRenderer(top_k=5, width=80, title="a title")
     page = renderer.render(result)
     hints = text.unattributed_text(result, width=80)
-    assert page == "\n".join(["a title", text.summary_text(result, 5, 80), *([hints] if hints else [])])
+    head = "\n".join(["a title", text.summary_text(result, 5, 80), *([hints] if hints else [])])
+    kernels = text.kernels_text(result, 5, 80)
+    assert page == "\n".join([head, *(["", kernels] if kernels else []), "", text.gpu_time_text(result, 5, 80)])
     assert renderer.write(result, tmp_path / "summary.txt").read_text() == page
     assert TextRenderer not in RENDERERS  # the terminal's renderer, not a file format the CLI picks by name
 

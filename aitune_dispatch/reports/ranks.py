@@ -9,9 +9,8 @@ import math
 from typing import TYPE_CHECKING
 
 from ..results.views import ranks
-from .base import human_time
 from .templating import render
-from .text import DEFAULT_WIDTH, Column, format_table
+from .text import DEFAULT_WIDTH, Column, fixed_times, format_table
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -59,48 +58,52 @@ def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) 
     if not ranks.is_merged(result):
         return ""
     summary = ranks.rank_summary(result)
+    n = len(summary)
+    symbol, times = fixed_times([float(v) for column in ("total_us", "collective_us") for v in summary[column]])
     rows = [
         [
             str(int(r.rank)),
             _or_dash(r.host).replace(NO_VALUE, "-"),
             _or_dash(r.devices).replace(NO_VALUE, "-"),
             f"{int(r.activity_rows):,}",
-            human_time(float(r.total_us)),
+            times[i],
             _share(float(r.coverage)).replace(NO_VALUE, "-"),
-            human_time(float(r.collective_us)),
+            times[n + i],
         ]
-        for r in summary.itertuples()
+        for i, r in enumerate(summary.itertuples())
     ]
     columns = [
         Column("rank"),
         Column("host", numeric=False, flexible=True),
         Column("GPUs", numeric=False),
         Column("rows"),
-        Column("kernel time"),
+        Column(f"kernel time ({symbol})"),
         Column("coverage"),
-        Column("collectives"),
+        Column(f"collectives ({symbol})"),
     ]
     lines = [f"per rank ({len(summary)} ranks merged):", format_table(columns, rows, width)]
     functions = ranks.function_ranks(result).head(top)
     if len(functions):
+        n = len(functions)
+        symbol, times = fixed_times([float(v) for column in ("mean_us", "min_us", "max_us") for v in functions[column]])
         rows = [
             [
                 str(r.function_name),
                 str(int(r.ranks)),
-                human_time(float(r.mean_us)),
-                human_time(float(r.min_us)),
-                human_time(float(r.max_us)),
+                times[i],
+                times[n + i],
+                times[2 * n + i],
                 str(int(r.slowest_rank)),
                 _ratio(float(r.imbalance)).replace(NO_VALUE, "-"),
             ]
-            for r in functions.itertuples()
+            for i, r in enumerate(functions.itertuples())
         ]
         columns = [
             Column("function", numeric=False, flexible=True),
             Column("ranks"),
-            Column("mean"),
-            Column("min"),
-            Column("max"),
+            Column(f"mean ({symbol})"),
+            Column(f"min ({symbol})"),
+            Column(f"max ({symbol})"),
             Column("slowest"),
             Column("max/mean"),
         ]

@@ -1,21 +1,25 @@
 """Plain-text tables for a terminal, returned as text so that the CLI only prints.
 
-Each time column has one unit (µs, ms or s, by its largest value), the one flexible column is cut with
-``…`` so every line fits ``width``, and there is no colour or box drawing, so the text pastes anywhere.
+Each time column has one unit (µs, ms or s, by its largest value) and that unit's fixed decimals, so
+the points line up; the flexible (name) columns are cut with ``…`` so every line fits ``width``, names
+staying distinct (:func:`distinct_cuts`); there is no colour or box drawing, so the text pastes
+anywhere. ``rich`` lays the tables out (:func:`format_table`); what is ours is what goes in them.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from .. import schema
 from ..results import views
+from ..results.views.origins import kernel_origins
 from .base import Renderer, human_time, short_kernel_name, time_unit
 
 if TYPE_CHECKING:
@@ -23,6 +27,8 @@ if TYPE_CHECKING:
 
 DEFAULT_WIDTH = 100
 NO_VALUE = "-"
+KERNEL_CHARS = 120  # a kernel's name before the table cuts it: long enough to keep what tells kernels apart
+HIDDEN = "(rows hidden: --top 0)"  # a table asked for no rows says only that, never "nothing ran"
 GAP = "  "
 
 
@@ -39,6 +45,57 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "\u2026"
 
 
+def distinct_cuts(names: Sequence[str], width: int) -> list[str]:
+    """``names`` cut to ``width`` characters so that different names stay different where they can.
+
+    A name that fits is kept. The others lose their end (``…``), as a reader scans from the start; where
+    that makes two different names read the same (kernels such as ``elementwise_kernel<128, 2, …``
+    differ only deep inside), each of them keeps a tail instead, the shortest that tells them apart
+    and at least two thirds of the width: ``elementwis…Functor_add<float>>>``. Where no tail does (the
+    difference lies in the middle of long names), each keeps a window from where it first differs from
+    the name most like it: ``head…window…``.
+    Equal names stay equal.
+    """
+    width = max(width, 1)
+    cuts = {name: _cut(name, width) for name in dict.fromkeys(names)}
+    groups: dict[str, list[str]] = {}
+    for name, cut in cuts.items():
+        groups.setdefault(cut, []).append(name)
+    for group in (group for group in groups.values() if len(group) > 1):
+        cuts.update(_told_apart(group, width))
+    return [cuts[name] for name in names]
+
+
+def _told_apart(group: list[str], width: int) -> dict[str, str]:
+    """Cuts of the (different) names of ``group``, all ``width`` long, that differ from each other."""
+    already_cut = any(name.endswith("\u2026") for name in group)  # their ends are where a cut fell
+    for tail in range(1, 0 if already_cut else width - 1):  # a head, "…" and the shortest telling tail
+        if len({name[len(name) - tail :] for name in group}) == len(group):
+            tail = max(tail, width - 1 - max(width // 3, 1))  # then two thirds for the tail, to read it
+            return {name: _head_tail(name, width, tail) for name in group}
+    head = max(width // 3, 1)
+    window = max(width - head - 2, 1)
+    cuts = {}
+    for name in group:  # from where it first differs from the name most like it, a little before
+        differs = max(_common_prefix(name, other) for other in group if other != name)
+        start = max(differs - window // 4, min(head, differs))
+        cuts[name] = name[: min(head, start)] + "\u2026" + _cut(name[start:], window + 1)
+    return cuts
+
+
+def _head_tail(name: str, width: int, tail: int) -> str:
+    if len(name) <= width:
+        return name
+    return name[: width - 1 - tail] + "\u2026" + name[len(name) - tail :]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
 def cut_middle(text: str, width: int) -> str:
     """``text`` cut in the middle to ``width`` characters, so that both ends of a path stay readable."""
     if len(text) <= width:
@@ -52,44 +109,119 @@ def cut_middle(text: str, width: int) -> str:
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
     """Rows of cell text as aligned columns under a title line and a rule, at most ``width`` per line.
 
-    The widest flexible column is cut (``…``) a character at a time, none below its title or 8 characters,
-    so a line of many fixed columns can still be wider.
+    ``rich`` lays the table out (imported here, on the first table): numeric columns right-aligned,
+    two spaces between columns, and where the line is too wide the flexible columns shrink, widest
+    first, none below its title or 8 characters (so a line of many fixed columns can still be wider).
+    Each flexible column's names are cut to the width it gets by :func:`distinct_cuts`.
     """
-    widths = [max([len(c.title), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
-    excess = sum(widths) + len(GAP) * (len(columns) - 1) - width
-    floors = {i: min(widths[i], max(len(column.title), 8)) for i, column in enumerate(columns) if column.flexible}
-    while excess > 0:
-        room = [i for i in floors if widths[i] > floors[i]]
-        if not room:
-            break
-        widest = max(room, key=lambda i: widths[i])
-        widths[widest] -= 1
-        excess -= 1
-    lines = []
-    for cells in [[c.title for c in columns], *rows]:
-        parts = []
-        for cell, column, size in zip(cells, columns, widths):
-            text = _cut(cell, size)
-            parts.append(text.rjust(size) if column.numeric else text.ljust(size))
-        lines.append(GAP.join(parts).rstrip())
-    lines.insert(1, GAP.join("-" * size for size in widths))
-    return "\n".join(lines)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, len(GAP), 0, 0), show_header=True)
+    least = len(GAP) * (len(columns) - 1)
+    for index, column in enumerate(columns):
+        natural = max([len(column.title), *(len(row[index]) for row in rows)])
+        floor = min(natural, max(len(column.title), 8)) if column.flexible else natural
+        least += floor
+        table.add_column(
+            Text(column.title, no_wrap=True, overflow="ellipsis"),
+            justify="right" if column.numeric else "left",
+            no_wrap=not column.flexible,  # rich shrinks only the columns that may wrap: the flexible ones
+            min_width=floor,
+        )
+    names = [_Names([row[i] for row in rows]) if column.flexible else None for i, column in enumerate(columns)]
+    table.add_row(*(_Rule() for _ in columns))
+    for index, row in enumerate(rows):
+        table.add_row(*(Text(cell) if shown is None else shown.cell(index) for cell, shown in zip(row, names)))
+    console = Console(
+        file=io.StringIO(),
+        width=max(width, least),  # rich would squeeze numbers out of sight: a wider line reads better
+        color_system=None,
+        force_terminal=False,
+        force_jupyter=False,
+        no_color=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=False,
+        legacy_windows=False,
+    )
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().rstrip("\n").splitlines())
+
+
+class _Rule:
+    """A rule cell: dashes across the column, whatever width it gets (it asks for none)."""
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
+        yield Text("-" * options.max_width)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement(1, 1)
+
+
+class _Names:
+    """A flexible column's names, cut together by :func:`distinct_cuts` to the width the layout gives."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self._cuts: dict[int, list[str]] = {}
+
+    def cut(self, index: int, width: int) -> str:
+        if width not in self._cuts:
+            self._cuts[width] = distinct_cuts(self.names, width)
+        return self._cuts[width][index]
+
+    def cell(self, index: int) -> _Name:
+        return _Name(self, index)
+
+
+class _Name:
+    """One name of a :class:`_Names` column: asks for its whole length, shows its cut."""
+
+    def __init__(self, names: _Names, index: int) -> None:
+        self.names, self.index = names, index
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
+        yield Text(self.names.cut(self.index, options.max_width), no_wrap=True, overflow="crop")
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        length = len(self.names.names[self.index])
+        return Measurement(min(length, 1), length).with_maximum(options.max_width)
 
 
 def _count(value: float) -> str:
     return NO_VALUE if value is None or (isinstance(value, float) and math.isnan(value)) else f"{int(value):,}"
 
 
-def _unit_column(values: Sequence[float]) -> tuple[str, list[str]]:
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-    return unit.symbol, [f"{v / unit.scale:,.{unit.decimals(v)}f}" for v in values]
+def fixed_times(values: Sequence[float], signed: bool = False, like: str | None = None) -> tuple[str, list[str]]:
+    """One unit for ``values`` (by the largest, or the one whose symbol is ``like``) and each value in it.
+
+    µs keep one decimal, ms and s three (µs and ms resolution), so every cell of a column has as many
+    decimals and the points line up; NaN reads ``-``.
+    """
+    units = {unit.symbol: unit for unit in (time_unit(0.0), time_unit(1e3), time_unit(1e6))}
+    unit = units[like] if like else time_unit(max((abs(v) for v in values if v == v), default=0.0))
+    decimals = 1 if unit.scale == 1.0 else 3
+    sign = "+" if signed else ""
+    return unit.symbol, [NO_VALUE if v != v else f"{v / unit.scale:{sign},.{decimals}f}" for v in values]
 
 
 def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
     """``describe(top_k)`` as a table, shares over all kernel time, then the coverage line."""
     summary = result.describe(top_k)
     total = result.total_us
-    symbol, times = _unit_column([float(v) for v in summary["time_spent_us"]])
+    symbol, times = fixed_times([float(v) for v in summary["time_spent_us"]])
     rows = [
         [
             str(r.function_name),
@@ -111,7 +243,10 @@ def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WI
         Column("share"),
         Column("tensors (MB)"),
     ]
-    table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
+    if top_k <= 0:
+        table = HIDDEN
+    else:
+        table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
     return "\n".join([table, *textwrap.wrap(coverage_line(result), width, subsequent_indent="  ")])
 
 
@@ -135,6 +270,111 @@ def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_
     for hint in dict.fromkeys(table["hint"]):
         lines += textwrap.wrap(f"hint: {hint}", width, subsequent_indent="  ")
     return "\n".join(lines)
+
+
+def _share_cell(share: float) -> str:
+    return NO_VALUE if share != share else f"{100 * share:.1f}%"
+
+
+def _named(value: object, missing: str) -> str:
+    return value if isinstance(value, str) and value else missing  # a missing name is NaN in the one string dtype
+
+
+def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """The ``top`` kernel names by total time (``kernel_rollup``), each with the functional call and the
+    module pattern that spent most of its time (``views.origins.kernel_origins``); empty where nothing ran.
+    """
+    rollup = views.kernel_rollup(result)
+    if rollup.empty or top <= 0:
+        return ""
+    shown = rollup.head(top)
+    origins = kernel_origins(result).set_index(["kernel", "kind"])
+    totals, means = [float(v) for v in shown["total_us"]], [float(v) for v in shown["mean_us"]]
+    symbol, times = fixed_times(totals + means)
+    rows = []
+    for index, r in enumerate(shown.itertuples()):
+        origin = origins.loc[(r.kernel, r.kind)] if (r.kernel, r.kind) in origins.index else None
+        call = NO_VALUE if origin is None else _named(origin["top_function"], "(no call)")
+        module = NO_VALUE if origin is None else _named(origin["top_module"], "(no module)")
+        name = short_kernel_name(str(r.kernel), KERNEL_CHARS)
+        cells = [name, _count(r.count), times[index], times[len(totals) + index]]
+        rows.append([*cells, _share_cell(float(r.share)), str(call), str(module)])
+    columns = [
+        Column("kernel", numeric=False, flexible=True),
+        Column("launches"),
+        Column(f"total ({symbol})"),
+        Column(f"mean ({symbol})"),
+        Column("share"),
+        Column("top call", numeric=False, flexible=True),
+        Column("top module", numeric=False, flexible=True),
+    ]
+    title = f"top kernels ({len(shown)} of {len(rollup)}), with the call and module pattern that spent most of each:"
+    return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
+
+
+def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """Each device's (and stream's) busy time over the passes' wall time (``device_busy``), then the
+    ``top`` longest stretches it ran nothing (``idle_gaps``) with the modules the host ran then.
+
+    One line instead where the result has no device activity (the CPU source): no figure to show.
+    """
+    busy = views.device_busy(result)
+    if busy.empty:
+        return f"GPU busy/idle: no GPU activity in this result ({result.source} activity source)"
+    passes = len(views.pass_windows(result))
+    devices = busy[busy["stream"].isna()]
+    streams = busy[busy["stream"].notna()]
+    shown = []
+    for device in devices.itertuples():
+        own = streams[streams["device"] == device.device]
+        label = str(int(own["stream"].iloc[0])) if len(own) == 1 else "all"
+        shown.append((device, label))
+        if len(own) > 1:
+            shown += [(stream, str(int(stream.stream))) for stream in own.itertuples()]
+    values = [float(getattr(r, c)) for c in ("wall_us", "busy_us", "idle_us") for r, _ in shown]
+    symbol, times = fixed_times(values)
+    n = len(shown)
+    rows = [
+        [str(int(r.device)), label, times[i], times[n + i], _share_cell(float(r.busy_share)), times[2 * n + i]]
+        + [_count(r.launches)]
+        for i, (r, label) in enumerate(shown)
+    ]
+    columns = [
+        Column("device"),
+        Column("stream"),
+        Column(f"wall ({symbol})"),
+        Column(f"busy ({symbol})"),
+        Column("busy"),
+        Column(f"idle ({symbol})"),
+        Column("launches"),
+    ]
+    title = f"GPU busy time in the profiled passes (wall time summed over {passes} pass{'es' if passes != 1 else ''}):"
+    parts = [wrap_title(title, width), format_table(columns, rows, width)]
+    gaps = views.idle_gaps(result) if top > 0 else None
+    if gaps is not None:
+        parts += ["", _gaps_text(gaps, top, width)]
+    return "\n".join(parts)
+
+
+def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
+    if gaps.empty:
+        return "no GPU idle stretch of 5 µs or more in the passes"
+    shown = gaps.head(top)
+    symbol, times = fixed_times([float(v) for v in shown["start_us"]] + [float(v) for v in shown["gap_us"]])
+    n = len(shown)
+    rows = [
+        [str(int(r.device)), _count(r.sample), times[i], times[n + i], str(r.host_modules) or NO_VALUE]
+        for i, r in enumerate(shown.itertuples())
+    ]
+    columns = [
+        Column("device"),
+        Column("sample"),
+        Column(f"from ({symbol})"),
+        Column(f"idle ({symbol})"),
+        Column("modules the host ran then", numeric=False, flexible=True),
+    ]
+    title = f"longest GPU idle stretches ({len(shown)} of {len(gaps)}; from: time into the pass):"
+    return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
 
 
 def wrap_title(line: str, width: int = DEFAULT_WIDTH) -> str:
@@ -179,7 +419,13 @@ class TextRenderer(Renderer):
         parts = [] if self.title is None else [wrap_title(self.title, self.width)]
         parts.append(summary_text(result, self.top_k, self.width))
         hints = unattributed_text(result, width=self.width)
-        return "\n".join([*parts, hints] if hints else parts)
+        if hints:
+            parts.append(hints)
+        kernels = kernels_text(result, self.top_k, self.width)
+        if kernels:
+            parts += ["", kernels]
+        parts += ["", gpu_time_text(result, self.top_k, self.width)]
+        return "\n".join(parts)
 
 
 def _change(before: float, after: float) -> str:
@@ -192,22 +438,18 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
     """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first."""
     rows_of_level = table[table["level"] == level]
     shown = rows_of_level.head(top)
-    values = [float(v) for column in ("before_us", "after_us", "delta_us") for v in shown[column]]
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-
-    def time(us: float, signed: bool = False) -> str:
-        return f"{us / unit.scale:{'+' if signed else ''},.{unit.decimals(us)}f}"
-
+    n = len(shown)
+    symbol, times = fixed_times([float(v) for column in ("before_us", "after_us") for v in shown[column]])
+    _, deltas = fixed_times([float(v) for v in shown["delta_us"]], signed=True, like=symbol)
     rows = []
-    for r in shown.itertuples():
+    for i, r in enumerate(shown.itertuples()):
         name = r.function_name if isinstance(r.function_name, str) else "(no functional call)"
-        cells = [name] + ([short_kernel_name(str(r.kernel))] if level == "kernel" else [])
-        cells += [time(r.before_us), time(r.after_us), time(r.delta_us, True), _change(r.before_us, r.after_us)]
+        cells = [name] + ([short_kernel_name(str(r.kernel), KERNEL_CHARS)] if level == "kernel" else [])
+        cells += [times[i], times[n + i], deltas[i], _change(r.before_us, r.after_us)]
         rows.append(cells)
     columns = [Column("function", numeric=False, flexible=True)]
     if level == "kernel":
         columns.append(Column("kernel", numeric=False, flexible=True))
-    symbol = unit.symbol
     columns += [
         Column(f"before ({symbol})"),
         Column(f"after ({symbol})"),
@@ -215,6 +457,8 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
         Column("change"),
     ]
     title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}):"
+    if top <= 0 and len(rows_of_level):
+        return f"{title}\n{HIDDEN}"
     return title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
 
 
@@ -253,44 +497,43 @@ def _ratio(value: float) -> str:
 
 
 def _error(value: float) -> str:
-    return NO_VALUE if value is None or math.isnan(value) else f"{value:.2g}"
+    """An error with a fixed mantissa (``1.2e-06``: the points align), ``0`` where there is none."""
+    if value is None or math.isnan(value):
+        return NO_VALUE
+    return "0" if value == 0 else f"{value:.1e}"
 
 
 def bench_text(table: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     """``benchmark()``'s table as text: one row per (function, sample, implementation), times in one unit."""
     if table.empty:
         return "(no samples replayed)"
-    times = ("recorded_us_per_call", "us_per_call", "replay_iqr_us")
-    values = [float(v) for column in times for v in table[column] if v == v]
-    unit = time_unit(max((abs(v) for v in values), default=0.0))
-
-    def time(us: float) -> str:
-        return NO_VALUE if us != us else f"{us / unit.scale:,.{unit.decimals(us)}f}"
-
+    n = len(table)
+    values = [float(v) for column in ("recorded_us_per_call", "us_per_call", "replay_iqr_us") for v in table[column]]
+    symbol, times = fixed_times(values)
     rows = [
         [
             str(r.function_name),
             _count(r.sample),
             str(r.implementation),
             _count(r.calls),
-            time(float(r.recorded_us_per_call)),
-            time(float(r.us_per_call)),
-            time(float(r.replay_iqr_us)),
+            times[i],
+            times[n + i],
+            times[2 * n + i],
             _ratio(float(r.speedup)),
             _flag(r.kernels_match, "same", "differ"),
             _error(float(r.max_abs_error)),
             _flag(r.ok),
         ]
-        for r in table.itertuples()
+        for i, r in enumerate(table.itertuples())
     ]
     columns = [
         Column("function", numeric=False, flexible=True),
         Column("sample"),
         Column("variant", numeric=False, flexible=True),
         Column("calls"),
-        Column(f"recorded ({unit.symbol})"),
-        Column(f"replayed ({unit.symbol})"),
-        Column(f"IQR ({unit.symbol})"),
+        Column(f"recorded ({symbol})"),
+        Column(f"replayed ({symbol})"),
+        Column(f"IQR ({symbol})"),
         Column("speedup"),
         Column("kernels", numeric=False),
         Column("max error"),
@@ -303,7 +546,7 @@ def weighted_text(totals: pd.DataFrame, width: int = DEFAULT_WIDTH) -> str:
     """``weighted_totals()`` as text: per function and implementation, Σ calls × time per call."""
     if totals.empty:
         return "(no samples replayed)"
-    symbol, times = _unit_column([float(v) for v in totals["weighted_us"]])
+    symbol, times = fixed_times([float(v) for v in totals["weighted_us"]])
     rows = [
         [str(r.function_name), str(r.implementation), _count(r.samples), _count(r.calls), _count(r.fallbacks), t]
         + [_ratio(float(r.speedup))]

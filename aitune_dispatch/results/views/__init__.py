@@ -23,6 +23,7 @@ from .comparison import compare
 from .gpu_time import BUSY_COLUMNS, GAP_COLUMNS, device_busy, idle_gaps, pass_windows
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
+from .origins import ORIGIN_COLUMNS, kernel_origins
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
 from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
 from .rollup import ROLLUP_COLUMNS, kernel_rollup
@@ -46,6 +47,7 @@ __all__ = [
     "BUSY_COLUMNS",
     "GAP_COLUMNS",
     "MODULE_ROOFLINE_COLUMNS",
+    "ORIGIN_COLUMNS",
     "ROLLUP_COLUMNS",
     "WORTH_COLUMNS",
     "FAST_PATH_OPS",
@@ -77,6 +79,7 @@ __all__ = [
     "roofline_modules",
     "roofline_samples",
     "idle_gaps",
+    "kernel_origins",
     "kernel_rollup",
     "kernel_table",
     "launch_threads",
