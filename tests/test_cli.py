@@ -646,7 +646,7 @@ def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
         assert row[0] == name or row[0].endswith("\u2026") and name.startswith(row[0][:-1]), (row, name)
     assert [int(row[1]) for row in rows] == list(rollup["count"])
     assert [row[4] for row in rows] == [f"{100 * s:.1f}%" for s in rollup["share"]]
-    assert [row[5] for row in rows] == [f or "(no call)" for f in origins["top_function"]]
+    assert [row[5] for row in rows] == [f if isinstance(f, str) else "(no call)" for f in origins["top_function"]]
     assert [row[6] for row in rows] == list(origins["top_module"])
 
 
@@ -666,11 +666,34 @@ def test_report_shows_the_gpu_busy_and_idle_time(monkeypatch):
     assert [row[-1] for row in rows] == list(gaps["host_modules"])  # longest first, with the modules the host ran
 
 
+def test_report_ranks_the_calls_worth_optimizing(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, stdout, _ = _run(["report", str(H200), "--top", "3", "-q"])
+    assert code == 0
+    ranked = load(H200).worth_optimizing(top=3)
+    rows = _section(stdout.splitlines(), "worth optimizing (3 of ")
+    assert [row[0] for row in rows] == list(ranked["function_name"])  # most time to gain first
+    assert [row[2] for row in rows] == [str(c) for c in ranked["calls"]]
+    assert [row[5] for row in rows] == [f"{100 * f:.1f}%" for f in ranked["fraction_of_bound"]]
+    assert [float(row[6]) for row in rows] == [round(w, 1) for w in ranked["worth_us"]]
+
+
+def test_report_says_when_the_gpus_limits_are_unknown(tmp_path):
+    import dataclasses
+
+    result = load(H200)
+    unknown = dataclasses.replace(result, metadata={**result.metadata, "gpu_name": "Mystery GPU 9000"})
+    unknown.save(tmp_path / "run")
+    code, stdout, _ = _run(["report", str(tmp_path / "run"), "-q"])
+    assert code == 0 and "worth optimizing: the limits of Mystery GPU 9000 are not known" in stdout
+
+
 def test_a_cpu_result_says_it_has_no_gpu_time(two_saved):
     code, stdout, _ = _run(["report", str(two_saved[0]), "-q"])
     assert code == 0
     assert "GPU busy/idle: no GPU activity in this result (cpu activity source)" in stdout.splitlines()
     assert "busy (" not in stdout and "idle stretches" not in stdout  # no false figures
+    assert "worth optimizing" not in stdout  # no bound on the CPU source
 
 
 @pytest.mark.parametrize("command", ["report", "profile", "compare"])

@@ -107,7 +107,9 @@ def test_the_text_renderer_is_the_terminal_summary(result, tmp_path):
     hints = text.unattributed_text(result, width=80)
     head = "\n".join(["a title", text.summary_text(result, 5, 80), *([hints] if hints else [])])
     kernels = text.kernels_text(result, 5, 80)
-    assert page == "\n".join([head, *(["", kernels] if kernels else []), "", text.gpu_time_text(result, 5, 80)])
+    worth = text.worth_text(result, 5, 80)
+    body = [head, *(["", kernels] if kernels else []), "", text.gpu_time_text(result, 5, 80)]
+    assert page == "\n".join([*body, *(["", worth] if worth else [])])
     assert renderer.write(result, tmp_path / "summary.txt").read_text() == page
     assert TextRenderer not in RENDERERS  # the terminal's renderer, not a file format the CLI picks by name
 

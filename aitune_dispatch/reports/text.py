@@ -377,6 +377,44 @@ def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
     return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
 
 
+def worth_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+    """The ``top`` sampled calls by the time the GPU's limits say could be saved (``worth_optimizing``).
+
+    Empty for a CPU-source result or one without samples; one line where the GPU's limits are unknown.
+    """
+    if not result.function_data or top <= 0 or result.source == "cpu":
+        return ""
+    limits = views.device_limits(result.metadata)
+    if limits is None:
+        name = result.metadata.get(schema.META_GPU_NAME) or "this GPU"
+        return f"worth optimizing: the limits of {name} are not known (aitune_dispatch/results/limits.py)"
+    ranked = result.worth_optimizing(top=None)
+    if ranked.empty:
+        return "worth optimizing: no sampled call's work is known here (counting FLOPs needs torch)"
+    shown = ranked.head(top)
+    symbol, times = fixed_times([float(v) for v in shown["kernel_us"]] + [float(v) for v in shown["worth_us"]])
+    n = len(shown)
+    rows = [
+        [str(r.function_name), str(r.signature), _count(r.calls), times[i], _named(r.bound, NO_VALUE)]
+        + [_share_cell(float(r.fraction_of_bound)), times[n + i]]
+        for i, r in enumerate(shown.itertuples())
+    ]
+    columns = [
+        Column("function", numeric=False, flexible=True),
+        Column("signature", numeric=False, flexible=True),
+        Column("calls"),
+        Column(f"time ({symbol})"),
+        Column("bound", numeric=False),
+        Column("of bound"),
+        Column(f"could save ({symbol})"),
+    ]
+    title = (
+        f"worth optimizing ({len(shown)} of {len(ranked)} samples; could save = time x (1 - fraction of the "
+        f"{limits.name}'s bound)):"
+    )
+    return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
+
+
 def wrap_title(line: str, width: int = DEFAULT_WIDTH) -> str:
     """``line`` wrapped to ``width``, continuation lines indented (a long title or path kept whole)."""
     return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False)) or line
@@ -425,6 +463,9 @@ class TextRenderer(Renderer):
         if kernels:
             parts += ["", kernels]
         parts += ["", gpu_time_text(result, self.top_k, self.width)]
+        worth = worth_text(result, self.top_k, self.width)
+        if worth:
+            parts += ["", worth]
         return "\n".join(parts)
 
 
