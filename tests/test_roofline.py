@@ -202,3 +202,13 @@ def test_the_module_roofline_adds_up_the_calls_made_in_each_module(h200_result):
     assert qkv["flops"] > 0 and qkv["fraction_of_bound"] == pytest.approx(1 - qkv["worth_us"] / qkv["kernel_us"])
     assert qkv["flops"] <= linear["flops"].sum()
     assert modules["worth_us"].is_monotonic_decreasing
+
+
+def test_a_lookup_counts_the_rows_it_reads_not_its_whole_table():
+    indices = torch.randint(0, 50_000, (4, 128))
+    table = torch.randn(50_000, 64)
+    got = work.call_work("embedding", ((indices, table), {}))
+    rows = 4 * 128 * 64 * 4  # the gathered rows: 131,072 bytes, as many as the output
+    assert got.min_bytes == 4 * 128 * 8 + 2 * rows  # the indices, the rows read, the output written
+    assert got.min_bytes < table.numel() * 4  # not the 12.8 MB table, which the lookup never reads whole
+    assert got.dtype == "float32" and got.flops is None

@@ -8,7 +8,8 @@ that entering it costs) (matmuls, convolutions, attention), and nothing runs on 
 device, so no extra pass or replay is needed. A call none of whose ops has a formula (an
 elementwise op, a normalization) has unknown FLOPs (None), never a guess. Bytes are each distinct
 input tensor read once plus each output written once: a lower bound, since a kernel can read more
-(tiling, recomputation) but never less. torch is imported only when work is asked for.
+(tiling, recomputation) but never less; a lookup (``GATHERS``: ``embedding``) counts the rows it
+gathers instead of its whole table, which it never reads. torch is imported only when work is asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from typing import Any
 
 from ..tensors import is_tensor_like
 from .values import iter_tensor_likes
+
+# functionals that read only the rows their indices select from one input (its position): their bytes
+# count the indices and the rows (as large as the output), not the whole table
+GATHERS = {"embedding": 1, "embedding_bag": 1}
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,11 @@ def call_work(function_name: str, sample: Any) -> Work:
         return Work(None, None, dtype, f"{function_name} does not run on meta tensors: {type(error).__name__}")
     outputs = [t for t in iter_tensor_likes(output) if isinstance(t, torch.Tensor)]
     flops = counted.flops
+    if function_name in GATHERS and len(args) > GATHERS[function_name]:
+        # a lookup reads the rows it gathers, as many bytes as it writes, not its whole table
+        table = args[GATHERS[function_name]]
+        read = [t for t in inputs if t is not table]
+        return Work(flops, _bytes(read) + 2 * _bytes(outputs), _compute_dtype([table]))
     return Work(flops, _bytes(inputs) + _bytes(outputs), dtype)
 
 
