@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from ..results.work import resolve_function
 
 ORIGINAL = "torch"  # the implementation name of the original function in every table
 
@@ -70,15 +71,8 @@ def normalize_candidates(candidates: CandidatesArg | None) -> dict[str, dict[str
 
 def original_function(function_name: str) -> Callable[..., Any]:
     """``F.<name>``, or a torch-level API (``torch.Tensor.add``); LookupError where the name does not resolve."""
-    if function_name.startswith("torch."):
-        target: Any = torch
-        for part in function_name.split(".")[1:]:
-            target = getattr(target, part, None)
-            if target is None:
-                break
-    else:
-        target = getattr(F, function_name, None)
-    if target is None or not callable(target):
+    target = resolve_function(function_name)
+    if target is None:
         raise LookupError(
             f"{function_name!r} is neither a torch.nn.functional function nor a torch-level API in this torch "
             f"({torch.__version__}); it cannot be replayed here"

@@ -248,10 +248,6 @@ def embed_json(value: Any) -> str:
     return text
 
 
-def _text_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None  # a missing string is NaN in pandas' str dtype
-
-
 @dataclass(frozen=True)
 class Capped:
     """The first rows of a long table, the next ones (behind "show more") and how many there were."""
@@ -403,7 +399,7 @@ def roofline_section(page: Page) -> str:
 def modules_section(page: Page) -> str:
     """The module table (repeated layers grouped, expandable) and the icicle of the module tree."""
     modules = Capped.of(views.module_table(page.result), MODULE_ROWS)
-    return render("modules.html.j2", page=page, modules=modules, GREY=GREY, text_or_none=_text_or_none)
+    return render("modules.html.j2", page=page, modules=modules, GREY=GREY)
 
 
 def _coverage_sentence(page: Page) -> str:

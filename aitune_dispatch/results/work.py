@@ -14,7 +14,6 @@ gathers instead of its whole table, which it never reads. torch is imported only
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,18 +49,20 @@ class Work:
 
 
 def resolve_function(name: str) -> Callable[..., Any] | None:
-    """The callable a recorded function name stands for: ``torch.nn.functional.<name>``, then
-    ``torch.<name>`` or a dotted path under ``torch`` (``Tensor.add``, under ``functions="all"``)."""
+    """The callable a recorded function name stands for: ``torch.nn.functional.<name>``, or a
+    torch-level API under ``functions="all"`` (``torch.Tensor.add``); None where it does not resolve.
+    ``benchmark()`` replays the same callable (``benchmarking.candidates.original_function``)."""
     import torch
     import torch.nn.functional as F
 
-    if hasattr(F, name):
-        return getattr(F, name)
-    target: Any = torch
-    for part in name.removeprefix("torch.").split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            return None
+    if not name.startswith("torch."):
+        target: Any = getattr(F, name, None)
+    else:
+        target = torch
+        for part in name.split(".")[1:]:
+            target = getattr(target, part, None)
+            if target is None:
+                break
     return target if callable(target) else None
 
 
@@ -96,8 +97,7 @@ def _bytes(tensors: Iterable[Any]) -> int:
         if id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        numel = math.prod(int(s) for s in tensor.shape)
-        total += numel * int(tensor.element_size())  # a tensor's, or a saved TensorMeta's
+        total += int(tensor.numel()) * int(tensor.element_size())  # a tensor's, or a saved TensorMeta's
     return total
 
 

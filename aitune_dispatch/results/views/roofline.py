@@ -40,9 +40,7 @@ def device_limits(metadata: Mapping[str, str]) -> DeviceLimits | None:
     DeviceLimits or None
         None for the CPU source or a GPU ``results/limits.py`` does not know.
     """
-    if metadata.get(schema.META_DEVICE) not in (None, "cuda") and not metadata.get(schema.META_GPU_NAME):
-        return None
-    return limits_for(metadata.get(schema.META_GPU_NAME))
+    return limits_for(metadata.get(schema.META_GPU_NAME))  # a CPU run records no GPU name
 
 
 def _rates(samples: pd.DataFrame, work: Mapping[tuple[str, int], Any], metadata: Mapping[str, str]) -> pd.DataFrame:
@@ -251,13 +249,7 @@ def roofline_modules(result: Any, samples: pd.DataFrame) -> pd.DataFrame:
         {
             "calls": grouped.size().astype(np.int64),
             "kernel_us": grouped["kernel_us"].sum(),
-            "flops": grouped["flops"].sum(min_count=1).where(~grouped["flops"].apply(lambda s: s.isna().any())),
-            "min_bytes": grouped["min_bytes"]
-            .sum(min_count=1)
-            .where(~grouped["min_bytes"].apply(lambda s: s.isna().any())),
-            "worth_us": grouped["worth_us"]
-            .sum(min_count=1)
-            .where(~grouped["worth_us"].apply(lambda s: s.isna().any())),
+            **{column: grouped[column].agg(_sum_or_nan) for column in ("flops", "min_bytes", "worth_us")},
         }
     )
     seconds = (table["kernel_us"] / 1e6).where(table["kernel_us"] > 0)
