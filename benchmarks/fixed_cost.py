@@ -1,6 +1,6 @@
 """The fixed cost of one recorded pass: ``pass − bare = a + b·R`` over R repetitions of the sample list.
 
-    python -m benchmarks.fixed_cost --out OUT [--models ...] [--repeats 1 2 8] [--passes 3]
+    python -m benchmarks.fixed_cost --out OUT [--models ...] [--repeats 1 2 8] [--passes 5]
 
 For each zoo model (bench size; a pipeline such as ``llama_generate`` runs its function R times,
 with 8 new tokens a call) and each R, ``--passes`` rounds run in one process, each round a bare
@@ -8,12 +8,15 @@ pass beside every configuration: ours (``profile()``'s own ``seconds_pass`` with
 ours with no warm-up pass; ours without samples (``function_names=set()``); our CUPTI source alone
 (started before the timed pass, as ``profile()`` does) and our tracing alone (hooks, modes, gates
 and op recorder entered before the timed pass and left after it, as ``profile()`` does, with the
-CPU source: no CUPTI). Per configuration, the medians give ``excess(R) = median pass − median
-bare``, and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms per
-repetition). ``a`` is whatever a pass pays once however long it is.
+CPU source: no CUPTI). Per configuration, ``excess(R)`` is the median over rounds of a pass minus
+the bare pass run just before it (pairs, so that the lent machine's drift between rounds cancels),
+and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms per repetition).
+``a`` is whatever a pass pays once however long it is; fitting each round on its own shows how much
+it moves.
 
 A diagnostic follows at R=1: two consecutive passes inside one CUPTI collection (a first pass
-slower than the second is what CUPTI pays once per collection). Writes ``fixed_cost.md`` and
+slower than the second is what CUPTI pays once per collection), with our pooled zeroed buffers and
+with fresh buffers CUPTI zeroes on the launching thread (as before the pool). Writes ``fixed_cost.md`` and
 ``fixed_cost.json`` under ``--out``.
 """
 
@@ -87,10 +90,12 @@ class Passes:
         profiler.release()
         return seconds
 
-    def cupti_only(self, passes: int = 1) -> list[float]:
+    def cupti_only(self, passes: int = 1, cupti_zeroes: bool = False) -> list[float]:
         from aitune_dispatch import collection
 
         source = collection.make_cuda_source("native") if DEVICE == "cuda" else collection.CpuOpTimer()
+        if cupti_zeroes and DEVICE == "cuda":  # as before the pool: fresh buffers CUPTI zeroes itself
+            source.sink.pooled_buffers, source.sink.zeroed_buffers = 0, False
         _sync()
         source.start()
         try:
@@ -151,14 +156,17 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
             for config in CONFIGS:
                 out[config][repeat] = runs[config]
         one = workload(name, 1, base)
-        pairs = [Passes(one).cupti_only(passes=2) for _ in range(passes)]
-        out["cupti_first_second_s"] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
-    for config in CONFIGS:
-        excess = [statistics.median(out[config][r]) - statistics.median(out["bare"][r]) for r in repeats]
-        out[f"{config} fit"] = fit(repeats, excess)
-        out[f"{config} spread"] = [
-            (min(out[config][r]) - max(out["bare"][r]), max(out[config][r]) - min(out["bare"][r])) for r in repeats
-        ]
+        for key, zeroes in (("cupti_first_second_s", False), ("cupti_zeroes_first_second_s", True)):
+            pairs = [Passes(one).cupti_only(passes=2, cupti_zeroes=zeroes) for _ in range(passes)]
+            out[key] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
+    for index, config in enumerate(CONFIGS):
+        # round k's bare pass ran just before its configured one: the pairs cancel the machine's drift
+        paired = {
+            r: [out[config][r][k] - out["bare"][r][k * len(CONFIGS) + index] for k in range(passes)] for r in repeats
+        }
+        out[f"{config} fit"] = fit(repeats, [statistics.median(paired[r]) for r in repeats])
+        rounds = [fit(repeats, [paired[r][k] for r in repeats])[0] for k in range(passes)]
+        out[f"{config} a per round"] = rounds
     return out
 
 
@@ -171,32 +179,39 @@ def render(results: list[dict[str, Any]]) -> str:
     lines = [
         "## Fixed cost per recorded pass",
         "",
-        "| model | a ms | b ms per repeat | bare pass ms per repeat |",
-        "|---|---|---|---|",
+        "| model | a ms | b ms per repeat | bare pass ms per repeat | a of single rounds ms |",
+        "|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") == "skipped":
-            lines.append(f"| {r['model']} | – | – | – |")
+            lines.append(f"| {r['model']} | – | – | – | – |")
             continue
         a, b = r["ours fit"]
         bare = statistics.median(statistics.median(v) / int(k) for k, v in r["bare"].items())
-        lines.append(f"| {r['model']} | {_ms(a)} | {_ms(b)} | {_ms(bare)} |")
+        rounds = r.get("ours a per round") or [float("nan")]
+        lines.append(f"| {r['model']} | {_ms(a)} | {_ms(b)} | {_ms(bare)} | {_ms(min(rounds))} to {_ms(max(rounds))} |")
     lines += [
         "",
         "`pass − bare = a + b·R`, least squares over R = "
         + ", ".join(str(x) for x in (results[0]["repeats"] if results and "repeats" in results[0] else []))
-        + "; each point the median recorded pass (`seconds_pass`) minus the median bare pass of the same rounds.",
+        + "; each point the median over rounds of a recorded pass (`seconds_pass`) minus the bare pass run just "
+        "before it; the last column fits each round on its own (how much a moves between rounds).",
         "",
         "| model | ours, warm-up 0: a ms | b ms | ours, samples off: a ms | b ms | CUPTI only: a ms | b ms "
-        "| tracing only: a ms | b ms | CUPTI collection, 1st / 2nd pass ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tracing only: a ms | b ms | CUPTI collection, 1st / 2nd pass ms "
+        "| the same, buffers CUPTI zeroes ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") == "skipped":
             continue
         cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in CONFIGS[1:])]
         first, second = r["cupti_first_second_s"]
-        lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {_ms(first)} / {_ms(second)} |")
+        old_first, old_second = r.get("cupti_zeroes_first_second_s", (float("nan"),) * 2)
+        lines.append(
+            f"| {r['model']} | " + " | ".join(cells) + f" | {_ms(first)} / {_ms(second)} "
+            f"| {_ms(old_first)} / {_ms(old_second)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -206,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--models", nargs="*", default=list(MODELS))
     p.add_argument("--repeats", nargs="+", type=int, default=[1, 2, 8])
-    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--passes", type=int, default=5)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = p.parse_args(argv)
     global DEVICE

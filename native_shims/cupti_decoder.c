@@ -4,8 +4,16 @@
  * The extension registers its own CUPTI buffer callbacks. bufferCompleted runs on a CUPTI thread:
  * it walks the records, appends kernel / memcpy / memset rows, external-correlation links and
  * runtime / driver API rows (the launch / copy / set calls) to growable C arrays under a mutex,
- * frees the buffer and returns. No Python object and no GIL there.
+ * gives the buffer back and returns. No Python object and no GIL there.
  * take() hands the columns to Python as bytes (numpy wraps them without a per-record loop).
+ *
+ * Buffers are anonymous mmaps, so a fresh one is already zero. By default CUPTI zeroes every buffer
+ * it is handed, inside bufferRequested, on the thread whose launch needed it: the first kernel of a
+ * collection paid for zeroing (and faulting in) 8 MiB. prepare_buffers() fills a small pool of
+ * zeroed, faulted-in buffers before collection starts, buffers_zeroed() tells CUPTI
+ * (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) that ours need no zeroing, and a completed buffer
+ * is zeroed again on CUPTI's thread and goes back to the pool (beyond POOL_MAX it is unmapped).
+ * A buffer requested when the pool is empty is a fresh mmap, zero too: the attribute always holds.
  *
  * libcupti is never linked: its functions are resolved at run time from the copy already in the
  * process (dlopen by soname with RTLD_NOLOAD, the one torch / cupti-python loaded), so importing
@@ -34,6 +42,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
@@ -41,6 +50,7 @@
 #include <cupti_version.h>
 
 #define BUFFER_BYTES ((size_t)8 * 1024 * 1024)
+#define POOL_MAX 8 /* zeroed buffers kept ready between collections, at most */
 #define RECORD_ALIGN ((size_t)8)
 #define KIND_SLOTS 128
 #define MAX_RECORD_BYTES ((size_t)1 << 16)
@@ -71,6 +81,7 @@ typedef __typeof__(&cuptiGetGraphNodeId) GraphNodeIdFn;
 typedef __typeof__(&cuptiGetGraphId) GraphIdFn;
 typedef __typeof__(&cuptiActivityPushExternalCorrelationId) PushFn;
 typedef __typeof__(&cuptiActivityPopExternalCorrelationId) PopFn;
+typedef __typeof__(&cuptiActivitySetAttribute) SetAttributeFn;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* columns                                                                                        */
@@ -392,6 +403,23 @@ static GraphNodeIdFn p_graph_node_id;
 static GraphIdFn p_graph_id;
 static PushFn p_push;
 static PopFn p_pop;
+static SetAttributeFn p_set_attribute; /* optional: without it CUPTI zeroes every buffer itself */
+
+/* Buffers come from mmap, so a fresh one is zero. CUPTI zeroes each buffer it is handed, on the
+ * launching thread, unless told they come zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER):
+ * 8 MiB of page faults and memset inside the first launch of every collection. So prepare_buffers()
+ * faults in a pool of zeroed buffers before a collection starts, buffers_zeroed(1) tells CUPTI, and
+ * a completed buffer is zeroed again on CUPTI's thread and pooled. (caller holds live_lock for both) */
+static void *pool[POOL_MAX];
+static size_t pool_count, pool_target;
+static int buffers_come_zeroed;
+static uint64_t pool_hits, pool_misses;
+
+static void *mapped_buffer(int populate) {
+    void *memory = mmap(NULL, BUFFER_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+    return memory == MAP_FAILED ? NULL : memory;
+}
 
 /** Remember a buffer handed to CUPTI (caller holds live_lock); 0 when out of memory. */
 static int track(void *buffer) {
@@ -417,14 +445,33 @@ static int untrack(void *buffer) {
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     void *memory = NULL;
-    if (posix_memalign(&memory, RECORD_ALIGN, BUFFER_BYTES) != 0) memory = NULL;
     pthread_mutex_lock(&live_lock);
-    if (memory && !track(memory)) { free(memory); memory = NULL; }
+    if (pool_count) memory = pool[--pool_count], pool_hits++;
+    else pool_misses++;
+    pthread_mutex_unlock(&live_lock);
+    if (!memory) memory = mapped_buffer(0); /* zero pages, faulted in as CUPTI writes */
+    pthread_mutex_lock(&live_lock);
+    if (memory && !track(memory)) { munmap(memory, BUFFER_BYTES); memory = NULL; }
     buffers_requested++;
     pthread_mutex_unlock(&live_lock);
     *buffer = memory; /* NULL: CUPTI drops records and counts them as dropped */
     *size = memory ? BUFFER_BYTES : 0;
     *max_records = 0;
+}
+
+/** A buffer of ours CUPTI is done with: zeroed and pooled (this thread is CUPTI's), else unmapped. */
+static void recycle(void *buffer) {
+    pthread_mutex_lock(&live_lock);
+    int keep = pool_count < pool_target;
+    pthread_mutex_unlock(&live_lock);
+    if (keep) {
+        memset(buffer, 0, BUFFER_BYTES);
+        pthread_mutex_lock(&live_lock);
+        keep = pool_count < pool_target;
+        if (keep) pool[pool_count++] = buffer;
+        pthread_mutex_unlock(&live_lock);
+    }
+    if (!keep) munmap(buffer, BUFFER_BYTES);
 }
 
 static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
@@ -439,7 +486,70 @@ static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_
         else walk_sized(&live, buffer, valid);
     }
     pthread_mutex_unlock(&live_lock);
-    if (ours) free(buffer);
+    if (ours) recycle(buffer);
+}
+
+/** Fill the pool with ``count`` zeroed, faulted-in buffers (0 empties it); return how many it holds. */
+static PyObject *py_prepare_buffers(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "n:prepare_buffers", &count)) return NULL;
+    if (count < 0 || count > POOL_MAX) {
+        PyErr_Format(PyExc_ValueError, "prepare_buffers: count must be 0 to %d, not %zd", POOL_MAX, count);
+        return NULL;
+    }
+    void *spare[POOL_MAX];
+    size_t spares = 0, held;
+    pthread_mutex_lock(&live_lock);
+    pool_target = (size_t)count;
+    while (pool_count > pool_target) spare[spares++] = pool[--pool_count];
+    held = pool_count;
+    pthread_mutex_unlock(&live_lock);
+    for (size_t i = 0; i < spares; i++) munmap(spare[i], BUFFER_BYTES);
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = held; i < (size_t)count; i++) {
+        void *memory = mapped_buffer(1);
+        if (!memory) break;
+        pthread_mutex_lock(&live_lock);
+        if (pool_count < pool_target) pool[pool_count++] = memory, memory = NULL;
+        held = pool_count;
+        pthread_mutex_unlock(&live_lock);
+        if (memory) munmap(memory, BUFFER_BYTES);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(held);
+}
+
+/** Test hook: whether every pooled buffer is all zero bytes (what CUPTI is told it gets). */
+static PyObject *py_pool_is_zeroed(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    int zero = 1;
+    pthread_mutex_lock(&live_lock);
+    for (size_t i = 0; i < pool_count && zero; i++) {
+        const uint64_t *words = (const uint64_t *)pool[i];
+        for (size_t w = 0; w < BUFFER_BYTES / sizeof(uint64_t); w++) {
+            if (words[w]) { zero = 0; break; }
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return PyBool_FromLong(zero);
+}
+
+/** Tell CUPTI whether the buffers we hand it come zeroed (1), or that it must zero them (0, its
+ * default, which other CUPTI clients rely on); True where CUPTI took the setting. */
+static PyObject *py_buffers_zeroed(PyObject *self, PyObject *args) {
+    (void)self;
+    int flag;
+    if (!PyArg_ParseTuple(args, "p:buffers_zeroed", &flag)) return NULL;
+    if (!p_set_attribute) Py_RETURN_FALSE;
+    uint8_t value = flag ? 1 : 0;
+    size_t value_size = sizeof(value);
+    CUptiResult status = p_set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &value_size, &value);
+    pthread_mutex_lock(&live_lock);
+    buffers_come_zeroed = status == CUPTI_SUCCESS && flag;
+    pthread_mutex_unlock(&live_lock);
+    if (status == CUPTI_SUCCESS) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -809,6 +919,7 @@ static PyObject *py_load(PyObject *self, PyObject *args, PyObject *kwargs) {
         p_graph_id = (GraphIdFn)dlsym(handle, "cuptiGetGraphId");
         p_push = (PushFn)dlsym(handle, "cuptiActivityPushExternalCorrelationId");
         p_pop = (PopFn)dlsym(handle, "cuptiActivityPopExternalCorrelationId");
+        p_set_attribute = (SetAttributeFn)dlsym(handle, "cuptiActivitySetAttribute");
         cupti_library = handle;
     }
     Dl_info info;
@@ -834,6 +945,7 @@ static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
     memcpy(live.record_size, parsed, sizeof(parsed));
     live_walk_cupti = 1;
     buffers_requested = buffers_completed = foreign_buffers = 0;
+    pool_hits = pool_misses = 0;
     pthread_mutex_unlock(&live_lock);
     CUptiResult status = p_register(buffer_requested, buffer_completed);
     if (status != CUPTI_SUCCESS) {
@@ -866,10 +978,13 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
     lock_live();
     unsigned long long requested = buffers_requested, completed = buffers_completed, foreign = foreign_buffers;
     unsigned long long pending = outstanding_count;
-    int walk = live_walk_cupti;
+    unsigned long long hits = pool_hits, misses = pool_misses, pooled = pool_count;
+    int walk = live_walk_cupti, zeroed = buffers_come_zeroed;
     pthread_mutex_unlock(&live_lock);
-    return Py_BuildValue("{sKsKsKsKss}", "buffers_requested", requested, "buffers_completed", completed,
-                         "foreign_buffers", foreign, "outstanding_buffers", pending, "walk", walk ? "cupti" : "sized");
+    return Py_BuildValue("{sKsKsKsKsKsKsKsssO}", "buffers_requested", requested, "buffers_completed", completed,
+                         "foreign_buffers", foreign, "outstanding_buffers", pending, "pool_hits", hits,
+                         "pool_misses", misses, "pooled_buffers", pooled, "walk", walk ? "cupti" : "sized",
+                         "buffers_zeroed", zeroed ? Py_True : Py_False);
 }
 
 /** Feed buffers through the real callbacks, as CUPTI would (sized walk unless registered). */
@@ -916,6 +1031,7 @@ static PyObject *py_reset(PyObject *self, PyObject *args, PyObject *kwargs) {
     memcpy(live.record_size, parsed, sizeof(parsed));
     live_walk_cupti = 0;
     buffers_requested = buffers_completed = foreign_buffers = 0;
+    pool_hits = pool_misses = 0;
     pthread_mutex_unlock(&live_lock);
     Py_RETURN_NONE;
 }
@@ -930,6 +1046,11 @@ static PyMethodDef methods[] = {
      "Decode one activity buffer (replay, no CUPTI needed) into raw columns."},
     {"record_sizes", py_record_sizes, METH_NOARGS, "Compiled record sizes by activity kind."},
     {"stats", py_stats, METH_NOARGS, "Buffer counters of the live collector since register()."},
+    {"prepare_buffers", py_prepare_buffers, METH_VARARGS,
+     "Keep this many zeroed, faulted-in activity buffers ready (0 releases them); return how many are ready."},
+    {"_pool_is_zeroed", py_pool_is_zeroed, METH_NOARGS, "Test hook: whether every pooled buffer is all zeros."},
+    {"buffers_zeroed", py_buffers_zeroed, METH_VARARGS,
+     "Tell CUPTI our buffers come zeroed (True) or that it zeroes them (False, its default); True if CUPTI took it."},
     {"_simulate_delivery", (PyCFunction)(void (*)(void))py_simulate_delivery, METH_VARARGS | METH_KEYWORDS,
      "Test hook: pass one buffer through the real CUPTI callbacks."},
     {"_reset", (PyCFunction)(void (*)(void))py_reset, METH_VARARGS | METH_KEYWORDS,

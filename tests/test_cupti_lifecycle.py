@@ -121,6 +121,10 @@ class FakeSink:
 
     def register(self) -> None:
         self.registered += 1
+        self.released_with: set | None = None
+
+    def release(self) -> None:
+        self.released_with = set(self.cupti.enabled)  # what was still enabled when the sink let go
 
     def kernel_devices(self) -> np.ndarray:
         """The device of each kernel record."""
@@ -204,6 +208,14 @@ def test_everything_enabled_is_switched_back(fake):
         for c in e
         if c.name not in ("INVALID", "SIZE")
     }
+
+
+def test_the_sink_is_released_once_collection_is_disabled(fake):
+    sink = FakeSink(fake)
+    source = CuptiSource(sink, fake)
+    run_pass(source, fake)
+    # the native sink tells CUPTI to zero buffers again here: only after the last buffer came back
+    assert sink.released_with == set()
 
 
 def test_api_records_are_restricted_while_collecting(fake):

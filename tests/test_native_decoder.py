@@ -453,6 +453,37 @@ def test_callbacks_collect_in_delivery_order_until_take(live: types.ModuleType):
     assert stats["outstanding_buffers"] == stats["foreign_buffers"] == 0 and stats["walk"] == "sized"
 
 
+def test_pooled_buffers_are_handed_to_cupti_zeroed_and_pooled_again(live: types.ModuleType):
+    try:
+        assert live.prepare_buffers(2) == 2
+        assert live._pool_is_zeroed()
+        first, second = random_pass(0, count=500), one_pass()
+        live._simulate_delivery(first)  # CUPTI writes into a pooled buffer
+        live._simulate_delivery(second)
+        stats = live.stats()
+        assert stats["pool_hits"] == 2 and stats["pool_misses"] == 0
+        # each came back written and was zeroed again before it was pooled: CUPTI is told they come zeroed
+        assert stats["pooled_buffers"] == 2 and live._pool_is_zeroed()
+        assert live.take() == decode_buffer_py(first + second, OURS)
+        assert live.prepare_buffers(0) == 0  # released
+        live._simulate_delivery(one_pass())  # a fresh mapping, zero as mapped; not pooled again
+        stats = live.stats()
+        assert stats["pool_misses"] == 1 and stats["pooled_buffers"] == 0
+        with pytest.raises(ValueError, match="count must be 0 to 8"):
+            live.prepare_buffers(9)
+    finally:
+        live.prepare_buffers(0)
+
+
+def test_cupti_zeroes_buffers_unless_told_otherwise(live: types.ModuleType):
+    try:
+        taken = live.buffers_zeroed(True)
+        assert live.stats()["buffers_zeroed"] is taken  # False where no libcupti could take the setting
+    finally:
+        assert isinstance(live.buffers_zeroed(False), bool)
+    assert live.stats()["buffers_zeroed"] is False
+
+
 def test_a_foreign_buffer_is_decoded_and_left_to_its_owner(live: types.ModuleType):
     live._simulate_delivery(one_pass(), foreign=True)
     assert to_decoded(live.take()).correlation_id.tolist() == [1, 2, 3, 4, 5, 6]

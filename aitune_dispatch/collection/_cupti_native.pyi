@@ -62,6 +62,15 @@ def record_sizes() -> dict[int, int]:
 def stats() -> dict[str, int | str]:
     """Buffer counters of the live collector since ``register()`` and the walk it uses."""
 
+def prepare_buffers(count: int) -> int:
+    """Keep ``count`` (0 to 8) zeroed, faulted-in activity buffers ready; 0 releases them. Returns how many are ready."""
+
+def _pool_is_zeroed() -> bool:
+    """Test hook: whether every pooled buffer is all zero bytes."""
+
+def buffers_zeroed(zeroed: bool) -> bool:
+    """Tell CUPTI the buffers handed to it come zeroed (True) or that it zeroes them (False, its default)."""
+
 def _simulate_delivery(buffer: Buffer, foreign: bool = False) -> None:
     """Test hook: pass one buffer through the real buffer callbacks, as CUPTI would."""
 

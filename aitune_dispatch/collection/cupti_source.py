@@ -53,7 +53,8 @@ class RecordSink(Protocol):
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, decoded (call after a forced flush)."""
 
-    # optional: ``warnings``, what the last take() could not decode, in words (the sink warns them)
+    # optional: ``release()``, called once the collection is flushed and disabled, to undo what
+    # ``register`` set in CUPTI; ``warnings``, what the last take() could not decode, in words (the sink warns them)
 
 
 def load_cupti() -> Any:
@@ -163,6 +164,11 @@ class CuptiSource:
         return libcupti_correlation_functions()
 
     @property
+    def sink(self) -> RecordSink:
+        """The decoder backend that collects the records."""
+        return self._sink
+
+    @property
     def sink_name(self) -> str:
         """Which decoder backend collects the records."""
         return self._sink.name
@@ -247,6 +253,9 @@ class CuptiSource:
                 if self._api_selected:
                     self._select_api_records(only_needed=False)
                 self._dropped = self._read_dropped()
+                release = getattr(self._sink, "release", None)
+                if release is not None:
+                    release()
         if torch_profiler_active():
             raise RuntimeError(
                 "torch.profiler was started while profile() was collecting and took the CUPTI "

@@ -74,6 +74,10 @@ def loaded_module() -> ModuleType:
     return module
 
 
+# zeroed buffers kept ready across collections: a pass's threads and CUPTI's own each fill one
+POOLED_BUFFERS = 3
+
+
 class NativeRecordSink:
     """Collects CUPTI records with the compiled decoder; one instance per activity session."""
 
@@ -85,10 +89,23 @@ class NativeRecordSink:
         self._external_kind = int(external_kind)
         self.counters: dict[str, int] = {}
         self.warnings: tuple[str, ...] = ()  # what the last take() could not decode, in words
+        # 0 and False: CUPTI zeroes each fresh buffer on the launching thread (benchmarks/fixed_cost.py)
+        self.pooled_buffers = POOLED_BUFFERS
+        self.zeroed_buffers = True
 
     def register(self) -> None:
-        """Register the extension's buffer callbacks with CUPTI and forget older records."""
+        """Register the extension's buffer callbacks with CUPTI and forget older records.
+
+        Zeroed buffers are faulted in first and CUPTI is told they come zeroed, so the pass's first
+        launches do not zero 8 MiB (``docs/design.md``, "What a pass pays once").
+        """
+        self._native.prepare_buffers(self.pooled_buffers)
+        self._native.buffers_zeroed(self.zeroed_buffers)
         self._native.register(self._external_kind)
+
+    def release(self) -> None:
+        """The collection is over (flushed, kinds disabled): CUPTI zeroes buffers again, as other clients expect."""
+        self._native.buffers_zeroed(False)
 
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, as columns (call after a forced flush)."""
