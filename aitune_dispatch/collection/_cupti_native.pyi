@@ -63,7 +63,9 @@ def stats() -> dict[str, int | str]:
     """Buffer counters of the live collector since ``register()`` and the walk it uses."""
 
 def prepare_buffers(count: int) -> int:
-    """Keep ``count`` (0 to 8) zeroed, faulted-in activity buffers ready; 0 releases them. Returns how many are ready."""
+    """Keep ``count`` (0 to 8) zeroed, faulted-in activity buffers ready; 0 releases them.
+
+    Returns how many are ready."""
 
 def _pool_is_zeroed() -> bool:
     """Test hook: whether every pooled buffer is all zero bytes."""
