@@ -56,8 +56,12 @@ def native_module() -> ModuleType:
     return _native_module
 
 
+@functools.lru_cache(maxsize=1)
 def _wheel_libcupti() -> str | None:
-    """libcupti.so.13 of the nvidia-cuda-cupti wheel: loaded only if no copy is in the process yet."""
+    """libcupti.so.13 of the nvidia-cuda-cupti wheel: loaded only if no copy is in the process yet.
+
+    Looked up once per process: the namespace-package search would otherwise be paid by every source
+    built and every observed graph capture (a fraction of a millisecond each)."""
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         for sub in ("cu13/lib", "cuda_cupti/lib"):
