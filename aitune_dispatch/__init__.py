@@ -16,7 +16,9 @@ from . import display
 
 if TYPE_CHECKING:
     from .benchmarking import activate, benchmark
+    from .graph_captures import observe_graph_captures
     from .profiler import ModuleFunctionKernelProfiler
+    from .provenance.observer import GraphCaptureObserver
     from .results import ProfileResult, ResultFormatError, TensorMeta, compare, describe_results, load, merge
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
@@ -33,6 +35,7 @@ def _notebook_html(result: Any) -> str:
 display.set_notebook_renderer(_notebook_html)  # results show in notebooks without importing reports
 
 __all__ = [
+    "GraphCaptureObserver",
     "ModuleFunctionKernelProfiler",
     "ProfileResult",
     "ResultFormatError",
@@ -43,9 +46,11 @@ __all__ = [
     "describe_results",
     "load",
     "merge",
+    "observe_graph_captures",
 ]
 
 _LAZY = {
+    "GraphCaptureObserver": ".provenance.observer",
     "__version__": ".schema",
     "ModuleFunctionKernelProfiler": ".profiler",
     "ProfileResult": ".results",
@@ -57,6 +62,7 @@ _LAZY = {
     "describe_results": ".results",
     "load": ".results",
     "merge": ".results",
+    "observe_graph_captures": ".graph_captures",
 }
 
 _RENAMED = {"__version__": "PACKAGE_VERSION"}  # where the attribute's name differs in its module

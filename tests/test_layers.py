@@ -69,6 +69,7 @@ MODULE_STAGES = {
     "capture": "capture",
     "arguments": "capture",  # the profiler's and profile()'s arguments, checked before the capture
     "backends": "capture",  # the one place that picks the tracer and the decoder, native or pure Python
+    "graph_captures": "capture",  # observe_graph_captures: the observer, built with profile()'s tracer and source
     "profiler": "profiler",
     "cli": "cli",
     "progress": "cli",  # the CLI's progress bar and stage lines

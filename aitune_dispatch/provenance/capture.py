@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from torch import nn
@@ -34,6 +35,7 @@ from .inductor import (
     remembered_programs,
     site_tables,
 )
+from .observer import Observation, observations, profile_running
 
 
 class _Uncorrelated:
@@ -118,6 +120,15 @@ def _shared_graphs(
     return {own: names for own, names in shared.items() if names}
 
 
+def _replayed_observations(activity: pa.Table) -> list[Observation]:
+    """The live observations (graphs captured before profile()) some of whose nodes the activity replayed."""
+    in_graph = activity.filter(pc.not_equal(activity["graph_id"], schema.NOT_IN_GRAPH)) if activity.num_rows else None
+    if in_graph is None or in_graph.num_rows == 0:
+        return []
+    nodes = np.unique(in_graph["graph_node_id"].to_numpy(zero_copy_only=False))
+    return [o for o in observations() if np.isin(o.node_ids, nodes).any()]
+
+
 def _native_decoder() -> Any | None:
     """The compiled decoder module with libcupti resolved, or None."""
     return loaded_decoder()
@@ -144,8 +155,11 @@ class ProvenanceCapture:
         self._observing = False
         self._captures: list[tuple[pa.Table, TraceTables, int]] = []
         self._graph_status = "not observed: CPU activity source" if device == "cpu" else ""
+        self._running = profile_running()
+        self._observed = 0  # graphs captured before profile() whose replays were attributed
 
     def __enter__(self) -> ProvenanceCapture:
+        self._running.__enter__()  # an observer's Inductor watch steps aside for this one
         with calls_unseen():  # its first use imports torch._inductor, whose import-time torch calls are ours
             self._inductor.__enter__()
         try:
@@ -166,7 +180,10 @@ class ProvenanceCapture:
             if self._graphs is not None:
                 self._graphs.stop()
         finally:
-            self._inductor.__exit__(exc_type, exc, tb)
+            try:
+                self._inductor.__exit__(exc_type, exc, tb)
+            finally:
+                self._running.__exit__(exc_type, exc, tb)
 
     # -- passes --------------------------------------------------------------------------------------
     def warm_up(self, run: Callable[[], Any], iterations: int, root: nn.Module, aliases: tuple[nn.Module, ...]) -> None:
@@ -200,16 +217,23 @@ class ProvenanceCapture:
         hierarchy = Hierarchy.of(tracker.modules, tracker.names)
         current = self._inductor.programs()
         compiled = any(_is_compiled(module) for module, _ in tracker.module_ids())  # stand-in wrappers included
-        earlier = remembered_programs() if self._compiled or compiled else []
+        replayed = _replayed_observations(activity)
+        observed_compiled = any(o.compiled for o in replayed)
+        earlier = remembered_programs() if self._compiled or compiled or observed_compiled else []
         sites, site_sources = site_tables(current, earlier, hierarchy)
         # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
         in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
+        ids = {id(module): module_id for module, module_id in tracker.module_ids()}
+        traced = [(rows, trace, capture) for rows, trace, capture in self._captures]
+        # graphs captured before profile() under aitune_dispatch.observe_graph_captures: captures 2, 3, ...
+        traced += [(o.nodes, o.trace_for(ids), 2 + k) for k, o in enumerate(replayed)]
         captured = [
             captured_nodes(
                 rows, trace.ops, trace.calls, trace.contexts, capture, sites, site_sources, modules_table, in_place
             )
-            for rows, trace, capture in self._captures
+            for rows, trace, capture in traced
         ]
+        self._observed = len(replayed)
         nodes = pa.concat_tables(captured) if captured else schema.empty(schema.CAPTURED_NODES)
         result = attribute(activity, calls, modules_table, sites, site_sources, nodes, in_place)
         remember(current, tracker.modules, tracker.names)  # for later runs, which do not compile again
@@ -241,6 +265,11 @@ class ProvenanceCapture:
         graph_status = self._graph_status or "not observed"
         if self._graphs is not None and self._graphs.lost:
             graph_status += f"; {self._graphs.lost} graph-node events lost"
+        if self._observed:
+            graph_status += (
+                f"; {self._observed} graphs captured before profile() attributed from their observed capture "
+                "(aitune_dispatch.observe_graph_captures)"
+            )
         return {
             schema.META_INDUCTOR: self._inductor_status(sites, current),
             schema.META_GRAPH_CAPTURE: graph_status,
@@ -276,8 +305,9 @@ class ProvenanceCapture:
             why = "" if self._observing else f" ({self._graph_status})"
             messages.append(
                 f"{unmapped} kernels were replayed by CUDA graphs whose capture profile() did not see{why}; they "
-                f"are attributed to the replaying module with op {schema.GRAPH_LAUNCH_OP}. Capture the graph inside "
-                "the profiled function (warm-up passes count), or profile the eager model once to see its calls"
+                f"are attributed to the replaying module with op {schema.GRAPH_LAUNCH_OP} (result.graph_replays() "
+                "totals them per graph). Start aitune_dispatch.observe_graph_captures(model) before the graphs are "
+                "captured, or capture them inside the profiled function (warm-up passes count)"
             )
         for message in messages:
             warnings.warn(message, RuntimeWarning, stacklevel=8)  # profile()'s caller, as capture's warnings

@@ -201,6 +201,17 @@ class ProfileResult:
         """
         return views.device_busy(self)
 
+    def graph_replays(self) -> pd.DataFrame:
+        """Per CUDA graph the passes replayed: replays, kernels, time, and how much was attributed.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``graph_id, replays, kernels, kernels_per_replay, total_us, share, attributed``, most
+            time first (``views.graph_replays``); empty where nothing was replayed.
+        """
+        return views.graph_replays(self)
+
     def idle_gaps(self, min_gap_us: float = 5.0, top: int | None = None) -> pd.DataFrame:
         """The stretches of the passes in which a device ran nothing, and the modules the host ran then.
 

@@ -21,6 +21,7 @@ from .accounting import (
 )
 from .comparison import compare
 from .gpu_time import BUSY_COLUMNS, GAP_COLUMNS, device_busy, idle_gaps, pass_windows
+from .graph_replays import GRAPH_REPLAY_COLUMNS, graph_replays
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .origins import ORIGIN_COLUMNS, kernel_origins
@@ -46,6 +47,7 @@ __all__ = [
     "BAR_ROWS",
     "BUSY_COLUMNS",
     "GAP_COLUMNS",
+    "GRAPH_REPLAY_COLUMNS",
     "MODULE_ROOFLINE_COLUMNS",
     "ORIGIN_COLUMNS",
     "ROLLUP_COLUMNS",
@@ -72,6 +74,7 @@ __all__ = [
     "describe_by",
     "describe_results",
     "device_busy",
+    "graph_replays",
     "device_limits",
     "function_ranks",
     "headline",

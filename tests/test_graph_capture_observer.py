@@ -1,0 +1,273 @@
+"""observe_graph_captures without a GPU: the capture patch and its removal, what a capture records, and a
+later profile()'s attribution of the replays, driven through the compiled collector's simulated nodes."""
+
+from __future__ import annotations
+
+import gc
+import types
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aitune_dispatch import schema
+from aitune_dispatch.provenance import capture as provenance_capture
+from aitune_dispatch.provenance import observer as graph_observer
+from aitune_dispatch.tracing import ModuleTracker
+from aitune_dispatch.tracing import modules as tracing_modules
+
+pytestmark = pytest.mark.single_backend  # the python tracer: the stand-in source has no C push functions
+
+try:
+    from aitune_dispatch.collection import _cupti_native
+except ImportError as error:  # pragma: no cover - depends on the build
+    _cupti_native = None
+    MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error})"
+else:
+    MISSING = ""
+
+needs_native = pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
+
+
+class StackSource:
+    """The CUDA source's stand-in: pushed ids on a stack, as CUPTI keeps them."""
+
+    correlation_kind = 5
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+
+    def op_started(self, op_id: int, op: str) -> None:
+        self.stack.append(op_id)
+
+    def op_finished(self, op_id: int) -> None:
+        self.stack.pop()
+
+    def scope_entered(self, context_id: int) -> None:
+        self.stack.append(schema.SCOPE_BASE + context_id)
+
+    def scope_exited(self) -> None:
+        self.stack.pop()
+
+    def correlation_functions(self) -> None:
+        return None
+
+
+class FakeGraph:
+    """Stands for a torch.cuda.CUDAGraph (weakly referenceable, as it is)."""
+
+
+@pytest.fixture
+def fake_capture(monkeypatch):
+    """CUDAGraph.capture_begin / capture_end replaced by recorders (a CPU torch cannot capture), the
+    decoder's node subscription by the compiled collector's simulation hooks."""
+    calls: list[str] = []
+
+    def begin(graph, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        calls.append("begin")
+
+    def end(graph, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        calls.append("end")
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", begin)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", end)
+    subscription: list[str] = []
+    fake = types.SimpleNamespace(
+        graph_observer_start=lambda kind: subscription.append(f"start {kind}"),
+        graph_observer_stop=lambda: subscription.append("stop"),
+        graph_observer_take=_cupti_native.graph_observer_take if _cupti_native else lambda: None,
+    )
+    monkeypatch.setattr(graph_observer, "loaded_decoder", lambda: fake)
+    monkeypatch.setattr(provenance_capture, "_native_decoder", lambda: fake)
+    graph_observer.forget_observations()
+    if _cupti_native is not None:
+        _cupti_native.graph_observer_take()
+    yield types.SimpleNamespace(begin=begin, end=end, calls=calls, subscription=subscription)
+    graph_observer.forget_observations()
+
+
+class Inner(nn.Module):
+    def __init__(self, source: StackSource) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.source = source
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.fc(x))
+        # a node launched in this forward's own scope (as a kernel of its own code would be)
+        top = self.source.stack[-1] if self.source.stack else -1
+        _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, top)
+        return y
+
+
+class Outer(nn.Module):
+    """Captures a graph inside its own forward, as a serving wrapper or a cudagraph tree does."""
+
+    def __init__(self, source: StackSource) -> None:
+        super().__init__()
+        self.inner = Inner(source)
+        self.source = source
+        self.graph = FakeGraph()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch.cuda.CUDAGraph.capture_begin(self.graph)
+        # launched in Outer's forward, which began before the observer's hooks were installed
+        top = self.source.stack[-1] if self.source.stack else -1  # nothing pushed: a capture not traced
+        _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, top)
+        y = self.inner(x)
+        for node in (10, 11):  # instantiation clones the nodes; replays report the clones
+            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 10 + node, -1, 1, node)
+        torch.cuda.CUDAGraph.capture_end(self.graph)
+        return y
+
+
+def replay_activity(nodes: list[int]) -> pa.Table:
+    count = len(nodes)
+    return pa.table(
+        {
+            "correlation_id": [50] * count, "kernel": [f"k{n}" for n in nodes], "kind": ["kernel"] * count,
+            "start_ns": list(range(count)), "end_ns": [n + 1000 for n in range(count)],
+            "kernel_us": [1.0] * count, "device": pa.array([0] * count, pa.int32()), "stream": [7] * count,
+            "op_id": pa.array([None] * count, pa.int64()), "op": pa.array([None] * count, pa.string()),
+            "module_id": [0] * count, "module_name": [""] * count, "call_id": [-1] * count,
+            "function_name": pa.array([None] * count, pa.string()), "thread": [0] * count,
+            "graph_id": [2] * count, "graph_node_id": nodes, "attribution": ["trace"] * count,
+        },
+        schema=schema.ACTIVITY,
+    )
+
+
+def attribute_later(profiled: nn.Module, activity: pa.Table):  # noqa: ANN201
+    """What a later profile() of ``profiled`` makes of ``activity`` (its ProvenanceCapture's attribution)."""
+    tracker = ModuleTracker(profiled)
+    with provenance_capture.ProvenanceCapture("cuda", StackSource(), "python") as capture:
+        return capture.attribute(activity, schema.empty(schema.CALLS), tracker.table(), tracker)
+
+
+def test_the_capture_methods_are_patched_only_while_it_observes(fake_capture):
+    source = StackSource()
+    observer = graph_observer.GraphCaptureObserver(nn.Linear(2, 2), "python", False, source)
+    with observer:
+        assert torch.cuda.CUDAGraph.capture_begin is not fake_capture.begin
+        assert torch.cuda.CUDAGraph.capture_begin.__wrapped__ is fake_capture.begin
+        assert observer.active
+        with pytest.raises(RuntimeError, match="another graph-capture observer is active"):
+            graph_observer.GraphCaptureObserver(nn.Linear(2, 2), "python", False, source).start()
+    assert torch.cuda.CUDAGraph.capture_begin is fake_capture.begin
+    assert torch.cuda.CUDAGraph.capture_end is fake_capture.end
+    assert not observer.active
+    with pytest.raises(RuntimeError, match="observes once"):
+        observer.start()
+
+
+def test_everything_is_removed_when_the_observed_block_raises(fake_capture):
+    from torch.overrides import _get_current_function_mode_stack
+
+    model = nn.Linear(2, 2)
+    graph = FakeGraph()
+    modes_before = len(_get_current_function_mode_stack())
+    with pytest.raises(KeyboardInterrupt):
+        with graph_observer.GraphCaptureObserver(model, "python", False, StackSource()):
+            torch.cuda.CUDAGraph.capture_begin(graph)
+            assert tracing_modules._installed  # the capture is traced: hooks and modes installed
+            raise KeyboardInterrupt  # the capture never ends
+    assert torch.cuda.CUDAGraph.capture_begin is fake_capture.begin
+    assert not tracing_modules._installed
+    assert len(_get_current_function_mode_stack()) == modes_before
+    assert fake_capture.subscription == ["start 5", "stop"]
+    assert graph_observer.observations() == []  # an unfinished capture is not kept
+
+
+def test_nothing_is_traced_outside_captures(fake_capture):
+    model = nn.Linear(2, 2)
+    with graph_observer.GraphCaptureObserver(model, "python", False, StackSource()):
+        model(torch.randn(1, 2))
+        assert not tracing_modules._installed
+    assert fake_capture.subscription == []  # no capture: never subscribed
+
+
+@needs_native
+def test_replays_of_an_observed_capture_are_attributed_by_a_later_profile(fake_capture):
+    source = StackSource()
+    outer = Outer(source)
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "python", False, source) as observer:
+        outer(torch.randn(2, 4))
+    assert fake_capture.calls == ["begin", "end"]
+    assert observer.captured == 1 and source.stack == []
+    assert not tracing_modules._installed
+    # profiled as part of a larger model: module ids differ from the capture's, names follow the objects
+    profiled = nn.Sequential(outer)
+    with pytest.warns(RuntimeWarning) as caught:
+        attributed, metadata, messages = attribute_later(profiled, replay_activity([20, 21, 99]))
+    rows = attributed.activity.to_pylist()
+    by_node = {row["graph_node_id"]: row for row in rows}
+    assert (by_node[20]["attribution"], by_node[20]["module_name"]) == ("graph_capture", "0")
+    assert (by_node[21]["attribution"], by_node[21]["module_name"]) == ("graph_capture", "0.inner")
+    # node 99 belongs to no observed capture: the replaying launch, and a warning naming the observer
+    assert by_node[99]["attribution"] == schema.ATTRIBUTION_GRAPH_LAUNCH
+    assert "observe_graph_captures" in metadata[schema.META_GRAPH_CAPTURE]
+    assert any("aitune_dispatch.observe_graph_captures" in m for m in messages)
+    assert [str(w.message) for w in caught] == list(messages)
+
+
+@needs_native
+def test_a_module_outside_the_profiled_hierarchy_keeps_no_name(fake_capture):
+    source = StackSource()
+    outer = Outer(source)
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "python", False, source):
+        outer(torch.randn(2, 4))
+    attributed, _, _ = attribute_later(outer.inner, replay_activity([20, 21]))  # Outer is not profiled now
+    by_node = {row["graph_node_id"]: row for row in attributed.activity.to_pylist()}
+    assert by_node[21]["module_name"] == ""  # inner is the profiled root
+    # node 20 was launched in Outer's scope, outside this hierarchy: it stays on the replaying module
+    assert (by_node[20]["attribution"], by_node[20]["module_id"]) == (schema.ATTRIBUTION_GRAPH_CAPTURE, 0)
+    assert by_node[21]["module_id"] == 0 and by_node[21]["attribution"] == schema.ATTRIBUTION_GRAPH_CAPTURE
+
+
+@needs_native
+def test_an_observation_is_freed_with_its_graph(fake_capture):
+    source = StackSource()
+    outer = Outer(source)
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "python", False, source):
+        outer(torch.randn(2, 4))
+    assert len(graph_observer.observations()) == 1
+    outer.graph = None
+    gc.collect()
+    assert graph_observer.observations() == []
+    with pytest.warns(RuntimeWarning, match="observe_graph_captures"):
+        attributed, _, _ = attribute_later(outer, replay_activity([20]))
+    assert attributed.activity["attribution"].to_pylist() == [schema.ATTRIBUTION_GRAPH_LAUNCH]
+
+
+@needs_native
+def test_captures_inside_profile_are_left_to_it(fake_capture):
+    source = StackSource()
+    outer = Outer(source)
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "python", False, source) as observer:
+        with graph_observer.profile_running():
+            outer(torch.randn(2, 4))
+    assert (observer.captured, observer.skipped) == (0, 1)
+    assert graph_observer.observations() == []
+
+
+def test_graph_replays_total_each_graph():
+    from aitune_dispatch.results import views
+
+    activity = replay_activity([20, 21, 20, 21]).to_pandas()
+    activity["attribution"] = activity["attribution"].astype(object)
+    activity["correlation_id"] = [50, 50, 51, 51]  # two replays of graph 2
+    activity.loc[0:1, "attribution"] = schema.ATTRIBUTION_GRAPH_CAPTURE
+    activity.loc[2:3, "attribution"] = schema.ATTRIBUTION_GRAPH_LAUNCH
+    eager = activity.iloc[:1].assign(graph_id=0, graph_node_id=0, correlation_id=60)
+    table = pa.Table.from_pandas(pd.concat([activity, eager]), schema=schema.ACTIVITY, preserve_index=False)
+    result = types.SimpleNamespace(activity=table)
+    frame = views.graph_replays(result)
+    assert list(frame.columns) == views.GRAPH_REPLAY_COLUMNS
+    assert frame.to_dict("records") == [
+        {"graph_id": 2, "replays": 2, "kernels": 4, "kernels_per_replay": 2.0, "total_us": 4.0, "share": 0.8,
+         "attributed": 0.5}
+    ]
+    assert views.graph_replays(types.SimpleNamespace(activity=table.slice(4))).empty
