@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import zoo
+from .runners import sync, timed
 
 MODELS = ("mlp", "resnet50", "sdpa_blocks", "vit_b_16", "efficientnet_b0", "gpt2", "llama_generate", "unet_sd15")
 CONFIGS = ("ours", "ours, warm-up 0", "ours, samples off", "cupti only", "tracing only")
@@ -40,19 +40,6 @@ PIPELINE_OVERRIDES = {"llama_generate": {"new_tokens": 8}}
 
 
 DEVICE = "cuda"  # --device cpu: a smoke run of the procedure (the CPU source; no CUPTI configuration)
-
-
-def _sync() -> None:
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
-
-
-def _timed(run: Callable[[], None]) -> float:
-    _sync()
-    started = time.perf_counter()
-    run()
-    _sync()
-    return time.perf_counter() - started
 
 
 def workload(name: str, repeat: int, base: zoo.Workload) -> zoo.Workload:
@@ -96,10 +83,10 @@ class Passes:
         source = collection.make_cuda_source("native") if DEVICE == "cuda" else collection.CpuOpTimer()
         if cupti_zeroes and DEVICE == "cuda":  # as before the pool: fresh buffers CUPTI zeroes itself
             source.sink.pooled_buffers, source.sink.zeroed_buffers = 0, False
-        _sync()
+        sync(DEVICE)
         source.start()
         try:
-            return [_timed(self.work.run) for _ in range(passes)]
+            return [timed(self.work.run, DEVICE) for _ in range(passes)]
         finally:
             source.stop()
             if DEVICE == "cuda":
@@ -112,7 +99,7 @@ class Passes:
         modules = ModuleTracker(self.work.model)
         tracer = make_tracer("native", modules.module_ids(), None, CpuOpTimer(), False)
         with TraceSession(modules, tracer):
-            return _timed(self.work.run)
+            return timed(self.work.run, DEVICE)
 
     def run(self, config: str) -> float:
         if config == "ours":
@@ -150,7 +137,7 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
             runs: dict[str, list[float]] = {c: [] for c in CONFIGS}
             for _ in range(passes):
                 for config in CONFIGS:
-                    bare.append(_timed(work.run))
+                    bare.append(timed(work.run, DEVICE))
                     runs[config].append(configs.run(config))
             out["bare"][repeat] = bare
             for config in CONFIGS:

@@ -31,9 +31,8 @@ import argparse
 import gc
 import json
 import statistics
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +40,10 @@ import torch
 from torch import nn
 
 from . import zoo
+from .runners import run_pass, timed
 
 MODELS = ("mlp", "sdpa_blocks")
 REPLAYS = 20  # R: calls of the Graphed module, one replay each, in one replay pass
-
-
-def _sync() -> None:
-    torch.cuda.synchronize()
-
-
-def _timed(run: Callable[[], Any]) -> float:
-    _sync()
-    started = time.perf_counter()
-    run()
-    _sync()
-    return time.perf_counter() - started
 
 
 def _mlp() -> tuple[nn.Module, torch.Tensor]:
@@ -119,13 +107,13 @@ def capture_cost(model: nn.Module, example: torch.Tensor, passes: int) -> dict[s
     def bare() -> float:
         gc.collect()  # the last capture's graph and memory pool are freed before this one
         graphed = zoo.Graphed(model, example)
-        return _timed(lambda: graphed(example))
+        return timed(lambda: graphed(example))
 
     def observed() -> float:
         gc.collect()
         graphed = zoo.Graphed(model, example)
         holder: list[Any] = []
-        seconds = _timed(lambda: holder.append(_observed(graphed, example)))
+        seconds = timed(lambda: holder.append(_observed(graphed, example)))
         observers.append(_observer_state(holder[0]))
         return seconds  # the graph, and with it its observation, is freed on return
 
@@ -170,11 +158,7 @@ def replay_cost(graphed: zoo.Graphed, example: torch.Tensor, passes: int) -> dic
     messages: set[str] = set()
 
     def bare() -> float:
-        def run() -> None:
-            for args, kwargs in samples:
-                graphed(*args, **kwargs)
-
-        return _timed(run)
+        return timed(lambda: run_pass(graphed, samples))
 
     def ours() -> float:
         with warnings.catch_warnings(record=True) as caught:

@@ -25,7 +25,7 @@ import gc
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from aitune_dispatch.schema import seconds_key
 
 from . import zoo
 from .rss import measure_growth
+from .runners import timed
 
 MODELS = ("mlp", "resnet50", "mha_blocks", "sdpa_blocks", "vit_b_16", "gpt2", "llama_generate", "unet_sd15")
 CONFIGS = ("empty function mode", "torch.profiler", "baseline", "ours", "ours, samples off")
@@ -53,13 +54,6 @@ class EmptyMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         return func(*args, **(kwargs or {}))
 
-
-def _timed(run: Callable[[], None]) -> float:
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
-    return time.perf_counter() - started
 
 
 def _profile_args(work: zoo.Workload) -> tuple[Any, Any, dict[str, Any]]:
@@ -88,19 +82,19 @@ class Configs:
     def pass_s(self, config: str) -> float | None:
         work = self.work
         if config in MECHANISMS:
-            return _timed(lambda: self.mechanism(config))
+            return timed(lambda: self.mechanism(config))
         if config == "empty function mode":
 
             def under_mode() -> None:
                 with EmptyMode():
                     work.run()
 
-            return _timed(under_mode)
+            return timed(under_mode)
         if config == "torch.profiler":
             from torch.profiler import ProfilerActivity, profile
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-                seconds = _timed(work.run)
+                seconds = timed(work.run)
             return seconds
         function, data, kwargs = _profile_args(work)
         if config == "baseline":
@@ -154,7 +148,7 @@ def measure(name: str, passes: int) -> dict[str, Any]:
         configs.profile_s = {"ours": [], "baseline": []}
         for _ in range(passes):
             for config in everything:
-                bare = _timed(work.run)
+                bare = timed(work.run)
                 seconds = configs.pass_s(config)
                 if seconds is not None:
                     out["bare"].append(bare)
@@ -172,7 +166,7 @@ def million(passes: int = 1, calls: int = 40) -> dict[str, Any]:
     profiler = ModuleFunctionKernelProfiler()
     with torch.no_grad():
         zoo.build("llama_generate", "cuda", 1).run()
-        bare = _timed(work.run)
+        bare = timed(work.run)
     gc.collect()
     with measure_growth() as growth:
         started = time.perf_counter()

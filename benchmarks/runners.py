@@ -36,6 +36,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def timed(run: Callable[[], Any], device: str = "cuda") -> float:
+    """Wall seconds of ``run()``, the GPU synchronized before and after (where ``device`` is CUDA)."""
+    sync(device)
+    started = clock()
+    run()
+    sync(device)
+    return clock() - started
+
+
 def run_pass(model: Callable[..., Any], samples: Sequence[Any]) -> None:
     """One pass over the samples, as ``profile()`` runs it."""
     for args, kwargs in samples:

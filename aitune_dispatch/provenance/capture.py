@@ -224,7 +224,7 @@ class ProvenanceCapture:
         # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
         in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
         ids = {id(module): module_id for module, module_id in tracker.module_ids()}
-        traced = [(rows, trace, capture) for rows, trace, capture in self._captures]
+        traced = list(self._captures)
         # graphs captured before profile() under aitune_dispatch.observe_graph_captures: captures 2, 3, ...
         traced += [(o.nodes, o.trace_for(ids), 2 + k) for k, o in enumerate(replayed)]
         captured = [

@@ -69,7 +69,7 @@ class Observation:
         def remapped(table: pa.Table) -> pa.Table:
             ids = pc.fill_null(table["module_id"], schema.NO_MODULE).to_numpy().astype(np.int64)
             inside = (ids >= 0) & (ids < len(self.modules))
-            new = np.where(inside, mapping[np.where(inside, ids, len(self.modules))], schema.NO_MODULE)
+            new = mapping[np.where(inside, ids, len(self.modules))]  # the last entry: NO_MODULE
             return table.set_column(table.schema.get_field_index("module_id"), "module_id", pa.array(new, pa.int64()))
 
         return TraceTables(

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ... import encoded, schema
 from .accounting import ResultTables, total_us
+from .frames import empty_frame
 
 GRAPH_REPLAY_COLUMNS = ["graph_id", "replays", "kernels", "kernels_per_replay", "total_us", "share", "attributed"]
 
@@ -65,14 +66,5 @@ def graph_replays(result: ResultTables) -> pd.DataFrame:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "graph_id": pd.Series([], dtype=np.int64),
-            "replays": pd.Series([], dtype=np.int64),
-            "kernels": pd.Series([], dtype=np.int64),
-            "kernels_per_replay": pd.Series([], dtype=np.float64),
-            "total_us": pd.Series([], dtype=np.float64),
-            "share": pd.Series([], dtype=np.float64),
-            "attributed": pd.Series([], dtype=np.float64),
-        }
-    )
+    counts = {"graph_id": np.int64, "replays": np.int64, "kernels": np.int64}
+    return empty_frame(GRAPH_REPLAY_COLUMNS, counts)
