@@ -6,7 +6,10 @@ samples per function, the first one used twice); :func:`mixed_model` builds it u
 seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` conftest fixture);
 :func:`exact_relu` and :func:`erf_gelu` are candidates for its relu and gelu.
 :func:`quickstart_model` is the spec's quickstart model; :func:`cuda_quickstart` and
-:func:`cuda_sdpa_demo` are the GPU tests' workloads of it and of the demo model.
+:func:`cuda_sdpa_demo` are the GPU tests' workloads of it and of the demo model; :func:`cuda_mlp`
+(Linear, GELU, Linear) is the compiled and graphed GPU tests' model and :func:`run_unprofiled` their
+pass outside the profiler. :class:`StackSource` stands for the CUDA source in the graph tests that
+run without a GPU.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch import ModuleFunctionKernelProfiler, schema
 from aitune_dispatch.demo import DemoModel
 from aitune_dispatch.results import ProfileResult
 
@@ -71,6 +74,46 @@ def cuda_quickstart() -> tuple[nn.Module, list]:
 def cuda_sdpa_demo() -> tuple[nn.Module, list]:
     """The demo model (conv stem, attention blocks) on the current CUDA device, one sample of batch 4."""
     return DemoModel().eval().cuda(), [((torch.randn(4, 3, 32, 32, device="cuda"),), {})]
+
+
+def cuda_mlp() -> tuple[nn.Module, list]:
+    """Linear(128, 256), GELU, Linear(256, 64) in eval mode on CUDA, two seeded samples of batch 32."""
+    generator = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 64)).eval().cuda()
+    samples = [((torch.randn(32, 128, generator=generator).cuda(),), {}) for _ in range(2)]
+    return model, samples
+
+
+def run_unprofiled(function, samples) -> None:  # noqa: ANN001
+    """One pass of ``function`` over ``samples`` under ``torch.no_grad()``, then a synchronize."""
+    with torch.no_grad():
+        for args, kwargs in samples:
+            function(*args, **kwargs)
+    torch.cuda.synchronize()
+
+
+class StackSource:
+    """A stand-in for the CUDA source: it keeps the pushed ids on a stack, as CUPTI does."""
+
+    correlation_kind = 5
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+
+    def op_started(self, op_id: int, op: str) -> None:
+        self.stack.append(op_id)
+
+    def op_finished(self, op_id: int) -> None:
+        self.stack.pop()
+
+    def scope_entered(self, context_id: int) -> None:
+        self.stack.append(schema.SCOPE_BASE + context_id)
+
+    def scope_exited(self) -> None:
+        self.stack.pop()
+
+    def correlation_functions(self) -> None:
+        return None  # no C push functions: the tracer pushes through the methods above
 
 
 # -- candidates for Mixed's functions (named in benchmark tables by their __qualname__) -----------------

@@ -15,6 +15,8 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import cuda_mlp as mlp
+from fixture_models import run_unprofiled as run
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, schema
@@ -36,25 +38,10 @@ def fresh_compiler():
     forget_programs()
 
 
-def mlp() -> tuple[nn.Module, list]:
-    """Linear, GELU, Linear: the issue's two-layer MLP."""
-    generator = torch.Generator().manual_seed(0)
-    model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 64)).eval().cuda()
-    samples = [((torch.randn(32, 128, generator=generator).cuda(),), {}) for _ in range(2)]
-    return model, samples
-
-
 def profile_quietly(profiler: ModuleFunctionKernelProfiler, function, samples, **kwargs):  # noqa: ANN001
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Using `torch.compile")  # global hooks also see OptimizedModule
         return profiler.profile(function, samples, **kwargs)
-
-
-def run(function, samples) -> None:  # noqa: ANN001
-    with torch.no_grad():
-        for args, kwargs in samples:
-            function(*args, **kwargs)
-    torch.cuda.synchronize()
 
 
 def check_compiled(result, profiling_df, model: nn.Module, must_have: set[str]) -> None:  # noqa: ANN001

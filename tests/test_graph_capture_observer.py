@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import StackSource
 from torch import nn
 
 from aitune_dispatch import schema
@@ -30,30 +31,6 @@ else:
     MISSING = ""
 
 needs_native = pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
-
-
-class StackSource:
-    """The CUDA source's stand-in: pushed ids on a stack, as CUPTI keeps them."""
-
-    correlation_kind = 5
-
-    def __init__(self) -> None:
-        self.stack: list[int] = []
-
-    def op_started(self, op_id: int, op: str) -> None:
-        self.stack.append(op_id)
-
-    def op_finished(self, op_id: int) -> None:
-        self.stack.pop()
-
-    def scope_entered(self, context_id: int) -> None:
-        self.stack.append(schema.SCOPE_BASE + context_id)
-
-    def scope_exited(self) -> None:
-        self.stack.pop()
-
-    def correlation_functions(self) -> None:
-        return None
 
 
 class FakeGraph:

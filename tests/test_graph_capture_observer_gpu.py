@@ -25,6 +25,8 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from fixture_models import cuda_mlp as mlp
+from fixture_models import run_unprofiled as run
 from torch import nn
 
 import aitune_dispatch
@@ -98,20 +100,6 @@ def check_observed_replays(observed, inside, bare: collections.Counter, graph_at
     assert "captured before profile()" in observed.metadata[schema.META_GRAPH_CAPTURE]
     replays = observed.graph_replays()
     assert len(replays) > 0 and bool((replays["attributed"] == 1.0).all()), replays
-
-
-def run(function, samples) -> None:  # noqa: ANN001
-    with torch.no_grad():
-        for args, kwargs in samples:
-            function(*args, **kwargs)
-    torch.cuda.synchronize()
-
-
-def mlp() -> tuple[nn.Module, list]:
-    generator = torch.Generator().manual_seed(0)
-    model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 64)).eval().cuda()
-    samples = [((torch.randn(32, 128, generator=generator).cuda(),), {}) for _ in range(2)]
-    return model, samples
 
 
 # -- a hand-written capture ------------------------------------------------------------------------

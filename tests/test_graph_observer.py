@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 import pytest
+from fixture_models import StackSource
 
 from aitune_dispatch import schema
 from aitune_dispatch.provenance.graphs import GraphNodeObserver
@@ -84,27 +85,6 @@ def test_a_started_observer_unsubscribes_once():
 
 
 # -- the orchestration, driven without a GPU ---------------------------------------------------------------
-class _StackSource:
-    """A stand-in for the CUDA source: it keeps the pushed ids on a stack, as CUPTI would."""
-
-    correlation_kind = 5
-
-    def __init__(self) -> None:
-        self.stack: list[int] = []
-
-    def op_started(self, op_id: int, op: str) -> None:
-        self.stack.append(op_id)
-
-    def op_finished(self, op_id: int) -> None:
-        self.stack.pop()
-
-    def scope_entered(self, context_id: int) -> None:
-        self.stack.append(schema.SCOPE_BASE + context_id)
-
-    def scope_exited(self) -> None:
-        self.stack.pop()
-
-
 @pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
 def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatch):
     import pyarrow as pa
@@ -115,7 +95,7 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
     from aitune_dispatch.provenance import capture as provenance_capture
     from aitune_dispatch.tracing import ModuleTracker
 
-    source = _StackSource()
+    source = StackSource()
     fake = types.SimpleNamespace(
         graph_observer_start=lambda kind: None,
         graph_observer_stop=lambda: None,
@@ -183,7 +163,7 @@ def test_an_exception_in_a_warm_up_pass_unsubscribes_and_restores_inductor(monke
         raise ValueError("the workload failed")
 
     with pytest.raises(ValueError, match="the workload failed"):
-        with provenance_capture.ProvenanceCapture("cuda", _StackSource(), "python") as capture:
+        with provenance_capture.ProvenanceCapture("cuda", StackSource(), "python") as capture:
             assert debug.set_kernel_post_grad_provenance_tracing is not original  # observed while it runs
             capture.warm_up(failing, 2, model, ())
     assert calls == ["start", "stop"]  # subscribed once, unsubscribed once, nothing taken from a failed pass
