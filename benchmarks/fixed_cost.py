@@ -15,8 +15,9 @@ and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms
 it moves.
 
 A diagnostic follows at R=1: two consecutive passes inside one CUPTI collection (a first pass
-slower than the second is what CUPTI pays once per collection), with our pooled zeroed buffers and
-with fresh buffers CUPTI zeroes on the launching thread (as before the pool). Writes ``fixed_cost.md`` and
+slower than the second is what CUPTI pays once per collection, outside what ``start()`` absorbs),
+with the source's prime (one kernel launched once collection is on, before the timed pass) and
+without it. Writes ``fixed_cost.md`` and
 ``fixed_cost.json`` under ``--out``.
 """
 
@@ -77,12 +78,12 @@ class Passes:
         profiler.release()
         return seconds
 
-    def cupti_only(self, passes: int = 1, cupti_zeroes: bool = False) -> list[float]:
+    def cupti_only(self, passes: int = 1, primed: bool = True) -> list[float]:
         from aitune_dispatch import collection
 
         source = collection.make_cuda_source("native") if DEVICE == "cuda" else collection.CpuOpTimer()
-        if cupti_zeroes and DEVICE == "cuda":  # as before the pool: fresh buffers CUPTI zeroes itself
-            source.sink.pooled_buffers, source.sink.zeroed_buffers = 0, False
+        if not primed and DEVICE == "cuda":  # as before the prime: the pass's own first launch starts CUPTI
+            source.primed = False
         sync(DEVICE)
         source.start()
         try:
@@ -143,8 +144,8 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
             for config in CONFIGS:
                 out[config][repeat] = runs[config]
         one = workload(name, 1, base)
-        for key, zeroes in (("cupti_first_second_s", False), ("cupti_zeroes_first_second_s", True)):
-            pairs = [Passes(one).cupti_only(passes=2, cupti_zeroes=zeroes) for _ in range(passes)]
+        for key, primed in (("cupti_first_second_s", True), ("cupti_unprimed_first_second_s", False)):
+            pairs = [Passes(one).cupti_only(passes=2, primed=primed) for _ in range(passes)]
             out[key] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
     for index, config in enumerate(CONFIGS):
         # round k's bare pass ran just before its configured one: the pairs cancel the machine's drift
@@ -186,7 +187,7 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         "| model | ours, warm-up 0: a ms | b ms | ours, samples off: a ms | b ms | CUPTI only: a ms | b ms "
         "| tracing only: a ms | b ms | CUPTI collection, 1st / 2nd pass ms "
-        "| the same, buffers CUPTI zeroes ms |",
+        "| the same, unprimed start ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -194,7 +195,7 @@ def render(results: list[dict[str, Any]]) -> str:
             continue
         cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in CONFIGS[1:])]
         first, second = r["cupti_first_second_s"]
-        old_first, old_second = r.get("cupti_zeroes_first_second_s", (float("nan"),) * 2)
+        old_first, old_second = r.get("cupti_unprimed_first_second_s", (float("nan"),) * 2)
         lines.append(
             f"| {r['model']} | " + " | ".join(cells) + f" | {_ms(first)} / {_ms(second)} "
             f"| {_ms(old_first)} / {_ms(old_second)} |"

@@ -249,9 +249,9 @@ def test_launch_records_share_the_kernels_host_clock_and_lose_the_canary(fake):
     source = CuptiSource(FakeSink(fake), fake)
     run_pass(source, fake)
     activity = source.activity()
-    assert len(fake.launch_records) == 3  # the two kernels' launches and the canary's
+    assert len(fake.launch_records) == 4  # the prime's, the two kernels' launches and the canary's
     launches, kernels = activity.launches.to_pylist(), activity.kernels.to_pylist()
-    assert [row["correlation_id"] for row in launches] == [k["correlation_id"] for k in kernels] == [101, 102]
+    assert [row["correlation_id"] for row in launches] == [k["correlation_id"] for k in kernels] == [102, 103]
     names = [(row["api"], row["cbid"], row["api_name"]) for row in launches]
     assert names == [("runtime", 211, "cudaLaunchKernel")] * 2  # the enum's cudaLaunchKernel_v7000, suffix dropped
     assert [row["os_thread"] for row in launches] == [LAUNCH_THREAD] * 2
@@ -260,8 +260,31 @@ def test_launch_records_share_the_kernels_host_clock_and_lose_the_canary(fake):
     for launch, kernel in zip(launches, kernels):
         assert launch["end_ns"] - launch["start_ns"] == pytest.approx(LAUNCH_TICKS / TICKS_PER_NS, abs=1)
         assert kernel["start_ns"] - launch["start_ns"] == pytest.approx(LAUNCH_LEAD_TICKS / TICKS_PER_NS, abs=1)
-    raw_start = fake.launch_records[0][1]  # CUPTI ticks ~ 2 x perf_counter_ns: the host value is about half
+    # the first kernel's launch (after the prime's): CUPTI ticks ~ 2 x perf_counter_ns, the host value about half
+    raw_start = fake.launch_records[1][1]
     assert launches[0]["start_ns"] == pytest.approx(raw_start / TICKS_PER_NS, abs=1_000)
+
+
+@pytest.mark.parametrize("primed", [True, False])
+def test_start_primes_collection_with_a_kernel_the_result_never_shows(fake, primed):
+    source = CuptiSource(FakeSink(fake), fake)
+    source.primed = primed
+    source.start()
+    # what start() launched, with collection on, before the pass's first launch: the prime alone
+    assert [r[3] for r in fake.records] == ([cupti_source.PRIME_ID] if primed else [])
+    assert fake.stack == []
+    source.scope_entered(3)
+    source.op_started(0, "aten::addmm")
+    fake.launch(ticks=2_000)
+    source.op_finished(0)
+    source.scope_exited()
+    source.stop()
+    tagged = [r[3] for r in fake.records]
+    assert tagged == [*([cupti_source.PRIME_ID] if primed else []), 0, CANARY_ID]  # the op's id on top
+    activity = source.activity()
+    assert activity.kernels.num_rows == 1 and activity.launches.num_rows == 1
+    assert activity.correlation.column("op_id").to_pylist() == [0]
+    assert activity.kernels.column("correlation_id").to_pylist() == [fake.records[-2][0]]
 
 
 def test_dropped_records_are_a_warning_kept_in_the_result(fake):

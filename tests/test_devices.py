@@ -99,9 +99,9 @@ def test_one_gpu_adds_no_call(gpus):
     run_pass(source, cupti)
     activity = source.activity()
     assert state["allocated"] == []  # no canary besides the current device's
-    assert state["synchronized"] == [(), ()]  # nothing else to wait for, at start or at stop
-    # 3 launches: the op's kernel, the scope's kernel, the current device's canary (dropped)
-    assert len(cupti.records) == 3 and activity.kernels.num_rows == 2
+    assert state["synchronized"] == [(), (), ()]  # nothing else to wait for, at start, after the prime, at stop
+    # 4 launches: the prime, the op's kernel, the scope's kernel, the current device's canary (prime and canary dropped)
+    assert len(cupti.records) == 4 and activity.kernels.num_rows == 2
     assert activity.warnings == ()
 
 
@@ -118,9 +118,9 @@ def test_every_device_in_use_is_synchronized_and_has_a_canary(gpus):
         source.stop()
     activity = source.activity()
     assert state["allocated"] == ["cuda:1"]  # once: at start, reused at stop
-    assert state["synchronized"] == [(1,), (1,)]  # before collecting and after the canaries
-    # 3 launches: the pass's, the canaries of cuda:0 and cuda:1; both canaries are dropped
-    assert cupti.devices == [1, 0, 1] and activity.kernels.to_pydict()["device"] == [1]
+    assert state["synchronized"] == [(1,), (1,), (1,)]  # before collecting, after the primes, after the canaries
+    # 5 launches: the primes of cuda:0 and cuda:1, the pass's, the two canaries; primes and canaries are dropped
+    assert cupti.devices == [0, 1, 1, 0, 1] and activity.kernels.to_pydict()["device"] == [1]
 
 
 def test_a_device_first_used_during_the_pass_gets_its_canary_at_the_end(gpus):
@@ -129,7 +129,7 @@ def test_a_device_first_used_during_the_pass_gets_its_canary_at_the_end(gpus):
     source = CuptiSource(DeviceSink(cupti), cupti)
     run_pass(source, cupti)
     source.activity()
-    assert state["allocated"] == ["cuda:1"] and state["synchronized"] == [(), (1,)]
+    assert state["allocated"] == ["cuda:1"] and state["synchronized"] == [(), (), (1,)]
     assert cupti.devices[-2:] == [0, 1]  # the two canaries, current device first
 
 

@@ -25,6 +25,7 @@ from .decoded import API_DRIVER, API_RUNTIME, DecodedRecords
 
 __all__ = [
     "CANARY_ID",
+    "PRIME_ID",
     "SCOPE_BASE",
     "CuptiSource",
     "HostClock",
@@ -36,6 +37,7 @@ __all__ = [
 MIN_CALIBRATION_NS = 5_000_000
 # beyond both ranges (negative as int64), so it can never collide with them
 CANARY_ID = 2**63 + 1
+PRIME_ID = 2**63 + 2  # the kernel start() launches once collection is on; its records are dropped
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
 _VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cupti's "cudaLaunchKernel_v7000"; Kineto writes "cudaLaunchKernel"
@@ -132,6 +134,9 @@ class CuptiSource:
     """Collects kernel, memcpy and memset activity for one recorded pass."""
 
     name = "cupti"
+    # launch one kernel on each GPU in use once collection is on, outside the timed pass: CUPTI's
+    # first launch after enabling pays what a collection pays once (docs/design.md, "What a pass pays once")
+    primed = True
 
     def __init__(self, sink: RecordSink, cupti: Any | None = None) -> None:
         self._cupti = cupti if cupti is not None else load_cupti()
@@ -203,6 +208,8 @@ class CuptiSource:
                 self._enabled.append(kind)
             self._select_api_records(only_needed=True)
             self._clock_start = self._clock_pair()
+            if self.primed:
+                self._launch_tagged(PRIME_ID)
         except BaseException:
             self.stop()
             raise
@@ -282,7 +289,13 @@ class CuptiSource:
         if self._canary is None:
             return
         self._add_device_canaries(devices.other_devices_in_use())  # devices first used during the pass
-        self._cupti.activity_push_external_correlation_id(self._kind, CANARY_ID)
+        self._launch_tagged(CANARY_ID)
+
+    def _launch_tagged(self, external_id: int) -> None:
+        """``fill_`` on every canary tensor under ``external_id``, then wait for them all."""
+        if self._canary is None:
+            return
+        self._cupti.activity_push_external_correlation_id(self._kind, external_id)
         try:
             self._canary.fill_(1.0)
             for canary in self._device_canaries.values():
@@ -334,7 +347,10 @@ class CuptiSource:
     def _drop_canary(
         self, kernels: pa.Table, correlation: pa.Table, launches: pa.Table
     ) -> tuple[pa.Table, pa.Table, pa.Table]:
-        is_canary = pc.equal(correlation["op_id"], pa.scalar(CANARY_ID - 2**64, pa.int64()))
+        """The tables without our own launches (the canary's and the prime's); RuntimeError where a
+        device's canary never arrived."""
+        ids = correlation["op_id"]
+        is_canary = pc.equal(ids, pa.scalar(CANARY_ID - 2**64, pa.int64()))
         canary_ids = correlation.filter(is_canary)["correlation_id"]
         if len(canary_ids) == 0:
             raise RuntimeError(
@@ -351,9 +367,10 @@ class CuptiSource:
                 "buffers, so that device's kernels are incomplete; another CUPTI client (torch.profiler, "
                 "Nsight, ...) may have taken the callbacks: run them one after the other, never nested"
             )
-        is_canary_launch = pc.is_in(launches["correlation_id"], value_set=canary_ids.combine_chunks())
+        is_ours = pc.or_(is_canary, pc.equal(ids, pa.scalar(PRIME_ID - 2**64, pa.int64())))
+        ours = correlation.filter(is_ours)["correlation_id"].combine_chunks()
         return (
-            kernels.filter(pc.invert(is_canary_kernel)),
-            correlation.filter(pc.invert(is_canary)),
-            launches.filter(pc.invert(is_canary_launch)),
+            kernels.filter(pc.invert(pc.is_in(kernels["correlation_id"], value_set=ours))),
+            correlation.filter(pc.invert(is_ours)),
+            launches.filter(pc.invert(pc.is_in(launches["correlation_id"], value_set=ours))),
         )
