@@ -145,3 +145,24 @@ def test_functions_to_patch_names_a_users_wrapper_once(monkeypatch):
     assert [function for name, function in pairs if name == "gelu"] == [wrapper]
     monkeypatch.undo()
     assert dict(ModuleFunctionKernelProfiler.get_functions_to_patch())["gelu"] is F.gelu
+
+
+@pytest.mark.single_backend
+def test_the_registry_is_rebuilt_only_when_the_namespace_changed(monkeypatch):
+    from aitune_dispatch.tracing.functional import functional_registry, refresh_functionals
+
+    refresh_functionals()
+    built = functional_registry()
+    refresh_functionals()
+    assert functional_registry() is built  # nothing rebound: the registry of the last read stands
+
+    def gelu(*a, **k):  # noqa: ANN002, ANN003, ANN202 - a replacement that hands itself over, as F's do
+        return torch.overrides.handle_torch_function(gelu, (), *a, **k)
+
+    monkeypatch.setattr(F, "gelu", gelu)
+    refresh_functionals()
+    rebuilt = functional_registry()
+    assert rebuilt is not built and rebuilt.get(gelu) == "gelu"
+    monkeypatch.undo()
+    refresh_functionals()
+    assert functional_registry().get(F.gelu) == "gelu"

@@ -6,6 +6,7 @@ functional calls")."""
 from __future__ import annotations
 
 import functools
+import operator
 import types
 from collections.abc import Callable
 from typing import Any
@@ -162,13 +163,27 @@ def rearmed_copy(func: Callable[..., Any]) -> types.FunctionType | None:
     return None
 
 
+# what torch.nn.functional held when the registry was last built (kept alive, so compared by identity)
+_namespace_read: list[tuple[tuple[str, ...], tuple[Any, ...]]] = []
+
+
 def refresh_functionals() -> None:
     """Re-read ``torch.nn.functional`` before a pass, so replacements made between passes are what the
-    copies call (``docs/design.md``, "Nested functional calls")."""
-    before = functional_registry()
-    functional_registry.cache_clear()
-    if functional_registry().keys() != before.keys():
-        rearmed_copy.cache_clear()  # whether a functional reaches another may have changed
+    copies call (``docs/design.md``, "Nested functional calls"); the registry is rebuilt only where a
+    name of the namespace is bound to another object than when it was built."""
+    namespace = vars(F)
+    names, values = tuple(namespace), tuple(namespace.values())
+    if _namespace_read:
+        read_names, read_values = _namespace_read[0]
+        unchanged = names == read_names and all(map(operator.is_, values, read_values))
+    else:
+        unchanged = False
+    if not unchanged:
+        before = functional_registry()
+        functional_registry.cache_clear()
+        if functional_registry().keys() != before.keys():
+            rearmed_copy.cache_clear()  # whether a functional reaches another may have changed
+        _namespace_read[:] = [(names, values)]
     _rearm_copies.refresh()
 
 
