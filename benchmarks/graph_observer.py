@@ -8,11 +8,13 @@ graph on its first call (two warm-up iterations on a side stream, the capture, o
 replays the graph on every call. Everything runs under ``torch.no_grad()``.
 
 Capture: a fresh ``Graphed`` is built each time and called once, bare or inside
-``with aitune_dispatch.observe_graph_captures(graphed):`` (the observer's construction, start and
-stop included in the time), between ``torch.cuda.synchronize()`` calls. After one unmeasured capture
-of each, ``--passes`` rounds each time a bare capture and then an observed one, so that each
-observed capture has a bare one just before it (pairs: the lent machine's drift between rounds
-cancels in the per-pair ratio).
+``with aitune_dispatch.observe_graph_captures(graphed):`` (timed inside the started observer: what a
+capture pays while one observer watches many), between ``torch.cuda.synchronize()`` calls; the
+observer's construction, start and stop around no capture are timed on their own (set-up), and the
+observer's own ``seconds`` of each observed capture are kept (its work before ``capture_begin`` and
+after ``capture_end``). After one unmeasured capture of each, ``--passes`` rounds each
+time a bare capture and then an observed one, so that each observed capture has a bare one just
+before it (pairs: the lent machine's drift between rounds cancels in the per-pair ratio).
 
 Replay: one graph captured under the observer is kept; a replay pass calls the ``Graphed`` module on
 each of R=20 copies of the input. A bare pass is timed as above; a recorded pass is
@@ -101,8 +103,12 @@ def _ratios(bare: Sequence[float], ours: Sequence[float]) -> dict[str, float]:
 
 
 def capture_cost(model: nn.Module, example: torch.Tensor, passes: int) -> dict[str, Any]:
-    """Seconds of a fresh capture (a new Graphed's first call), bare and observed, paired by round."""
+    """Seconds of a fresh capture (a new Graphed's first call): bare, and inside an observer already
+    started; the observer's construction, start and stop around no capture; paired by round."""
+    from aitune_dispatch import observe_graph_captures
+
     observers: list[dict[str, Any]] = []
+    steps: dict[str, list[float]] = {"begin": [], "end": []}
 
     def bare() -> float:
         gc.collect()  # the last capture's graph and memory pool are freed before this one
@@ -112,19 +118,38 @@ def capture_cost(model: nn.Module, example: torch.Tensor, passes: int) -> dict[s
     def observed() -> float:
         gc.collect()
         graphed = zoo.Graphed(model, example)
-        holder: list[Any] = []
-        seconds = timed(lambda: holder.append(_observed(graphed, example)))
-        observers.append(_observer_state(holder[0]))
+        with observe_graph_captures(graphed) as observer:
+            seconds = timed(lambda: graphed(example))
+        observers.append(_observer_state(observer))
+        for step, value in observer.seconds.items():
+            steps[step].append(value)
         return seconds  # the graph, and with it its observation, is freed on return
+
+    def set_up() -> float:
+        graphed = zoo.Graphed(model, example)
+        return timed(lambda: observe_graph_captures(graphed).start().stop())
 
     bare()  # the first of each is not measured (allocator pools, CUPTI's and the tracer's start-up)
     observed()
+    set_up()
     bare_s: list[float] = []
     observed_s: list[float] = []
+    set_up_s: list[float] = []
+    for step in steps.values():
+        step.clear()  # the unmeasured capture's
     for _ in range(passes):
         bare_s.append(bare())
         observed_s.append(observed())
-    return {"bare_s": bare_s, "observed_s": observed_s, "observers": observers, **_ratios(bare_s, observed_s)}
+        set_up_s.append(set_up())
+    return {
+        "bare_s": bare_s,
+        "observed_s": observed_s,
+        "set_up_s": set_up_s,
+        "set_up_median_s": statistics.median(set_up_s),
+        "steps_median_s": {step: statistics.median(v) for step, v in steps.items()},
+        "observers": observers,
+        **_ratios(bare_s, observed_s),
+    }
 
 
 def _attribution(result: Any) -> dict[str, Any]:
@@ -234,15 +259,20 @@ def render(results: list[dict[str, Any]]) -> str:
     lines = [
         "## CUDA graphs captured before profile()",
         "",
-        "| model | bare capture ms | observed capture ms | ratio (range) |",
-        "|---|---|---|---|",
+        "| model | bare capture ms | observed capture ms | ratio (range) | observer set-up, no capture ms "
+        "| of the observed capture: observer's begin, end ms |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") == "skipped":
-            lines.append(f"| {r['model']} | – | – | – |")
+            lines.append(f"| {r['model']} | – | – | – | – | – |")
             continue
         c = r["capture"]
-        lines.append(f"| {r['model']} | {_ms(c['bare_median_s'])} | {_ms(c['ours_median_s'])} | {_ratio(c)} |")
+        steps = c["steps_median_s"]
+        lines.append(
+            f"| {r['model']} | {_ms(c['bare_median_s'])} | {_ms(c['ours_median_s'])} | {_ratio(c)} "
+            f"| {_ms(c['set_up_median_s'])} | {_ms(steps['begin'])}, {_ms(steps['end'])} |"
+        )
     lines += [
         "",
         "| model | bare replay pass ms | recorded replay pass ms | ratio (range) "
@@ -272,9 +302,12 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         f"Each model is wrapped in `zoo.Graphed` (CUDA graph captured on its first call). Capture: a new `Graphed` "
         "called once (two warm-up iterations on a side stream, the capture, one replay), bare or inside "
-        "`with observe_graph_captures(graphed):` (the observer's construction, start and stop included), between "
+        "`with observe_graph_captures(graphed):` (timed from inside the started observer), between "
         "`torch.cuda.synchronize()` calls; medians over the rounds, each observed capture paired with a bare one "
-        "just before it (the range: of the per-pair ratios), after one unmeasured capture of each. Replay: a pass "
+        "just before it (the range: of the per-pair ratios), after one unmeasured capture of each. Set-up: an "
+        "observer built, started and stopped around no capture. The steps: the observer's own `seconds` of the "
+        "observed capture (before `capture_begin`: tracker, subscription, tracing installed; after `capture_end`: "
+        "tracing removed, trace and nodes kept). Replay: a pass "
         f"is R={REPLAYS} calls of the `Graphed` module (one replay each), bare or recorded (`profile_result(graphed, "
         "samples, warmup_iterations=1)`'s `seconds_pass`), paired the same way. Attributed: the fraction of the "
         "replayed kernel time `graph_replays()` says was attributed from the capture (its `attributed`, weighted "

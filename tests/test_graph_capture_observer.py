@@ -167,6 +167,22 @@ def test_nothing_is_traced_outside_captures(fake_capture):
 
 
 @needs_native
+def test_the_observer_times_its_own_work_around_each_capture(fake_capture):
+    source = StackSource()
+    outer = Outer(source)
+    observer = graph_observer.GraphCaptureObserver(outer, "python", False, source)
+    assert observer.seconds == {"begin": 0.0, "end": 0.0}
+    with torch.no_grad(), observer:
+        outer(torch.randn(2, 4))
+        after_one = dict(observer.seconds)
+        outer(torch.randn(2, 4))
+    assert observer.captured == 2
+    # both steps ran and were timed, and a second capture adds to the sums
+    assert after_one["begin"] > 0 and after_one["end"] > 0
+    assert observer.seconds["begin"] > after_one["begin"] and observer.seconds["end"] > after_one["end"]
+
+
+@needs_native
 def test_replays_of_an_observed_capture_are_attributed_by_a_later_profile(fake_capture):
     source = StackSource()
     outer = Outer(source)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -208,6 +209,10 @@ class GraphCaptureObserver:
         Captures seen and left alone.
     unavailable:
         Why a capture could not be observed (CUPTI's callbacks held by another tool), or None.
+    seconds:
+        Seconds the observer's own work added to the captures so far: ``"begin"`` (before
+        ``capture_begin``: module tracker, CUPTI subscription, tracing installed) and ``"end"``
+        (after ``capture_end``: tracing removed, the trace and nodes kept), summed over captures.
     """
 
     def __init__(self, root: nn.Module, backend: str, all_functions: bool, target: Any) -> None:
@@ -219,6 +224,7 @@ class GraphCaptureObserver:
         self.unavailable: str | None = None  # why a capture could not be observed, in words
         self.captured = 0  # captures observed
         self.skipped = 0  # captures begun inside profile() or inside another capture: not ours
+        self.seconds = {"begin": 0.0, "end": 0.0}  # our own work around the captures, summed
         self._patched: list[tuple[str, Any]] = []
         self._capture: _Capture | None = None
         self._inductor: InductorProvenance | None = None
@@ -337,9 +343,11 @@ class GraphCaptureObserver:
             if _profiling[0] or observer._capture is not None:
                 observer.skipped += 1
                 return original(graph, *args, **kwargs)
+            started = time.perf_counter()
             capture = _Capture(observer, graph)
             with calls_unseen():
                 began = capture.begin(observer)
+            observer.seconds["begin"] += time.perf_counter() - started
             if began:
                 observer._capture = capture
             try:
@@ -372,6 +380,14 @@ class GraphCaptureObserver:
         capture, self._capture = self._capture, None
         if capture is None:
             return
+        started = time.perf_counter()
+        try:
+            self._keep(capture, keep)
+        finally:
+            self.seconds["end"] += time.perf_counter() - started
+
+    def _keep(self, capture: _Capture, keep: bool) -> None:
+        """Close ``capture`` and, where it ended well and created nodes, keep its observation."""
         with calls_unseen():
             trace = capture.close()
             nodes = capture.nodes.take()
