@@ -201,7 +201,8 @@ def post_process(
     clock.tell("decode", 0)
     trace = session.tables()
     provenance.recorded(trace)  # the graph nodes the recorded pass created, with its trace
-    trace_messages = trace_warnings(trace, modules, called=called)
+    hooks_compiled = provenance.hooks_compiled(modules)  # no forward seen is then no mistake
+    trace_messages = trace_warnings(trace, modules, called=called, hooks_compiled=hooks_compiled)
     for message in trace_messages:
         warnings.warn(message, RuntimeWarning, stacklevel=6)  # profile()'s caller
     modules_table = session.modules_table()

@@ -385,25 +385,28 @@ def compare_model(name: str, device: str, size: str = "bench", repeat: int = 1, 
     started = time.perf_counter()
     try:
         work = build(name, device, repeat, size=size)
-        model, samples = work.model, work.samples
     except ModelUnavailable as error:
         return {"model": name, "status": "skipped", "reason": str(error)}
+    model = work.model
+    # a pipeline (llama_generate) is its function called once with the model as the hierarchy
+    function, samples = (work.function, None) if work.function is not None else (model, work.samples)
     ours = ModuleFunctionKernelProfiler(device=device)
-    ours.profile(model, samples, warmup_iterations=warmup)  # start-up; the second call is the one compared
-    result = ours.profile_result(model, samples, warmup_iterations=warmup)
+    ours.profile(function, samples, module=model, warmup_iterations=warmup)  # start-up; the second is compared
+    result = ours.profile_result(function, samples, module=model, warmup_iterations=warmup)
     ours_df, activity = result.profiling_df(), result.to_pandas()
     baseline = ReferenceBaseline(device=device, collect_links=True)
-    base_df, _ = baseline.profile(model, samples, warmup_iterations=warmup)
+    base_df, _ = baseline.profile(function, samples, module=model, warmup_iterations=warmup)
     report = _checks(ours_df, activity, base_df, baseline.links, device)
     report["fidelity_torch_profiler"] = fidelity(
-        activity["kernel"], bare_kernel_names(model, samples, device)
+        activity["kernel"], bare_kernel_names(function, samples, device)
     ).to_dict()
     if device == "cuda":
-        report["fidelity_cupti"] = _bare_cupti_fidelity(model, samples, activity)
+        one_pass = samples if samples is not None else [((), {})]
+        report["fidelity_cupti"] = _bare_cupti_fidelity(function, one_pass, activity)
     report.update(
         model=name,
         status="ok",
-        samples=len(samples),
+        samples=1 if samples is None else len(samples),
         ours_kernels=int(len(activity)),
         baseline_kernels=baseline.kernels_seen,
         coverage=result.coverage,

@@ -79,6 +79,17 @@ def summary(result: Any) -> dict[str, Any]:
         "modules": sorted(set(replayed["module_name"].dropna())),
         "linear_modules": sorted(set(linear["module_name"].dropna())),
         "graph_capture": result.metadata.get(schema.META_GRAPH_CAPTURE),
+        "inductor": result.metadata.get(schema.META_INDUCTOR),
+        "by_attribution": [  # for reading a failure: where each kind of replayed kernel went
+            [*key, count]
+            for key, count in sorted(
+                collections.Counter(
+                    zip(replayed["attribution"], replayed["module_name"].astype(object).where(
+                        replayed["module_name"].notna(), None), replayed["kernel"].str.slice(0, 48))
+                ).items(),
+                key=repr,
+            )
+        ],
         "warnings": list(result.warnings),
     }
 

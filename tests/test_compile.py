@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler
+from aitune_dispatch import ModuleFunctionKernelProfiler, schema
 
 
 def test_compiled_model_runs_compiled_and_is_attributed_to_its_root():
@@ -74,7 +74,6 @@ def test_inductor_kernels_are_attributed_to_submodule_functional_and_op(tracing_
     """On CPU, Inductor's extern calls (``extern_kernels.addmm``) are the compiled kernels the CPU source sees."""
     from torch._dynamo.utils import counters
 
-    from aitune_dispatch import schema
 
     torch._dynamo.reset()
     counters.clear()
@@ -170,7 +169,6 @@ def test_inductor_hooks_and_caches_are_restored_also_on_exceptions(tracing_backe
 def test_a_torch_without_the_provenance_hook_keeps_kernels_on_the_compiled_module(tracing_backend, monkeypatch):
     import torch._inductor.debug as debug
 
-    from aitune_dispatch import schema
 
     monkeypatch.delattr(debug, "set_kernel_post_grad_provenance_tracing")
     torch._dynamo.reset()
@@ -213,6 +211,41 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
         profiling_df, _ = profiler.profile(model, [((x,), {})], warmup_iterations=1)
     assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
     assert not [w for w in caught if "never ran" in str(w.message)]
+
+
+@pytest.mark.parametrize("compiled", ["__call__", "forward"])
+def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing_backend, compiled):
+    """HF's ``generate()`` compiles ``model.__call__`` for its decoding step: the module's hooks run
+    compiled (no forward of it is seen), as with ``model.compile()``."""
+    import torch.nn.functional as F
+
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(16, 32)
+            self.fc2 = nn.Linear(32, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = MLP().eval()
+    x = torch.randn(4, 16)
+    call = torch.compile(getattr(model, compiled))
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiling_df, _ = profiler.profile(lambda: call(x), None, module=model, warmup_iterations=1)
+    if compiled == "__call__":  # the hooks are compiled: only the compiled graph's sources name the modules
+        assert profiler.last_result.module_calls.num_rows == 0
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
+    assert set(profiler.last_result.activity.column("attribution").to_pylist()) == {schema.ATTRIBUTION_INDUCTOR}
+    assert not [w for w in caught if "never ran" in str(w.message)]
+    with torch.no_grad():
+        assert torch.allclose(call(x), model(x), atol=1e-5)  # a fused CPU gelu differs in the last bits
 
 
 def test_the_native_mode_probe_leaves_dynamos_counters_as_they_were():
@@ -293,7 +326,6 @@ class _MLP(nn.Sequential):
 
 
 def _compiled_rows(profiling_df, result):  # noqa: ANN001
-    from aitune_dispatch import schema
 
     attributed = result.attributed().to_pydict()
     assert set(attributed["attribution"]) == {schema.ATTRIBUTION_INDUCTOR}, result.metadata
@@ -308,7 +340,6 @@ def test_every_instance_of_a_compiled_architecture_is_attributed(tracing_backend
 
     from torch._dynamo.utils import counters
 
-    from aitune_dispatch import schema
     from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
@@ -494,3 +525,41 @@ def test_the_wrappers_a_pipeline_can_reach_are_found_without_running_its_code():
     # a wrapper inside the hierarchy is one of its modules, not a stand-in
     assert reachable_wrappers(closure, nn.Sequential(part)) == ()
     _GLOBAL_WRAPPERS.clear()
+
+
+def test_a_decorated_forward_compiled_through_its_modules_call_is_attributed_below_it(tracing_backend):
+    """HF decorates forwards (``can_return_tuple``): Dynamo compiles the decorator's frame, not the forward's."""
+    import functools
+
+    import torch.nn.functional as F
+
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    def returns_tuple(forward):  # noqa: ANN001, ANN202 - a decorator as HF writes them
+        @functools.wraps(forward)
+        def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            return forward(self, *args, **kwargs)
+
+        return wrapper
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(16, 32)
+            self.fc2 = nn.Linear(32, 8)
+
+        @returns_tuple
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(F.gelu(self.fc1(x)))
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = MLP().eval()
+    x = torch.randn(4, 16)
+    call = torch.compile(model.__call__)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiling_df, _ = profiler.profile(lambda: call(x), None, module=model, warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
+    assert not [w for w in caught if "never ran" in str(w.message)]

@@ -9,8 +9,8 @@ saying in metadata and warnings what could not be attributed and why (``docs/des
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Iterable
+from types import CodeType, TracebackType
 from typing import Any
 
 import numpy as np
@@ -120,6 +120,46 @@ def _shared_graphs(
     return {own: names for own, names in shared.items() if names}
 
 
+def _module_call_codes(modules: Iterable[nn.Module]) -> set[CodeType]:
+    """The code of ``nn.Module``'s call itself and of the forwards of those ``modules`` no ``torch.compile``
+    wrapper among them stands for (a forward assigned on an instance included): the frames Dynamo
+    compiles when a module's call is compiled without a wrapper."""
+    modules = list(modules)
+    wrapped = {id(m._orig_mod) for m in modules if hasattr(m, "_orig_mod")}  # their wrappers' hooks run eagerly
+    functions: list[Any] = [getattr(nn.Module, name, None) for name in ("_wrapped_call_impl", "_call_impl")]
+    for module in modules:
+        if id(module) in wrapped or hasattr(module, "_orig_mod"):
+            continue
+        functions.append(getattr(type(module), "forward", None))
+        functions.append(module.__dict__.get("forward"))
+    codes = set()
+    for function in functions:
+        depth = 0
+        while function is not None and depth < 8:  # a decorated forward (HF's): every code of its __wrapped__ chain
+            code = getattr(function, "__code__", None)
+            if isinstance(code, CodeType):
+                codes.add(code)
+            function, depth = getattr(function, "__wrapped__", None), depth + 1
+    return codes
+
+
+def compiles_module_calls(programs: Iterable[Program], modules: Iterable[nn.Module]) -> bool:
+    """Whether one of ``programs`` was compiled from the call or forward of one of ``modules`` (the
+    hierarchy and the wrappers standing for its modules) that no ``torch.compile`` wrapper stands for
+    (``torch.compile(module.__call__)``, as HF's ``generate()`` compiles its decoding step). That
+    module's hooks then run compiled (Dynamo skips ``nn.Module``'s call and traces the hooks as
+    no-ops), so its launches run outside any traced module."""
+    programs = list(programs)
+    if not programs:
+        return False
+    codes = _module_call_codes(modules)
+    for program in programs:
+        frame = program.frame() if program.frame is not None else None
+        if frame is not None and frame in codes:
+            return True
+    return False
+
+
 def _replayed_observations(activity: pa.Table) -> list[Observation]:
     """The live observations (graphs captured before profile()) some of whose nodes the activity replayed."""
     in_graph = activity.filter(pc.not_equal(activity["graph_id"], schema.NOT_IN_GRAPH)) if activity.num_rows else None
@@ -198,6 +238,11 @@ class ProvenanceCapture:
                 run()
         self._keep_captures(tracer.tables(), capture=0)
 
+    def hooks_compiled(self, tracker: ModuleTracker) -> bool:
+        """Whether a graph compiled in this ``profile()`` is the call of a module of ``tracker``, hooks
+        included (:func:`compiles_module_calls`): no forward of it is seen, and that is no mistake."""
+        return compiles_module_calls(self._inductor.programs(), [m for m, _ in tracker.module_ids()])
+
     def recorded(self, trace: TraceTables) -> None:
         """The recorded pass has ended: keep the graph nodes it created, with its trace."""
         self._keep_captures(trace, capture=1)
@@ -221,8 +266,11 @@ class ProvenanceCapture:
         observed_compiled = any(o.compiled for o in replayed)
         earlier = remembered_programs() if self._compiled or compiled or observed_compiled else []
         sites, site_sources = site_tables(current, earlier, hierarchy)
-        # a module compiled in place (model.compile()) runs its hooks compiled: its launches have no module
-        in_place = any(getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules)
+        # a module compiled in place (model.compile(), torch.compile(model.__call__)) runs its hooks
+        # compiled: its launches have no module
+        in_place = any(
+            getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules
+        ) or compiles_module_calls([*current, *earlier], [m for m, _ in tracker.module_ids()])
         ids = {id(module): module_id for module, module_id in tracker.module_ids()}
         traced = list(self._captures)
         # graphs captured before profile() under aitune_dispatch.observe_graph_captures: captures 2, 3, ...

@@ -46,9 +46,10 @@ def thread_warnings(trace: TraceTables) -> list[str]:
     return messages
 
 
-def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
+def never_ran_warning(trace: TraceTables, tracker: ModuleTracker, hooks_compiled: bool = False) -> list[str]:
     """A message when no module of the hierarchy ran on any thread (:func:`thread_warnings` covers
-    skipped threads), saying what to pass where a live compile wrapper was unreachable."""
+    skipped threads), saying what to pass where a live compile wrapper was unreachable; none where
+    ``hooks_compiled`` (a module's call ran compiled, hooks and all: no forward can be seen)."""
     if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
@@ -67,6 +68,8 @@ def never_ran_warning(trace: TraceTables, tracker: ModuleTracker) -> list[str]:
             "module= the wrapper (compiled = torch.compile(model); module=compiled), or profile the "
             "wrapper itself"
         ]
+    if hooks_compiled:
+        return []  # its call ran compiled, hooks and all (torch.compile(model.__call__)): no forward is seen
     return [
         f"module {root} (module=) never ran during the recorded pass: no forward of it or of its "
         "submodules was seen, so profiling_df is empty; pass module= the nn.Module that the profiled "
@@ -96,7 +99,10 @@ def scripted_warning(tracker: ModuleTracker) -> list[str]:
     ]
 
 
-def trace_warnings(trace: TraceTables, tracker: ModuleTracker, *, called: bool = True) -> list[str]:
-    """Every message for one finished pass, in a stable order; ``called`` False for empty ``data``."""
-    never_ran = never_ran_warning(trace, tracker) if called else []
+def trace_warnings(
+    trace: TraceTables, tracker: ModuleTracker, *, called: bool = True, hooks_compiled: bool = False
+) -> list[str]:
+    """Every message for one finished pass, in a stable order; ``called`` False for empty ``data``;
+    ``hooks_compiled`` as :func:`never_ran_warning` takes it."""
+    never_ran = never_ran_warning(trace, tracker, hooks_compiled) if called else []
     return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran]
