@@ -248,6 +248,102 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing
         assert torch.allclose(call(x), model(x), atol=1e-5)  # a fused CPU gelu differs in the last bits
 
 
+class _UserMLP(nn.Module):
+    """Linear, ReLU, Linear with a forward of its own (Dynamo starts a frame at a user's forward, not at
+    ``nn.Sequential``'s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def _profiled_rows(profiler: ModuleFunctionKernelProfiler, function, model: nn.Module):  # noqa: ANN001, ANN202
+    """``(module_name, function_name, attribution)`` of the ``aten::addmm`` rows of one recorded pass (the CPU
+    source's kernels are ops), and the pass's warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiler.profile(function, None, module=model, warmup_iterations=1)
+    rows = profiler.last_result.activity.select(["module_name", "function_name", "attribution", "op"]).to_pylist()
+    messages = [str(w.message) for w in caught if "Using `torch.compile" not in str(w.message)]
+    addmm = [(r["module_name"], r["function_name"], r["attribution"]) for r in rows if r["op"] == "aten::addmm"]
+    return addmm, messages
+
+
+def test_a_module_call_compiled_without_a_wrapper_is_attributed_in_later_profiles_too(tracing_backend):
+    """HF's generate() keeps ``torch.compile(model.__call__)`` and reuses it: a later ``profile()`` compiles
+    nothing, and the graph remembered from the first attributes it."""
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = _UserMLP().eval()
+    model.compiled_call = torch.compile(model.__call__)  # kept on the model, as HF keeps _compiled_call
+    x = torch.randn(2, 8)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    expected = [("fc1", "linear", schema.ATTRIBUTION_INDUCTOR), ("fc2", "linear", schema.ATTRIBUTION_INDUCTOR)]
+    for _ in range(2):
+        rows, messages = _profiled_rows(profiler, lambda: model.compiled_call(x), model)
+        assert rows == expected and not [m for m in messages if "never ran" in m], (rows, messages)
+
+
+def test_a_compiled_call_of_another_instance_is_not_attributed_to_the_profiled_one(tracing_backend):
+    """The forward's code is the class's: a graph compiled for another instance, outside the hierarchy,
+    says nothing about the profiled one, whose launches and those outside any module keep their modules."""
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    model, other = _UserMLP().eval(), _UserMLP().eval()
+    other_call = torch.compile(other.__call__)
+    x, weight, bias = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+
+    def run() -> None:
+        model(x)
+        torch.addmm(bias, x, weight)  # an eager op outside any module
+        other_call(x)
+
+    rows, _ = _profiled_rows(ModuleFunctionKernelProfiler(device="cpu"), run, model)
+    trace = schema.ATTRIBUTION_TRACE
+    assert rows[:2] == [("fc1", "linear", trace), ("fc2", "linear", trace)]
+    assert rows[2:] == [(None, None, trace)] * 3, rows  # the outside addmm and the other instance's two
+
+
+def test_a_wrapped_child_beside_an_eager_twin_keeps_each_kernel_on_its_own_module(tracing_backend):
+    """``a`` is compiled through its wrapper, ``b`` is its eager twin (one forward code): ``a``'s wrapper
+    runs its hooks eagerly, so nothing is outside a module and nothing may move."""
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    class Twins(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.compile(_UserMLP().eval()), _UserMLP().eval()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch._dynamo.reset()
+    forget_programs()
+    twins = Twins().eval()
+    x, weight, bias = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+
+    def run() -> None:
+        twins(x)
+        torch.addmm(bias, x, weight)  # outside any module
+
+    rows, _ = _profiled_rows(ModuleFunctionKernelProfiler(device="cpu"), run, twins)
+    inductor, trace = schema.ATTRIBUTION_INDUCTOR, schema.ATTRIBUTION_TRACE
+    assert rows == [
+        ("a._orig_mod.fc1", "linear", inductor),
+        ("a._orig_mod.fc2", "linear", inductor),
+        ("b.fc1", "linear", trace),
+        ("b.fc2", "linear", trace),
+        (None, None, trace),
+    ], rows
+
+
 def test_the_native_mode_probe_leaves_dynamos_counters_as_they_were():
     from torch._dynamo.utils import counters
 

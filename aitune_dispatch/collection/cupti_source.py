@@ -303,7 +303,7 @@ class CuptiSource:
         finally:
             self._cupti.activity_pop_external_correlation_id(self._kind)
         torch.cuda.synchronize()
-        devices.synchronize(self._device_canaries)  # every kernel of the pass is complete, on every GPU
+        devices.synchronize(self._device_canaries)  # every kernel launched so far is complete, on every GPU
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)

@@ -22,7 +22,7 @@ from .. import schema
 from ..collection.cupti_source import torch_profiler_active
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from ..tracing.unseen import calls_unseen
-from ..tracing.wrappers import reachable_wrappers
+from ..tracing.wrappers import reachable_wrappers, reaches_compiled_calls
 from .attribution import Attribution, attribute, captured_nodes
 from .graphs import GraphNodeObserver, loaded_decoder
 from .inductor import (
@@ -84,11 +84,13 @@ def stand_ins(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
 
 def uses_compile(function: Any, root: nn.Module) -> bool:
     """Whether ``function`` is compiled, the hierarchy holds a compiled module (``torch.compile`` of a child),
-    or ``function`` is a pipeline that may call a compiled wrapper of the hierarchy (:func:`stand_ins`)."""
+    ``function`` is a pipeline that may call a compiled wrapper of the hierarchy (:func:`stand_ins`), or a
+    compiled call of one of its modules is within reach (``torch.compile(model.__call__)``)."""
     return (
         _is_compiled(function)
         or any(_is_compiled(module) for module in root.modules())
         or any(_is_compiled(wrapper) for wrapper in stand_ins(function, root))
+        or reaches_compiled_calls(function, root)  # torch.compile(model.__call__), kept by HF's generate()
     )
 
 
@@ -120,42 +122,40 @@ def _shared_graphs(
     return {own: names for own, names in shared.items() if names}
 
 
-def _module_call_codes(modules: Iterable[nn.Module]) -> set[CodeType]:
-    """The code of ``nn.Module``'s call itself and of the forwards of those ``modules`` no ``torch.compile``
-    wrapper among them stands for (a forward assigned on an instance included): the frames Dynamo
-    compiles when a module's call is compiled without a wrapper."""
-    modules = list(modules)
-    wrapped = {id(m._orig_mod) for m in modules if hasattr(m, "_orig_mod")}  # their wrappers' hooks run eagerly
-    functions: list[Any] = [getattr(nn.Module, name, None) for name in ("_wrapped_call_impl", "_call_impl")]
-    for module in modules:
-        if id(module) in wrapped or hasattr(module, "_orig_mod"):
-            continue
-        functions.append(getattr(type(module), "forward", None))
-        functions.append(module.__dict__.get("forward"))
-    codes = set()
-    for function in functions:
-        depth = 0
-        while function is not None and depth < 8:  # a decorated forward (HF's): every code of its __wrapped__ chain
+def _forward_codes(module: nn.Module) -> list[CodeType]:
+    """The code of ``module``'s forward (one assigned on the instance included) and of every function of
+    its ``__wrapped__`` chain: a decorated forward's frame is its decorator's (HF's ``can_return_tuple``)."""
+    codes = []
+    for function in (module.__dict__.get("forward"), getattr(type(module), "forward", None)):
+        for _ in range(8):
+            if function is None:
+                break
             code = getattr(function, "__code__", None)
             if isinstance(code, CodeType):
-                codes.add(code)
-            function, depth = getattr(function, "__wrapped__", None), depth + 1
+                codes.append(code)
+            function = getattr(function, "__wrapped__", None)
     return codes
 
 
-def compiles_module_calls(programs: Iterable[Program], modules: Iterable[nn.Module]) -> bool:
-    """Whether one of ``programs`` was compiled from the call or forward of one of ``modules`` (the
-    hierarchy and the wrappers standing for its modules) that no ``torch.compile`` wrapper stands for
-    (``torch.compile(module.__call__)``, as HF's ``generate()`` compiles its decoding step). That
-    module's hooks then run compiled (Dynamo skips ``nn.Module``'s call and traces the hooks as
-    no-ops), so its launches run outside any traced module."""
-    programs = list(programs)
-    if not programs:
-        return False
-    codes = _module_call_codes(modules)
-    for program in programs:
+def compiles_module_calls(
+    tracker: ModuleTracker, hierarchy: Hierarchy, current: Iterable[Program], earlier: Iterable[Program] = ()
+) -> bool:
+    """Whether one of the programs was compiled from the forward of a module of ``tracker``'s hierarchy, that
+    very object, that no ``torch.compile`` wrapper stands for (``torch.compile(module.__call__)``, as HF's
+    ``generate()`` compiles its decoding step). Dynamo then starts the frame at the forward and traces the
+    module's hooks as no-ops, so its launches run outside any traced module. ``earlier``: remembered
+    programs, matched through the module objects they keep."""
+    wrapped = {id(m._orig_mod) for m, _ in tracker.module_ids() if hasattr(m, "_orig_mod")}  # their hooks run
+    programs = [(p, None) for p in current] + [(p, p.bound) for p in earlier if p.bound]
+    for program, bound in programs:
         frame = program.frame() if program.frame is not None else None
-        if frame is not None and frame in codes:
+        own = hierarchy.compiled_for(program, bound) if frame is not None else None
+        if own is None:
+            continue  # compiled for a module outside the hierarchy, or unknown: another instance's launches
+        module = tracker.modules[own]
+        if id(module) in wrapped or hasattr(module, "_orig_mod"):
+            continue
+        if any(code is frame for code in _forward_codes(module)):
             return True
     return False
 
@@ -239,9 +239,12 @@ class ProvenanceCapture:
         self._keep_captures(tracer.tables(), capture=0)
 
     def hooks_compiled(self, tracker: ModuleTracker) -> bool:
-        """Whether a graph compiled in this ``profile()`` is the call of a module of ``tracker``, hooks
-        included (:func:`compiles_module_calls`): no forward of it is seen, and that is no mistake."""
-        return compiles_module_calls(self._inductor.programs(), [m for m, _ in tracker.module_ids()])
+        """Whether a graph compiled in this ``profile()``, or remembered where compiled code is involved,
+        is the call of a module of ``tracker``, hooks included (:func:`compiles_module_calls`): no forward
+        of it is seen, and that is no mistake."""
+        hierarchy = Hierarchy.of(tracker.modules, tracker.names)
+        earlier = remembered_programs() if self._compiled else []
+        return compiles_module_calls(tracker, hierarchy, self._inductor.programs(), earlier)
 
     def recorded(self, trace: TraceTables) -> None:
         """The recorded pass has ended: keep the graph nodes it created, with its trace."""
@@ -270,7 +273,7 @@ class ProvenanceCapture:
         # compiled: its launches have no module
         in_place = any(
             getattr(m, "_compiled_call_impl", None) is not None for m in tracker.modules
-        ) or compiles_module_calls([*current, *earlier], [m for m, _ in tracker.module_ids()])
+        ) or compiles_module_calls(tracker, hierarchy, current, earlier)
         ids = {id(module): module_id for module, module_id in tracker.module_ids()}
         traced = list(self._captures)
         # graphs captured before profile() under aitune_dispatch.observe_graph_captures: captures 2, 3, ...

@@ -82,14 +82,9 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
-def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
-    """Each torch.compile wrapper of ``root``'s modules, outside the hierarchy, that ``function`` can reach
-    without running code, once."""
-    classes = _optimized_classes()
-    if not classes:
-        return ()
-    members = {id(module) for module in root.modules()}
-    found: dict[int, nn.Module] = {}
+def _reachable(function: Any) -> Iterator[Any]:
+    """What ``function`` can reach without running code, ``DEPTH`` references deep, each once; modules
+    are yielded and not followed (their trees are the caller's to walk)."""
     seen: set[int] = set()
     level = [function]
     if issubclass(type(function), nn.Module):  # a pipeline module: what its forward names, too
@@ -100,14 +95,46 @@ def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
             if id(value) in seen or len(seen) >= MOST:
                 continue
             seen.add(id(value))
-            if issubclass(type(value), nn.Module):
-                for module in value.modules():  # a module's tree: every wrapper among its submodules
-                    if id(_wrapped(module, classes)) in members and id(module) not in members:
-                        found[id(module)] = module
-                continue
-            following.extend(_references(value))
+            yield value
+            if not issubclass(type(value), nn.Module):
+                following.extend(_references(value))
         level = following
+
+
+def reachable_wrappers(function: Any, root: nn.Module) -> tuple[nn.Module, ...]:
+    """Each torch.compile wrapper of ``root``'s modules, outside the hierarchy, that ``function`` can reach
+    without running code, once."""
+    classes = _optimized_classes()
+    if not classes:
+        return ()
+    members = {id(module) for module in root.modules()}
+    found: dict[int, nn.Module] = {}
+    for value in _reachable(function):
+        if issubclass(type(value), nn.Module):
+            for module in value.modules():  # a module's tree: every wrapper among its submodules
+                if id(_wrapped(module, classes)) in members and id(module) not in members:
+                    found[id(module)] = module
     return tuple(found.values())
+
+
+def _compiles_a_call_of(value: Any, members: set[int]) -> bool:
+    """Whether ``value`` is ``torch.compile`` of a method bound to one of ``members`` (by ``id``), as
+    HF's ``generate()`` keeps ``torch.compile(model.__call__)`` in ``model._compiled_call``."""
+    if type(value) is not types.FunctionType:
+        return False
+    original = value.__dict__.get("_torchdynamo_orig_callable")
+    return type(original) is types.MethodType and id(original.__self__) in members
+
+
+def reaches_compiled_calls(function: Any, root: nn.Module) -> bool:
+    """Whether ``function``, or a module of ``root``'s hierarchy in its instance dict, holds ``torch.compile``
+    of a method of one of those modules (a module call compiled without a wrapper), read without running code."""
+    if "torch._dynamo" not in sys.modules:
+        return False  # nothing was compiled in this process
+    modules = list(root.modules())
+    members = {id(module) for module in modules}
+    held = (value for module in modules for value in vars(module).values())
+    return any(_compiles_a_call_of(value, members) for value in (*_reachable(function), *held))
 
 
 def live_wrappers(root: nn.Module) -> tuple[nn.Module, ...]:
