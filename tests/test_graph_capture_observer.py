@@ -264,3 +264,31 @@ def test_graph_replays_total_each_graph():
          "attributed": 0.5}
     ]
     assert views.graph_replays(types.SimpleNamespace(activity=table.slice(4))).empty
+
+
+@needs_native
+def test_an_observed_trace_is_built_on_first_use_and_holds_no_module(fake_capture):
+    import weakref
+
+    from aitune_dispatch.tracing import native
+
+    try:
+        native.load()
+    except (ImportError, OSError, RuntimeError) as error:
+        pytest.skip(f"the native tracer is not built ({error})")
+    uncorrelated = types.SimpleNamespace(correlation_kind=schema.NO_CORRELATION)  # the native tracer pushes nothing
+    outer = Outer(StackSource())
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "native", False, uncorrelated) as observer:
+        outer(torch.randn(2, 4))
+    assert observer.captured == 1
+    (observation,) = graph_observer.observations()
+    assert "trace" not in vars(observation)  # not converted inside the capture
+    graph, inner = outer.graph, weakref.ref(outer.inner)
+    del outer, observer
+    gc.collect()
+    assert inner() is None  # what builds the trace later keeps no module alive
+    assert graph_observer.observations() == [observation]  # the graph lives, so does its observation
+    trace = observation.trace
+    assert trace.ops.num_rows > 0 and trace.module_calls.num_rows > 0  # Inner's forward and its ops
+    assert observation.trace is trace  # built once
+    del graph

@@ -12,12 +12,13 @@ profile()").
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -44,14 +45,20 @@ class Observation:
     """One observed capture: its graph nodes, the capture's trace, and the modules that trace names.
 
     ``modules[i]`` is a weak reference to the module the capture's trace calls ``module_id`` i, so a
-    later ``profile()`` of a larger or smaller hierarchy maps it to its own ids by object.
+    later ``profile()`` of a larger or smaller hierarchy maps it to its own ids by object. The trace's
+    tables are built the first time a ``profile()`` needs them (``build_trace``), not inside the capture.
     """
 
     graph: weakref.ref[Any]
     nodes: pa.Table  # schema.GRAPH_NODES: created and cloned nodes
-    trace: TraceTables
+    build_trace: Callable[[], TraceTables] = field(repr=False)
     modules: tuple[weakref.ref[nn.Module], ...]
     compiled: bool  # Inductor programs were seen while the observer ran (remembered for later runs)
+
+    @functools.cached_property
+    def trace(self) -> TraceTables:
+        """The capture's trace (built once, on first use)."""
+        return self.build_trace()
 
     @property
     def node_ids(self) -> np.ndarray:
@@ -167,8 +174,9 @@ class _Capture:
             raise
         return True
 
-    def close(self) -> TraceTables | None:
-        """Leave the scopes entered, remove the tracing, unsubscribe; the capture's trace (None if none)."""
+    def close(self) -> Callable[[], TraceTables] | None:
+        """Leave the scopes entered, remove the tracing, unsubscribe; the capture's trace to build later
+        (None if none)."""
         try:
             if self.session is not None:
                 try:
@@ -177,7 +185,7 @@ class _Capture:
                 finally:
                     session, self.session = self.session, None
                     session.__exit__(None, None, None)
-                return self.tracer.tables()
+                return self.tracer.later_tables()
             return None
         finally:
             self.nodes.stop()
@@ -399,7 +407,7 @@ class GraphCaptureObserver:
         observation = Observation(
             graph=weakref.ref(capture.graph),
             nodes=nodes,
-            trace=trace,
+            build_trace=trace,
             modules=tuple(weakref.ref(m) for m in capture.tracker.modules),
             compiled=bool(programs),
         )

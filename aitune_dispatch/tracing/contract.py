@@ -3,6 +3,7 @@ tables a tracing backend hands back after a pass (``docs/design.md``, "Correlati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -83,6 +84,10 @@ class Tracer(Protocol):
 
     def tables(self) -> TraceTables:
         """The pass as Arrow tables, once it has ended."""
+
+    def later_tables(self) -> Callable[[], TraceTables]:
+        """:meth:`tables` to build later, once the pass has ended, holding no module (an observed CUDA
+        graph capture keeps it until a ``profile()`` replays the graph)."""
 
     def function_data(self) -> FunctionData:
         """The collected samples, in the reference's ``function_data`` shape."""

@@ -296,6 +296,10 @@ class NativeTracer:
             ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]), int(c["ops_pushed"])
         )
 
+    def later_tables(self) -> Callable[[], TraceTables]:
+        """:meth:`tables` to call later: a tracer holding this pass's columns and no module."""
+        return NativeTracer.ended((), self._columns()).tables
+
     def push_log(self) -> list[int]:
         """With ``correlation_kind=LOG_PUSHES``: every id pushed during the pass, and -1 for each pop."""
         return np.frombuffer(self._columns()["push_log"], dtype=np.int64).tolist()

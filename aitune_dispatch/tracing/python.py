@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
 from torch import nn
@@ -90,6 +90,11 @@ class PythonTracer:
         module_id = self._ids.get(id(module))
         if module_id is not None:
             self.buffers.exit_module(module_id)
+
+    def later_tables(self) -> Callable[[], TraceTables]:
+        """The tables, built now (the buffers are small next to what converting them later would keep)."""
+        tables = self.tables()
+        return lambda: tables
 
     def tables(self) -> TraceTables:
         """The pass as Arrow tables."""
