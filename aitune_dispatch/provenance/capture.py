@@ -21,6 +21,7 @@ from torch import nn
 from .. import schema
 from ..collection.cupti_source import torch_profiler_active
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
+from ..tracing.functional import wrapped_chain
 from ..tracing.unseen import calls_unseen
 from ..tracing.wrappers import reachable_wrappers, reaches_compiled_calls
 from .attribution import Attribution, attribute, captured_nodes
@@ -125,15 +126,10 @@ def _shared_graphs(
 def _forward_codes(module: nn.Module) -> list[CodeType]:
     """The code of ``module``'s forward (one assigned on the instance included) and of every function of
     its ``__wrapped__`` chain: a decorated forward's frame is its decorator's (HF's ``can_return_tuple``)."""
-    codes = []
-    for function in (module.__dict__.get("forward"), getattr(type(module), "forward", None)):
-        for _ in range(8):
-            if function is None:
-                break
-            code = getattr(function, "__code__", None)
-            if isinstance(code, CodeType):
-                codes.append(code)
-            function = getattr(function, "__wrapped__", None)
+    codes: list[CodeType] = []
+    for forward in (module.__dict__.get("forward"), getattr(type(module), "forward", None)):
+        if forward is not None:
+            codes += [f.__code__ for f in wrapped_chain(forward) if isinstance(getattr(f, "__code__", None), CodeType)]
     return codes
 
 

@@ -282,7 +282,7 @@ class GraphCaptureObserver:
         None
         """
         try:
-            self._end_capture(None, keep=False)
+            self._end_capture(keep=False)
         finally:
             try:
                 self._unpatch()
@@ -361,7 +361,7 @@ class GraphCaptureObserver:
             try:
                 return original(graph, *args, **kwargs)
             except BaseException:
-                observer._end_capture(graph, keep=False)
+                observer._end_capture(keep=False)
                 raise
 
         capture_begin.__wrapped__ = original  # type: ignore[attr-defined]
@@ -379,12 +379,12 @@ class GraphCaptureObserver:
                 ended = True
                 return result
             finally:
-                observer._end_capture(graph, keep=ended)
+                observer._end_capture(keep=ended)
 
         capture_end.__wrapped__ = original  # type: ignore[attr-defined]
         return capture_end
 
-    def _end_capture(self, graph: Any, keep: bool) -> None:
+    def _end_capture(self, keep: bool) -> None:
         capture, self._capture = self._capture, None
         if capture is None:
             return

@@ -40,7 +40,7 @@ def _hands_itself_over(value: Any) -> bool:
     return isinstance(value, types.FunctionType) and "handle_torch_function" in value.__code__.co_names
 
 
-def _wrapped_chain(value: Any) -> list[Any]:
+def wrapped_chain(value: Any) -> list[Any]:
     """``value`` and its ``__wrapped__`` chain, outermost first."""
     chain = [value]
     while len(chain) < 16 and (inner := getattr(chain[-1], "__wrapped__", None)) is not None:
@@ -76,7 +76,7 @@ def functional_registry() -> dict[Callable[..., Any], str]:
     for name, value in sorted(vars(F).items()):
         if name.startswith("_") or not callable(value):
             continue
-        for depth, candidate in enumerate(_wrapped_chain(value)):
+        for depth, candidate in enumerate(wrapped_chain(value)):
             try:
                 known = candidate in overridable or _hands_itself_over(candidate)
                 # a wrapped torch builtin: torch lists what the namespace held when it first looked
@@ -225,7 +225,7 @@ def functions_to_intercept(module: types.ModuleType = F) -> list[tuple[str, Call
         current = getattr(F, name, None)
         # one pair per name: what the name holds now where it is (or wraps) an intercepted function;
         # a wrapper's calls are intercepted where they reach the function it wraps
-        wraps = current is not None and any(inner is func for inner in _wrapped_chain(current))
+        wraps = current is not None and any(inner is func for inner in wrapped_chain(current))
         pairs[name] = current if wraps else pairs.get(name, func)
     return sorted(pairs.items(), key=lambda pair: pair[0])
 
