@@ -6,9 +6,23 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, schema
+
+
+class _UserMLP(nn.Module):
+    """Linear, GELU, Linear (16 -> 32 -> 8) with a forward of its own: Dynamo starts a frame at a user's
+    forward, not at ``nn.Sequential``'s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
 
 
 def test_compiled_model_runs_compiled_and_is_attributed_to_its_root():
@@ -187,22 +201,11 @@ def test_a_torch_without_the_provenance_hook_keeps_kernels_on_the_compiled_modul
 
 def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
     """``model.compile()`` compiles the module's hooks too: its launches run outside any traced module."""
-    import torch.nn.functional as F
-
     from aitune_dispatch.provenance.inductor import forget_programs
-
-    class MLP(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc1 = nn.Linear(16, 32)
-            self.fc2 = nn.Linear(32, 8)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc2(F.gelu(self.fc1(x)))
 
     torch._dynamo.reset()
     forget_programs()
-    model = MLP().eval()
+    model = _UserMLP().eval()
     model.compile()
     x = torch.randn(4, 16)
     profiler = ModuleFunctionKernelProfiler(device="cpu")
@@ -217,22 +220,11 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
 def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing_backend, compiled):
     """HF's ``generate()`` compiles ``model.__call__`` for its decoding step: the module's hooks run
     compiled (no forward of it is seen), as with ``model.compile()``."""
-    import torch.nn.functional as F
-
     from aitune_dispatch.provenance.inductor import forget_programs
-
-    class MLP(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc1 = nn.Linear(16, 32)
-            self.fc2 = nn.Linear(32, 8)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc2(F.gelu(self.fc1(x)))
 
     torch._dynamo.reset()
     forget_programs()
-    model = MLP().eval()
+    model = _UserMLP().eval()
     x = torch.randn(4, 16)
     call = torch.compile(getattr(model, compiled))
     profiler = ModuleFunctionKernelProfiler(device="cpu")
@@ -246,18 +238,6 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing
     assert not [w for w in caught if "never ran" in str(w.message)]
     with torch.no_grad():
         assert torch.allclose(call(x), model(x), atol=1e-5)  # a fused CPU gelu differs in the last bits
-
-
-class _UserMLP(nn.Module):
-    """Linear, ReLU, Linear with a forward of its own (Dynamo starts a frame at a user's forward, not at
-    ``nn.Sequential``'s)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 def _profiled_rows(profiler: ModuleFunctionKernelProfiler, function, model: nn.Module):  # noqa: ANN001, ANN202
@@ -281,7 +261,7 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_in_later_profile
     forget_programs()
     model = _UserMLP().eval()
     model.compiled_call = torch.compile(model.__call__)  # kept on the model, as HF keeps _compiled_call
-    x = torch.randn(2, 8)
+    x = torch.randn(2, 16)
     profiler = ModuleFunctionKernelProfiler(device="cpu")
     expected = [("fc1", "linear", schema.ATTRIBUTION_INDUCTOR), ("fc2", "linear", schema.ATTRIBUTION_INDUCTOR)]
     for _ in range(2):
@@ -298,7 +278,7 @@ def test_a_compiled_call_of_another_instance_is_not_attributed_to_the_profiled_o
     forget_programs()
     model, other = _UserMLP().eval(), _UserMLP().eval()
     other_call = torch.compile(other.__call__)
-    x, weight, bias = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+    x, weight, bias = torch.randn(2, 16), torch.randn(16, 8), torch.randn(8)
 
     def run() -> None:
         model(x)
@@ -322,12 +302,12 @@ def test_a_wrapped_child_beside_an_eager_twin_keeps_each_kernel_on_its_own_modul
             self.a, self.b = torch.compile(_UserMLP().eval()), _UserMLP().eval()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(self.a(x))
+            return self.a(x) + self.b(x)
 
     torch._dynamo.reset()
     forget_programs()
     twins = Twins().eval()
-    x, weight, bias = torch.randn(2, 8), torch.randn(8, 8), torch.randn(8)
+    x, weight, bias = torch.randn(2, 16), torch.randn(16, 8), torch.randn(8)
 
     def run() -> None:
         twins(x)
@@ -627,8 +607,6 @@ def test_a_decorated_forward_compiled_through_its_modules_call_is_attributed_bel
     """HF decorates forwards (``can_return_tuple``): Dynamo compiles the decorator's frame, not the forward's."""
     import functools
 
-    import torch.nn.functional as F
-
     from aitune_dispatch.provenance.inductor import forget_programs
 
     def returns_tuple(forward):  # noqa: ANN001, ANN202 - a decorator as HF writes them
@@ -638,19 +616,14 @@ def test_a_decorated_forward_compiled_through_its_modules_call_is_attributed_bel
 
         return wrapper
 
-    class MLP(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc1 = nn.Linear(16, 32)
-            self.fc2 = nn.Linear(32, 8)
-
+    class Decorated(_UserMLP):
         @returns_tuple
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc2(F.gelu(self.fc1(x)))
+            return super().forward(x)
 
     torch._dynamo.reset()
     forget_programs()
-    model = MLP().eval()
+    model = Decorated().eval()
     x = torch.randn(4, 16)
     call = torch.compile(model.__call__)
     profiler = ModuleFunctionKernelProfiler(device="cpu")
