@@ -84,8 +84,7 @@ def summary(result: Any) -> dict[str, Any]:
             [*key, count]
             for key, count in sorted(
                 collections.Counter(
-                    zip(replayed["attribution"], replayed["module_name"].astype(object).where(
-                        replayed["module_name"].notna(), None), replayed["kernel"].str.slice(0, 48))
+                    zip(replayed["attribution"], keys["module_name"], replayed["kernel"].str.slice(0, 48))
                 ).items(),
                 key=repr,
             )
