@@ -9,13 +9,15 @@ seed and :func:`mixed_result` profiles that model on CPU (the ``mixed_result`` c
 :func:`cuda_sdpa_demo` are the GPU tests' workloads of it and of the demo model; :func:`cuda_mlp`
 (Linear, GELU, Linear) is the compiled and graphed GPU tests' model and :func:`run_unprofiled` their
 pass outside the profiler. :class:`StackSource` stands for the CUDA source in the graph tests that
-run without a GPU.
+run without a GPU. :data:`cupti_native` is the compiled CUPTI decoder (None where it did not build,
+:data:`NATIVE_MISSING` says why) and :data:`needs_native` skips a test without it.
 """
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,6 +25,16 @@ from torch import nn
 from aitune_dispatch import ModuleFunctionKernelProfiler, schema
 from aitune_dispatch.demo import DemoModel
 from aitune_dispatch.results import ProfileResult
+
+try:
+    from aitune_dispatch.collection import _cupti_native as cupti_native
+except ImportError as error:  # pragma: no cover - depends on the build
+    cupti_native = None
+    NATIVE_MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error}); see native_shims/README.md"
+else:
+    NATIVE_MISSING = ""
+
+needs_native = pytest.mark.skipif(cupti_native is None, reason=NATIVE_MISSING or "built")
 
 
 class Mixed(nn.Module):

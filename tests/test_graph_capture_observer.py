@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import torch
 import torch.nn.functional as F
-from fixture_models import StackSource
+from fixture_models import StackSource, cupti_native, needs_native
 from torch import nn
 
 from aitune_dispatch import schema
@@ -22,15 +22,6 @@ from aitune_dispatch.tracing import modules as tracing_modules
 
 pytestmark = pytest.mark.single_backend  # the python tracer: the stand-in source has no C push functions
 
-try:
-    from aitune_dispatch.collection import _cupti_native
-except ImportError as error:  # pragma: no cover - depends on the build
-    _cupti_native = None
-    MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error})"
-else:
-    MISSING = ""
-
-needs_native = pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
 
 
 class FakeGraph:
@@ -55,13 +46,13 @@ def fake_capture(monkeypatch):
     fake = types.SimpleNamespace(
         graph_observer_start=lambda kind: subscription.append(f"start {kind}"),
         graph_observer_stop=lambda: subscription.append("stop"),
-        graph_observer_take=_cupti_native.graph_observer_take if _cupti_native else lambda: None,
+        graph_observer_take=cupti_native.graph_observer_take if cupti_native else lambda: None,
     )
     monkeypatch.setattr(graph_observer, "loaded_decoder", lambda: fake)
     monkeypatch.setattr(provenance_capture, "_native_decoder", lambda: fake)
     graph_observer.forget_observations()
-    if _cupti_native is not None:
-        _cupti_native.graph_observer_take()
+    if cupti_native is not None:
+        cupti_native.graph_observer_take()
     yield types.SimpleNamespace(begin=begin, end=end, calls=calls, subscription=subscription)
     graph_observer.forget_observations()
 
@@ -76,7 +67,7 @@ class Inner(nn.Module):
         y = F.relu(self.fc(x))
         # a node launched in this forward's own scope (as a kernel of its own code would be)
         top = self.source.stack[-1] if self.source.stack else -1
-        _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, top)
+        cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, top)
         return y
 
 
@@ -93,10 +84,10 @@ class Outer(nn.Module):
         torch.cuda.CUDAGraph.capture_begin(self.graph)
         # launched in Outer's forward, which began before the observer's hooks were installed
         top = self.source.stack[-1] if self.source.stack else -1  # nothing pushed: a capture not traced
-        _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, top)
+        cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, top)
         y = self.inner(x)
         for node in (10, 11):  # instantiation clones the nodes; replays report the clones
-            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 10 + node, -1, 1, node)
+            cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 10 + node, -1, 1, node)
         torch.cuda.CUDAGraph.capture_end(self.graph)
         return y
 

@@ -5,32 +5,25 @@ from __future__ import annotations
 import types
 
 import pytest
-from fixture_models import StackSource
+from fixture_models import StackSource, cupti_native, needs_native
 
 from aitune_dispatch import schema
 from aitune_dispatch.provenance.graphs import GraphNodeObserver
 
 pytestmark = pytest.mark.single_backend  # no tracing backend involved
 
-try:
-    from aitune_dispatch.collection import _cupti_native
-except ImportError as error:  # pragma: no cover - depends on the build
-    _cupti_native = None
-    MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error})"
-else:
-    MISSING = ""
 
 
-@pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
+@needs_native
 def test_rows_recorded_by_the_callback_come_back_as_a_table():
-    _cupti_native.graph_observer_take()  # start empty
+    cupti_native.graph_observer_take()  # start empty
     base = schema.SCOPE_BASE
     # a capture creates nodes 10 (inside op 4) and 11 (inside scope 2); instantiation clones them
-    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, 4)
-    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, base + 2, node_type=1)
-    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
-    _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 2**40 + 1, -1, 1, 11)
-    observer = GraphNodeObserver(7, _cupti_native)
+    cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, 4)
+    cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 11, base + 2, node_type=1)
+    cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
+    cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 2**40 + 1, -1, 1, 11)
+    observer = GraphNodeObserver(7, cupti_native)
     table = observer.take()
     assert table.schema == schema.GRAPH_NODES
     assert table.to_pydict() == {
@@ -44,7 +37,7 @@ def test_rows_recorded_by_the_callback_come_back_as_a_table():
     }
     assert observer.take().num_rows == 0 and observer.lost == 0  # taken: the rows start empty again
     with pytest.raises(ValueError, match="event must be 0 .created. or 1 .cloned.; got 7"):
-        _cupti_native._simulate_graph_node(7, 1, 1)
+        cupti_native._simulate_graph_node(7, 1, 1)
 
 
 def test_without_the_compiled_decoder_it_says_how_to_build_it():
@@ -85,7 +78,7 @@ def test_a_started_observer_unsubscribes_once():
 
 
 # -- the orchestration, driven without a GPU ---------------------------------------------------------------
-@pytest.mark.skipif(_cupti_native is None, reason=MISSING or "built")
+@needs_native
 def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatch):
     import pyarrow as pa
     import torch
@@ -99,7 +92,7 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
     fake = types.SimpleNamespace(
         graph_observer_start=lambda kind: None,
         graph_observer_stop=lambda: None,
-        graph_observer_take=_cupti_native.graph_observer_take,
+        graph_observer_take=cupti_native.graph_observer_take,
     )
     monkeypatch.setattr(provenance_capture, "_native_decoder", lambda: fake)
 
@@ -112,12 +105,12 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = F.relu(self.fc(x))
-            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, source.stack[-1])
-            _cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
+            cupti_native._simulate_graph_node(schema.GRAPH_NODE_CREATED, 1, 10, source.stack[-1])
+            cupti_native._simulate_graph_node(schema.GRAPH_NODE_CLONED, 2, 20, -1, 1, 10)
             return y
 
     model = Capturing()
-    _cupti_native.graph_observer_take()
+    cupti_native.graph_observer_take()
     with torch.no_grad(), provenance_capture.ProvenanceCapture("cuda", source, "python") as capture:
         capture.warm_up(lambda: model(torch.randn(2, 4)), 1, model, ())
         assert source.stack == []  # every push popped

@@ -1,6 +1,6 @@
 """The native CUPTI decoder and its pure-Python twin, on buffers built from cupti-python's record dtypes.
 
-Every decoding test runs on both backends (``decode`` fixture): ``_cupti_native.decode_buffer``
+Every decoding test runs on both backends (``decode`` fixture): ``cupti_native.decode_buffer``
 and ``native.decode_buffer_py`` take the same arguments and must return the same raw columns.
 The native cases skip, with the reason in the summary, only where the extension did not build.
 """
@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from fixture_models import NATIVE_MISSING, cupti_native, needs_native
 
 from aitune_dispatch.collection import native
 from aitune_dispatch.collection.cupti_source import callback_names
@@ -25,15 +26,6 @@ from aitune_dispatch.collection.python import PythonRecordSink
 
 cupti = pytest.importorskip("cupti.cupti", reason="cupti-python provides the record dtypes these buffers use")
 
-try:
-    from aitune_dispatch.collection import _cupti_native
-except ImportError as error:  # pragma: no cover - depends on the build
-    _cupti_native = None
-    NATIVE_MISSING = f"aitune_dispatch.collection._cupti_native did not build ({error}); see native_shims/README.md"
-else:
-    NATIVE_MISSING = ""
-
-needs_native = pytest.mark.skipif(_cupti_native is None, reason=NATIVE_MISSING)
 
 KINDS = cupti.ActivityKind
 KERNEL_DTYPE = cupti.activity_kernel10_dtype
@@ -175,21 +167,21 @@ BACKENDS = [pytest.param("native", marks=needs_native), "python"]
 @pytest.fixture(params=BACKENDS)
 def decode(request: pytest.FixtureRequest) -> Decode:
     """``decode_buffer`` of one backend: the extension, or its pure-Python twin."""
-    return _cupti_native.decode_buffer if request.param == "native" else decode_buffer_py
+    return cupti_native.decode_buffer if request.param == "native" else decode_buffer_py
 
 
 def test_native_extension_is_built():
-    if _cupti_native is None:
+    if cupti_native is None:
         if os.environ.get("AITUNE_DISPATCH_NATIVE") == "require":
             pytest.fail(NATIVE_MISSING)
         pytest.skip(NATIVE_MISSING)
-    assert _cupti_native.CUPTI_SONAME == "libcupti.so.13"
-    assert _cupti_native.CUPTI_API_VERSION // 10000 == 13
+    assert cupti_native.CUPTI_SONAME == "libcupti.so.13"
+    assert cupti_native.CUPTI_API_VERSION // 10000 == 13
 
 
 @needs_native
 def test_compiled_record_sizes_match_cupti_python_dtypes():
-    sizes = _cupti_native.record_sizes()
+    sizes = cupti_native.record_sizes()
     assert sizes == {kind: layout.size for kind, layout in native.record_layouts().items()}
     assert sizes[int(KINDS.CONCURRENT_KERNEL)] == sizes[int(KINDS.KERNEL)] == KERNEL_DTYPE.itemsize == 216
     assert sizes[int(KINDS.MEMCPY)] == MEMCPY_DTYPE.itemsize == 96
@@ -371,7 +363,7 @@ def test_record_sizes_are_validated(decode: Decode):
 @needs_native
 def test_misaligned_input_is_copied_before_reading():
     data = bytearray(b"\0" + one_pass())
-    assert _cupti_native.decode_buffer(memoryview(data)[1:], OURS) == _cupti_native.decode_buffer(one_pass(), OURS)
+    assert cupti_native.decode_buffer(memoryview(data)[1:], OURS) == cupti_native.decode_buffer(one_pass(), OURS)
 
 
 def random_pass(seed: int, count: int = 400) -> bytes:
@@ -395,7 +387,7 @@ def random_pass(seed: int, count: int = 400) -> bytes:
 @pytest.mark.parametrize("seed", range(5))
 def test_twins_agree_on_random_buffers(seed: int):
     buffer = random_pass(seed)
-    assert _cupti_native.decode_buffer(buffer, OURS) == decode_buffer_py(buffer, OURS)
+    assert cupti_native.decode_buffer(buffer, OURS) == decode_buffer_py(buffer, OURS)
 
 
 def as_cupti_python_objects(buffer: bytes) -> list[types.SimpleNamespace]:
@@ -435,11 +427,11 @@ def test_python_sink_decodes_the_same_records_identically(decode: Decode, seed: 
 @pytest.fixture
 def live():
     """The extension's live collector, reset (sized walk, nothing registered with CUPTI)."""
-    if _cupti_native is None:
+    if cupti_native is None:
         pytest.skip(NATIVE_MISSING)
-    _cupti_native._reset(OURS)
-    yield _cupti_native
-    _cupti_native._reset(OURS)
+    cupti_native._reset(OURS)
+    yield cupti_native
+    cupti_native._reset(OURS)
 
 
 def test_callbacks_collect_in_delivery_order_until_take(live: types.ModuleType):
