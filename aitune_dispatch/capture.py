@@ -286,6 +286,7 @@ def run_metadata(
         schema.META_ALLOW_TF32: str(bool(torch.backends.cuda.matmul.allow_tf32)),
         schema.META_TRACER: str(config.op_tracer),
         schema.META_DECODER: getattr(source, "sink_name", "none"),
+        schema.META_CORRELATION: getattr(source, "correlation", "none"),
         schema.META_THREADS_TRACED: str(sum(thread.traced for thread in trace.threads)),
         schema.META_CORRELATION_PUSHES: str(trace.ops_pushed + trace.scopes_pushed),
         schema.META_FUNCTIONS: config.functions,

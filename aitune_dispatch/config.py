@@ -14,6 +14,9 @@ from typing import Any
 DEVICES = ("cuda", "cpu")  # where kernels are timed: CUPTI on the GPU, or aten ops on the host
 DECODERS = ("native", "python")  # CUPTI record decoders: native_shims/cupti_decoder.c, or cupti-python
 OP_TRACERS = ("native", "python")  # tracing backends: native_shims/tracer/, or Python modes
+# how a CUDA launch finds its op: a callback at the launch reads our per-thread id stack, or CUPTI's
+# external-correlation records of ids pushed per op and scope (docs/design.md, "Correlation: what CUPTI needs")
+CORRELATIONS = ("launch", "push")
 FUNCTIONS = ("functional", "all")  # what counts as a call: torch.nn.functional only, or torch-level APIs too
 SPLITS = ("device", "rank")  # ProfileResult.describe(by=...): one summary per GPU device, or per rank
 CACHE_STATES = ("warm", "cold")  # benchmark(cache=...): timed calls back to back, or the cache overwritten first
@@ -90,6 +93,9 @@ class ProfileConfig:
         innermost torch-level API call (``torch.addmm``).
     op_tracer:
         One of :data:`OP_TRACERS`, or None (native where built; ``backends.resolve_tracer``).
+    correlation:
+        CUDA only: one of :data:`CORRELATIONS`, or None (``"launch"`` with the native decoder, which
+        holds the launch callback; ``"push"`` with the cupti-python one).
     """
 
     function_names: frozenset[str] | None = None
@@ -97,6 +103,7 @@ class ProfileConfig:
     decoder: str | None = None
     functions: str = "functional"
     op_tracer: str | None = None
+    correlation: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "function_names", normalize_function_names(self.function_names))
@@ -108,6 +115,13 @@ class ProfileConfig:
             raise ValueError(f"functions must be {spec!r} (the spec) or {one_of(others)}; got {self.functions!r}")
         if self.op_tracer not in (None, *OP_TRACERS):
             raise ValueError(f"op_tracer must be {one_of((None, *OP_TRACERS))}; got {self.op_tracer!r}")
+        if self.correlation not in (None, *CORRELATIONS):
+            raise ValueError(f"correlation must be {one_of((None, *CORRELATIONS))}; got {self.correlation!r}")
+        if self.correlation == "launch" and self.decoder == "python":
+            raise ValueError(
+                "correlation='launch' needs the native decoder, which holds the launch callback: "
+                "pass decoder='native' (or None), or correlation='push' with decoder='python'"
+            )
 
     @property
     def cuda(self) -> bool:

@@ -59,5 +59,5 @@ def observe_graph_captures(
     config = ProfileConfig(functions=functions, op_tracer=op_tracer)
     compiled = uses_compile(model, model) or "torch._dynamo" in sys.modules
     config = backends.for_run(config, compiled)
-    target = collection.make_cuda_source(config.decoder)
+    target = collection.make_cuda_source(config.decoder, config.correlation)
     return GraphCaptureObserver(model, str(config.op_tracer), config.all_functions, target)

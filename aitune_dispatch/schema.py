@@ -414,6 +414,7 @@ META_ALLOW_TF32 = "allow_tf32"  # "True" where float32 matmuls ran on TF32 tenso
 META_TRACER = "tracer"  # the tracing backend that ran (config.op_tracer): "native" or "python"
 META_DECODER = "decoder"  # the CUPTI decoder backend: "native", "python", or "none" (CPU source)
 META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
+META_CORRELATION = "correlation"  # how CUDA launches found their op: "launch" (callback), "push", or "none" (CPU)
 META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids
 META_FUNCTIONS = "functions"  # "functional" or "all"
 META_GPU_NAME = "gpu_name"  # CUDA runs: the GPU's name, compute capability, memory and SM count

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.kineto]  # a bare torch.profiler capture per model
 
 ZOO = ["mlp", "resnet50", "mha_blocks", "sdpa_blocks", "vit_b_16", "gpt2"]
 

@@ -98,3 +98,33 @@ def _simulate_graph_node(
     node_type: int = 0,
 ) -> None:
     """Test hook: append one graph-node row, as the resource callback would."""
+
+def callbacks_unavailable() -> str | None:
+    """Why CUPTI's callbacks cannot be subscribed to (another subscriber: CUPTI error 39), or None."""
+
+def correlation_functions() -> tuple[int, int]:
+    """``(push, pop)``: addresses of this module's per-thread id stack, with CUPTI's push / pop signatures."""
+
+def correlation_push(kind: int, external_id: int) -> None:
+    """Push ``external_id`` on this thread's id stack (one stack serves every kind)."""
+
+def correlation_pop(kind: int) -> int | None:
+    """Pop this thread's id stack; the id, or None where it was empty."""
+
+def correlation_reset() -> None:
+    """Make every thread's stack read as empty."""
+
+def _correlation_stack() -> list[int]:
+    """Test hook: this thread's stack, bottom first."""
+
+def launch_callbacks_start(runtime_cbids: list[int], driver_cbids: list[int], launch_rows: bool = True) -> None:
+    """Enable the launch callbacks on these callback ids (``load()`` first); RuntimeError with CUPTI's error."""
+
+def launch_callbacks_stop() -> bool:
+    """Disable the launch callbacks; safe to call when they are off."""
+
+def _simulate_launch(api: int, cbid: int, correlation_id: int, inner_driver_cbid: int = -1) -> None:
+    """Test hook: one launch through the launch callback on this thread (entry, an inner driver call, exit)."""
+
+def _launch_rows(rows: bool, runtime_cbids: list[int] | None = None, driver_cbids: list[int] | None = None) -> None:
+    """Test hook: record launch rows (True) or only links, for these callback ids, without CUPTI."""

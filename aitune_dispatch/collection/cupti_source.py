@@ -1,6 +1,6 @@
-"""The CUDA activity source: CUPTI activity records joined to ops through external correlation ids,
-with only the launch / copy / set API records enabled, on the host clock (``docs/design.md``,
-"Correlation: what CUPTI needs", "Coexistence with torch.profiler" and "The clock")."""
+"""The CUDA activity source: CUPTI kernel, copy and set records, each linked to its op by the launch
+callback (or, with ``correlation="push"``, by external correlation ids pushed per op), on the host clock
+(``docs/design.md``, "Correlation: what CUPTI needs", "Coexistence with torch.profiler" and "The clock")."""
 
 from __future__ import annotations
 
@@ -138,12 +138,17 @@ class CuptiSource:
     # first launch after enabling pays what a collection pays once (docs/design.md, "What a pass pays once")
     primed = True
 
-    def __init__(self, sink: RecordSink, cupti: Any | None = None) -> None:
+    def __init__(self, sink: RecordSink, cupti: Any | None = None, correlation: str | None = None) -> None:
         self._cupti = cupti if cupti is not None else load_cupti()
         self._sink = sink
         self._kind = int(self._cupti.ExternalCorrelationKind.CUSTOM2)
         # the kind a native op tracer pushes its op ids with (they must meet ours in the records)
         self.correlation_kind = self._kind
+        self.correlation = self._correlation(correlation)
+        # launch correlation: whether the launches table comes from API activity records (True) or
+        # from the launch callback itself (False, the default: no API records at all)
+        self.api_records = self.correlation == "push"
+        self._launch_callbacks = False
         self._enabled: list[Any] = []
         self._api_selected = False
         self._started = False
@@ -155,8 +160,12 @@ class CuptiSource:
         self._canary: torch.Tensor | None = None
         # one canary per other device with a CUDA context (none with one GPU), by device ordinal
         self._device_canaries: dict[int, torch.Tensor] = {}
-        push = self._cupti.activity_push_external_correlation_id
-        pop = self._cupti.activity_pop_external_correlation_id
+        if self.correlation == "launch":
+            push, pop = self._sink.correlation_push, self._sink.correlation_pop  # type: ignore[attr-defined]
+        else:
+            push = self._cupti.activity_push_external_correlation_id
+            pop = self._cupti.activity_pop_external_correlation_id
+        self._push, self._pop = push, pop
         kind = self._kind
         # bound once: these run for every aten op / module forward / functional call of the pass
         self.op_started = lambda op_id, op: push(kind, op_id)
@@ -164,8 +173,40 @@ class CuptiSource:
         self.scope_entered = lambda context_id: push(kind, SCOPE_BASE + context_id)
         self.scope_exited = lambda: pop(kind)
 
+    def _correlation(self, requested: str | None) -> str:
+        """``"launch"`` where the sink holds the launch callback and CUPTI's callbacks can be had, else
+        ``"push"``; a requested ``"launch"`` that cannot be had is a RuntimeError saying why."""
+        if requested == "push":
+            return "push"
+        if not getattr(self._sink, "launch_callbacks", False):
+            if requested == "launch":
+                raise RuntimeError(
+                    f"correlation='launch' needs the native decoder, which holds the launch callback; this source "
+                    f"decodes with {self._sink.name!r}: pass decoder='native', or correlation='push'"
+                )
+            return "push"
+        why = self._sink.launch_callbacks_unavailable()  # type: ignore[attr-defined]
+        if why is None:
+            return "launch"
+        detail = (
+            f"CUPTI's launch callbacks cannot be had ({why}): another CUPTI client (torch.profiler's Kineto "
+            "once it has run in this process, Nsight) holds the one callback subscription CUPTI allows"
+        )
+        if requested == "launch":
+            raise RuntimeError(f"{detail}; pass correlation='push' to attribute launches through pushed ids")
+        warnings.warn(
+            f"{detail}, so launches are attributed through op ids pushed to CUPTI (correlation='push'), "
+            "which costs more per op",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return "push"
+
     def correlation_functions(self) -> tuple[int, int]:
-        """libcupti's push and pop, for the native tracer (:func:`libcupti_correlation_functions`)."""
+        """The push and pop the native tracer calls per op and scope: the decoder's per-thread id stack
+        with launch correlation, libcupti's own (:func:`libcupti_correlation_functions`) with push."""
+        if self.correlation == "launch":
+            return self._sink.correlation_functions()  # type: ignore[attr-defined]
         return libcupti_correlation_functions()
 
     @property
@@ -193,26 +234,35 @@ class CuptiSource:
         devices.synchronize(others)  # the current device was synchronised by the caller
         self._add_device_canaries(others)
         cupti = self._cupti
-        kinds = cupti.ActivityKind
         try:
             self._sink.register()
-            for kind in (
-                kinds.CONCURRENT_KERNEL,
-                kinds.MEMCPY,
-                kinds.MEMSET,
-                kinds.EXTERNAL_CORRELATION,
-                kinds.RUNTIME,
-                kinds.DRIVER,
-            ):
+            for kind in self._activity_kinds():
                 cupti.activity_enable(kind)
                 self._enabled.append(kind)
-            self._select_api_records(only_needed=True)
+            if self.api_records:
+                self._select_api_records(only_needed=True)
+            if self.correlation == "launch":
+                runtime = sorted(_api_callback_ids(cupti.runtime_api_trace_cbid)[1])
+                driver = sorted(_api_callback_ids(cupti.driver_api_trace_cbid)[1])
+                self._launch_callbacks = True
+                self._sink.start_launch_callbacks(runtime, driver, not self.api_records)  # type: ignore[attr-defined]
             self._clock_start = self._clock_pair()
             if self.primed:
                 self._launch_tagged(PRIME_ID)
         except BaseException:
             self.stop()
             raise
+
+    def _activity_kinds(self) -> list[Any]:
+        """Kernels, copies and sets; with push correlation the external-correlation records that link them to
+        ops; API records where the launches table comes from them."""
+        kinds = self._cupti.ActivityKind
+        enabled = [kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET]
+        if self.correlation == "push":
+            enabled.append(kinds.EXTERNAL_CORRELATION)
+        if self.api_records:
+            enabled += [kinds.RUNTIME, kinds.DRIVER]
+        return enabled
 
     def _clock_pair(self) -> tuple[int, int]:
         """(host perf_counter_ns, CUPTI timestamp) at one instant, from the tightest of a few brackets."""
@@ -257,12 +307,17 @@ class CuptiSource:
                 while self._enabled:
                     cupti.activity_disable(self._enabled.pop())
             finally:
-                if self._api_selected:
-                    self._select_api_records(only_needed=False)
-                self._dropped = self._read_dropped()
-                release = getattr(self._sink, "release", None)
-                if release is not None:
-                    release()
+                try:
+                    if self._launch_callbacks:
+                        self._launch_callbacks = False
+                        self._sink.stop_launch_callbacks()  # type: ignore[attr-defined]
+                finally:
+                    if self._api_selected:
+                        self._select_api_records(only_needed=False)
+                    self._dropped = self._read_dropped()
+                    release = getattr(self._sink, "release", None)
+                    if release is not None:
+                        release()
         if torch_profiler_active():
             raise RuntimeError(
                 "torch.profiler was started while profile() was collecting and took the CUPTI "
@@ -295,13 +350,13 @@ class CuptiSource:
         """``fill_`` on every canary tensor under ``external_id``, then wait for them all."""
         if self._canary is None:
             return
-        self._cupti.activity_push_external_correlation_id(self._kind, external_id)
+        self._push(self._kind, external_id)
         try:
             self._canary.fill_(1.0)
             for canary in self._device_canaries.values():
                 canary.fill_(1.0)
         finally:
-            self._cupti.activity_pop_external_correlation_id(self._kind)
+            self._pop(self._kind)
         torch.cuda.synchronize()
         devices.synchronize(self._device_canaries)  # every kernel launched so far is complete, on every GPU
 

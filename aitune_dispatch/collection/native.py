@@ -111,6 +111,38 @@ class NativeRecordSink:
         """The collection is over (flushed, kinds disabled): CUPTI zeroes buffers again, as other clients expect."""
         self._native.buffers_zeroed(False)
 
+    # -- launch correlation (docs/design.md, "Correlation: what CUPTI needs") ----------------------------
+    launch_callbacks = True  # this backend holds the launch callback and the per-thread id stack
+
+    def launch_callbacks_unavailable(self) -> str | None:
+        """Why CUPTI's launch callbacks cannot be had (another subscriber, an old libcupti), or None."""
+        return self._native.callbacks_unavailable()
+
+    def correlation_functions(self) -> tuple[int, int]:
+        """``(push, pop)``: the id stack's C entry points, with CUPTI's push / pop signatures."""
+        return self._native.correlation_functions()
+
+    def correlation_push(self, kind: int, external_id: int) -> None:
+        """Push ``external_id`` on this thread's id stack."""
+        self._native.correlation_push(kind, external_id)
+
+    def correlation_pop(self, kind: int) -> int | None:
+        """Pop this thread's id stack; the id, or None where it was empty."""
+        return self._native.correlation_pop(kind)
+
+    def start_launch_callbacks(self, runtime_cbids: list[int], driver_cbids: list[int], launch_rows: bool) -> None:
+        """Empty every thread's id stack, then link each launch of these callback ids to the top of its thread's
+        stack (and, with ``launch_rows``, record the call as an API record would); RuntimeError with CUPTI's error."""
+        self._native.correlation_reset()
+        self._native.launch_callbacks_start(runtime_cbids, driver_cbids, launch_rows)
+
+    def stop_launch_callbacks(self) -> None:
+        """Disable the launch callbacks and empty every thread's id stack (safe to call twice)."""
+        try:
+            self._native.launch_callbacks_stop()
+        finally:
+            self._native.correlation_reset()
+
     def take(self) -> DecodedRecords:
         """Every record delivered since :meth:`register`, as columns (call after a forced flush)."""
         raw = self._native.take()

@@ -33,8 +33,9 @@ def make_source(config: ProfileConfig) -> ActivitySource:
     return source
 
 
-def make_cuda_source(decoder: str | None = "native") -> ActivitySource:
-    """The CUPTI source with the decoder named (None: native); RuntimeError where it cannot load."""
+def make_cuda_source(decoder: str | None = "native", correlation: str | None = None) -> ActivitySource:
+    """The CUPTI source with the decoder named (None: native) and how launches find their op (None: ``"launch"``
+    with the native decoder, ``"push"`` with cupti-python's); RuntimeError where it cannot load."""
     from .cupti_source import CuptiSource, load_cupti
 
     cupti = load_cupti()
@@ -43,15 +44,16 @@ def make_cuda_source(decoder: str | None = "native") -> ActivitySource:
         from .native import NativeRecordSink
 
         try:
-            return CuptiSource(NativeRecordSink(external_kind), cupti)
+            sink = NativeRecordSink(external_kind)
         except (ImportError, OSError, RuntimeError) as error:
             raise RuntimeError(
                 f"the native CUPTI decoder is unavailable ({error}); rebuild the package "
                 "(pip install -e . builds native_shims/) or pass decoder='python'"
             ) from error
+        return CuptiSource(sink, cupti, correlation=correlation)
     from .python import PythonRecordSink
 
-    return CuptiSource(PythonRecordSink(cupti, external_kind), cupti)
+    return CuptiSource(PythonRecordSink(cupti, external_kind), cupti, correlation=correlation)
 
 
 def _cuda(config: ProfileConfig) -> ActivitySource:
@@ -63,7 +65,7 @@ def _cuda(config: ProfileConfig) -> ActivitySource:
             "ModuleFunctionKernelProfiler needs CUDA by default and torch.cuda.is_available() is "
             "False; pass device='cpu' to profile aten ops with the CPU activity source instead"
         )
-    return make_cuda_source(config.decoder)
+    return make_cuda_source(config.decoder, config.correlation)
 
 
 register_source("cuda", _cuda)

@@ -470,6 +470,11 @@ _DECODERS = {
     "python": "cupti-python",
     "none": "none (the CPU activity source reads no CUPTI records)",
 }
+_CORRELATIONS = {
+    "launch": "at each launch (the CUPTI launch callback reads the launching thread's op)",
+    "push": "through op and scope ids pushed to CUPTI",
+    "none": "none (the CPU activity source times ops on the host)",
+}
 METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_DEVICE: ("device", lambda v: {"cuda": "CUDA GPU", "cpu": "CPU (aten ops timed on the host)"}.get(v, v)),
     schema.META_GPU_NAME: ("GPU", str),
@@ -482,7 +487,8 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_GPU_SMS: ("streaming multiprocessors", str),
     schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),
     schema.META_THREADS_TRACED: ("threads traced", str),
-    schema.META_CORRELATION_PUSHES: ("op and scope ids pushed to CUPTI", str),
+    schema.META_CORRELATION: ("launches linked to ops", lambda v: _CORRELATIONS.get(v, v)),
+    schema.META_CORRELATION_PUSHES: ("op and scope ids pushed (to CUPTI, or to the launch callback's stack)", str),
     seconds_key("warmup"): ("the warm-up passes", _seconds),
     seconds_key("start"): ("starting the activity collector and the tracer", _seconds),
     seconds_key("pass"): ("the recorded pass", _seconds),
