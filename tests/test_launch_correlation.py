@@ -250,3 +250,44 @@ def test_the_config_refuses_launch_correlation_with_the_python_decoder():
         ProfileConfig(decoder="python", correlation="launch")
     with pytest.raises(ValueError, match="correlation must be None, 'launch' or 'push'"):
         ProfileConfig(correlation="callback")
+
+
+class CallLog(FakeCupti):
+    """A fake that logs the order of kind and API-record switches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def activity_disable(self, kind: int) -> None:
+        self.calls.append(f"disable {ActivityKind(int(kind)).name}")
+        super().activity_disable(kind)
+
+    def activity_enable_runtime_api(self, cbid: int, flag: int) -> None:
+        self.calls.append(f"runtime api {flag}")
+        super().activity_enable_runtime_api(cbid, flag)
+
+
+def test_push_switches_api_records_back_on_before_it_disables_their_kinds(monkeypatch):
+    # CUPTI turns a callback id's records on again when it is switched on: the kinds must be disabled last,
+    # or every later collection (ours with launch correlation too) gets every API call's record
+    lifecycle.fake.__wrapped__(monkeypatch)  # torch's CUDA calls stood in for
+    log = CallLog()
+    source = CuptiSource(FakeSink(log), log, correlation="push")
+    source.start()
+    log.calls.clear()
+    source.stop()
+    last_switch = max(i for i, call in enumerate(log.calls) if call.startswith("runtime api"))
+    assert log.calls.index("disable RUNTIME") > last_switch
+    assert log.enabled == set()
+
+
+def test_launch_correlation_turns_api_record_kinds_off_before_collecting(fake):
+    fake.enabled |= {int(ActivityKind.RUNTIME), int(ActivityKind.DRIVER)}  # left on by another client
+    sink = LaunchSink(fake)
+    source = CuptiSource(sink, fake)
+    source.start()
+    try:
+        assert int(ActivityKind.RUNTIME) not in fake.enabled and int(ActivityKind.DRIVER) not in fake.enabled
+    finally:
+        source.stop()

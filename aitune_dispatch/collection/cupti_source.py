@@ -236,6 +236,8 @@ class CuptiSource:
         cupti = self._cupti
         try:
             self._sink.register()
+            if not self.api_records:
+                self._api_records_off()
             for kind in self._activity_kinds():
                 cupti.activity_enable(kind)
                 self._enabled.append(kind)
@@ -252,6 +254,16 @@ class CuptiSource:
         except BaseException:
             self.stop()
             raise
+
+    def _api_records_off(self) -> None:
+        """Disable the API record kinds, which a client that switched API callback ids on after disabling
+        them (as this source did before it restored in the right order) leaves producing records."""
+        kinds = self._cupti.ActivityKind
+        for kind in (kinds.RUNTIME, kinds.DRIVER):
+            try:
+                self._cupti.activity_disable(kind)
+            except Exception:  # noqa: BLE001 - not enabled: nothing to turn off
+                pass
 
     def _activity_kinds(self) -> list[Any]:
         """Kernels, copies and sets; with push correlation the external-correlation records that link them to
@@ -304,20 +316,24 @@ class CuptiSource:
             cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
         finally:
             try:
-                while self._enabled:
-                    cupti.activity_disable(self._enabled.pop())
+                # every API callback id switched back on before the kinds are disabled: switching one on
+                # turns its records on again (seen on the H200), so the disable must come last
+                if self._api_selected:
+                    self._select_api_records(only_needed=False)
             finally:
                 try:
-                    if self._launch_callbacks:
-                        self._launch_callbacks = False
-                        self._sink.stop_launch_callbacks()  # type: ignore[attr-defined]
+                    while self._enabled:
+                        cupti.activity_disable(self._enabled.pop())
                 finally:
-                    if self._api_selected:
-                        self._select_api_records(only_needed=False)
-                    self._dropped = self._read_dropped()
-                    release = getattr(self._sink, "release", None)
-                    if release is not None:
-                        release()
+                    try:
+                        if self._launch_callbacks:
+                            self._launch_callbacks = False
+                            self._sink.stop_launch_callbacks()  # type: ignore[attr-defined]
+                    finally:
+                        self._dropped = self._read_dropped()
+                        release = getattr(self._sink, "release", None)
+                        if release is not None:
+                            release()
         if torch_profiler_active():
             raise RuntimeError(
                 "torch.profiler was started while profile() was collecting and took the CUPTI "
