@@ -577,6 +577,17 @@ typedef struct {
 
 static __thread IdStack id_stack;
 static uint64_t stack_generation = 1;
+static pthread_key_t stack_key; /* its destructor frees a thread's ids when the thread exits */
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+
+static void free_stack(void *stack) {
+    IdStack *s = (IdStack *)stack;
+    free(s->ids);
+    s->ids = NULL;
+    s->cap = s->depth = 0;
+}
+
+static void make_stack_key(void) { pthread_key_create(&stack_key, free_stack); }
 
 static IdStack *this_thread_stack(void) {
     IdStack *s = &id_stack;
@@ -597,6 +608,10 @@ static int stack_push(int kind, uint64_t id) {
     if (s->overflow == 0 && s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
         if (!grow((void **)&s->ids, sizeof(uint64_t), cap)) { s->overflow++; return CUPTI_ERROR_OUT_OF_MEMORY; }
+        if (!s->cap) {
+            pthread_once(&stack_key_once, make_stack_key);
+            pthread_setspecific(stack_key, s);
+        }
         s->cap = cap;
     } else if (s->overflow) {
         s->overflow++;
@@ -775,16 +790,16 @@ static void CUPTIAPI graph_callback(CUpti_CallbackId cbid, const void *cbdata) {
     pthread_mutex_unlock(&graph_lock);
 }
 
-static int callbacks_resolved(void) {
-    return p_subscribe && p_unsubscribe && p_enable_callback && p_graph_node_id && p_graph_id && p_push && p_pop;
-}
+static int callbacks_resolved(void) { return p_subscribe && p_unsubscribe && p_enable_callback; }
+
+static int graph_functions_resolved(void) { return callbacks_resolved() && p_graph_node_id && p_graph_id && p_push && p_pop; }
 
 static PyObject *py_graph_observer_start(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"external_kind", NULL};
     int external_kind;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i:graph_observer_start", keywords, &external_kind)) return NULL;
-    if (!callbacks_resolved()) {
+    if (!graph_functions_resolved()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "this libcupti lacks the callback or graph-id functions the graph observer needs "
                         "(call _cupti_native.load() first)");
@@ -951,7 +966,7 @@ static void launch_callback(int8_t api, CUpti_CallbackId cbid, const CUpti_Callb
         if (linked) launch_link(&launch_rows, data->correlationId, id);
         if (rows) {
             size_t row = launch_call(&launch_rows, data->correlationId, api, cbid, start);
-            if (row) tag = ((uint64_t)launch_generation << 32) | (uint64_t)row;
+            if (row && row <= UINT32_MAX) tag = ((uint64_t)launch_generation << 32) | (uint64_t)row;
         }
         pthread_mutex_unlock(&launch_lock);
         if (data->correlationData) *data->correlationData = tag;
@@ -1039,11 +1054,12 @@ static PyObject *py_launch_callbacks_start(PyObject *self, PyObject *args, PyObj
         for (size_t i = 0; i < counts[d]; i++) {
             CUptiResult status = p_enable_callback(1, subscriber, domains[d], ids[d][i]);
             if (status != CUPTI_SUCCESS) {
+                int failed = (int)ids[d][i]; /* before the cleanup frees ids[d] (now launch_cbids[d]) */
                 if (d == 0) { free(ids[1]); }
                 disable_launch_cbids();
                 unsubscribe_if_idle();
                 PyErr_Format(PyExc_RuntimeError, "cuptiEnableCallback(%s %d) failed with CUPTI error %d (%s)",
-                             d == 0 ? "runtime" : "driver", (int)ids[d][i], (int)status, status_text(status));
+                             d == 0 ? "runtime" : "driver", failed, (int)status, status_text(status));
                 return NULL;
             }
             launch_cbid_count[d] = i + 1;
@@ -1143,6 +1159,13 @@ static PyObject *py_correlation_stack(PyObject *self, PyObject *unused) {
     for (size_t i = 0; ids && i < s->depth; i++)
         PyList_SET_ITEM(ids, (Py_ssize_t)i, PyLong_FromUnsignedLongLong((unsigned long long)s->ids[i]));
     return ids;
+}
+
+/** Test hook: what is switched on (the subscription, the graph observer, the launch callbacks). */
+static PyObject *py_callback_state(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    return Py_BuildValue("{sOsOsO}", "subscribed", subscribed ? Py_True : Py_False, "graph_observer",
+                         graph_on ? Py_True : Py_False, "launch_callbacks", launch_on ? Py_True : Py_False);
 }
 
 /** Test hook: one launch through the callback as CUPTI would call it, entry then exit. */
@@ -1583,6 +1606,8 @@ static PyMethodDef methods[] = {
     {"launch_callbacks_stop", py_launch_callbacks_stop, METH_NOARGS, "Disable the launch callbacks (idempotent)."},
     {"_simulate_launch", (PyCFunction)(void (*)(void))py_simulate_launch, METH_VARARGS | METH_KEYWORDS,
      "Test hook: one launch through the launch callback, entry then exit, on this thread."},
+    {"_callback_state", py_callback_state, METH_NOARGS,
+     "Test hook: whether the CUPTI subscription, the graph observer and the launch callbacks are on."},
     {"_launch_rows", (PyCFunction)(void (*)(void))py_launch_rows, METH_VARARGS | METH_KEYWORDS,
      "Test hook: record launch rows (True) or only links, for these callback ids, without CUPTI."},
     {NULL, NULL, 0, NULL},

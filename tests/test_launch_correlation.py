@@ -9,9 +9,11 @@ source's choice between the two paths is checked with a fake cupti-python.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 
+import numpy as np
 import pytest
 import test_cupti_lifecycle as lifecycle
 import torch
@@ -121,7 +123,7 @@ def test_a_launch_is_linked_to_the_top_of_its_threads_stack_and_recorded_once(de
     assert records.api_correlation_id.tolist() == [1, 2, 3]
     assert records.api_kind.tolist() == [RUNTIME, RUNTIME, DRIVER]
     assert records.api_cbid.tolist() == [LAUNCH_KERNEL, LAUNCH_KERNEL, CU_LAUNCH_KERNEL]
-    assert (records.api_end_ns >= records.api_start_ns).all()
+    assert (records.api_end_ns >= records.api_start_ns).all() and (records.api_end_ns > records.api_start_ns).any()
     assert len(set(records.api_thread.tolist())) == 1
 
 
@@ -198,6 +200,32 @@ class LaunchSink(FakeSink):
     def start_launch_callbacks(self, runtime: list[int], driver: list[int], launch_rows: bool) -> None:
         self.started = (runtime, driver, launch_rows)
         self.enabled_then = set(self.cupti.enabled)
+        self.cupti.launch = self._launch_with_callback(self.cupti.launch)
+
+    def _launch_with_callback(self, launch):  # noqa: ANN001, ANN202
+        """Launches as the launch callback sees them: linked to the top of the stack whether or not CUPTI's
+        activity records still reach us (another client may have taken them)."""
+        self.callback_links: list[tuple[int, int]] = []
+
+        def launched(ticks: int) -> None:
+            before = len(self.cupti.records)
+            launch(ticks)
+            if len(self.cupti.records) == before and self.cupti.stack:  # no record, but the callback ran
+                self.cupti._next_correlation += 1
+                self.callback_links.append((self.cupti._next_correlation, self.cupti.stack[-1]))
+
+        return launched
+
+    def take(self):  # noqa: ANN201
+        records = super().take()
+        links = getattr(self, "callback_links", [])
+        if links:
+            records = dataclasses.replace(
+                records,
+                ext_correlation_id=np.concatenate([records.ext_correlation_id, [c for c, _ in links]]).astype(np.int64),
+                ext_id=np.concatenate([records.ext_id, np.array([i for _, i in links], np.uint64).view(np.int64)]),
+            )
+        return records
 
     def stop_launch_callbacks(self) -> None:
         self.stopped += 1
@@ -291,3 +319,14 @@ def test_launch_correlation_turns_api_record_kinds_off_before_collecting(fake):
         assert int(ActivityKind.RUNTIME) not in fake.enabled and int(ActivityKind.DRIVER) not in fake.enabled
     finally:
         source.stop()
+
+
+def test_launch_correlation_still_fails_the_run_when_another_client_takes_the_records(fake):
+    # the canary's link comes from our callback, which always runs: only its kernel record shows that
+    # the activity records still reach us
+    source = CuptiSource(LaunchSink(fake), fake)
+    source.start()
+    fake.callbacks_ours = False  # another client registered its buffer callbacks mid-pass
+    source.stop()
+    with pytest.raises(RuntimeError, match="another CUPTI client"):
+        source.activity()

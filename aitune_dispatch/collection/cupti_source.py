@@ -188,10 +188,12 @@ class CuptiSource:
         why = self._sink.launch_callbacks_unavailable()  # type: ignore[attr-defined]
         if why is None:
             return "launch"
-        detail = (
-            f"CUPTI's launch callbacks cannot be had ({why}): another CUPTI client (torch.profiler's Kineto "
-            "once it has run in this process, Nsight) holds the one callback subscription CUPTI allows"
-        )
+        detail = f"CUPTI's launch callbacks cannot be had ({why})"
+        if "error 39" in why:
+            detail += (
+                ": another CUPTI client (torch.profiler's Kineto once it has run in this process, Nsight) "
+                "holds the one callback subscription CUPTI allows"
+            )
         if requested == "launch":
             raise RuntimeError(f"{detail}; pass correlation='push' to attribute launches through pushed ids")
         warnings.warn(
@@ -423,14 +425,20 @@ class CuptiSource:
         ids = correlation["op_id"]
         is_canary = pc.equal(ids, pa.scalar(CANARY_ID - 2**64, pa.int64()))
         canary_ids = correlation.filter(is_canary)["correlation_id"]
-        if len(canary_ids) == 0:
+        is_canary_kernel = pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks())
+        # with launch correlation the canary's link comes from our callback, not from CUPTI's records:
+        # only its kernel record shows that the records still reach us
+        if len(canary_ids) == 0 or not pc.any(is_canary_kernel).as_py():
             raise RuntimeError(
                 "another CUPTI client (torch.profiler, Nsight, ...) took the activity callbacks or "
                 "disabled collection during profile(), so this run's kernels are incomplete; "
                 "run torch.profiler and profile() one after the other, never nested"
             )
-        is_canary_kernel = pc.is_in(kernels["correlation_id"], value_set=canary_ids.combine_chunks())
-        missing = sorted(set(self._device_canaries) - set(devices.activity_devices(kernels.filter(is_canary_kernel))))
+        expected = set(self._device_canaries)
+        current = getattr(getattr(self._canary, "device", None), "index", None)
+        if isinstance(current, int):
+            expected.add(current)
+        missing = sorted(expected - set(devices.activity_devices(kernels.filter(is_canary_kernel))))
         if missing:
             names = ", ".join(f"cuda:{device}" for device in missing)
             raise RuntimeError(
