@@ -26,8 +26,6 @@ import argparse
 import gc
 import json
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +37,7 @@ from torch.overrides import TorchFunctionMode
 from aitune_dispatch.schema import seconds_key
 
 from . import zoo
+from .apart import measure_apart, write_one
 from .rss import measure_growth
 from .runners import timed
 
@@ -171,16 +170,6 @@ def measure(name: str, passes: int) -> dict[str, Any]:
     return out
 
 
-def measure_apart(name: str, passes: int, out: Path) -> dict[str, Any]:
-    """:func:`measure` in a process of its own (a previous model's torch.profiler holds CUPTI's callbacks)."""
-    target = out / f"{name}.json"
-    command = [sys.executable, "-m", "benchmarks.pass_ratio", "--out", str(out), "--one", name, "--passes", str(passes)]
-    done = subprocess.run(command, check=False)
-    if done.returncode != 0 or not target.exists():
-        return {"model": name, "status": "skipped", "reason": f"its process exited with status {done.returncode}"}
-    return json.loads(target.read_text())
-
-
 def million(passes: int = 1, calls: int = 40) -> dict[str, Any]:
     """``llama_generate`` with ``calls`` generate() calls in one recorded pass."""
     from aitune_dispatch import ModuleFunctionKernelProfiler
@@ -225,7 +214,7 @@ def render(results: list[dict[str, Any]], extra: dict[str, Any] | None) -> str:
     """The two tables of issue 10, as markdown."""
     lines = ["## Recorded pass over bare pass", "", COLUMNS, "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if r.get("status") == "skipped":
+        if r.get("status") in ("skipped", "error"):
             lines.append(f"| {r['model']} | – | – | – | – | – | – | – |")
             continue
         cells = [_ratio(r[c], [b for _, b in r[c]]) for c in CONFIGS]
@@ -244,7 +233,7 @@ def render(results: list[dict[str, Any]], extra: dict[str, Any] | None) -> str:
     ]
     order = ("empty function mode", *MECHANISMS, "ours, samples off", "ours")
     for r in results:
-        if r.get("status") != "skipped":
+        if r.get("status") not in ("skipped", "error"):
             cells = [_ratio(r[c], [b for _, b in r[c]]) for c in order]
             lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
     lines += [
@@ -255,7 +244,7 @@ def render(results: list[dict[str, Any]], extra: dict[str, Any] | None) -> str:
         "|---|---|---|---|---|",
     ]
     for r in results:
-        if r.get("status") == "skipped" or not r["profile_s"]["ours"] or not r["profile_s"]["baseline"]:
+        if r.get("status") in ("skipped", "error") or not r["profile_s"]["ours"] or not r["profile_s"]["baseline"]:
             continue
         ours, base = statistics.median(r["profile_s"]["ours"]), statistics.median(r["profile_s"]["baseline"])
         lines.append(f"| {r['model']} | {r['kernels']:,} | {ours:.3f} | {base:.3f} | {base / ours:.1f} |")
@@ -288,15 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:
-        try:
-            one = measure(args.one, args.passes)
-        except zoo.ModelUnavailable as error:
-            one = {"model": args.one, "status": "skipped", "reason": str(error)}
-        (out / f"{args.one}.json").write_text(json.dumps(one))
+        write_one(out, args.one, lambda: measure(args.one, args.passes))
         return 0
     results: list[dict[str, Any]] = []
     for name in args.models:
-        results.append(measure_apart(name, args.passes, out))
+        results.append(measure_apart("benchmarks.pass_ratio", name, out, ["--passes", str(args.passes)]))
         print(render(results[-1:], None).splitlines()[-3], flush=True)
     extra = million() if args.million else None
     (out / "pass_ratio.json").write_text(json.dumps({"models": results, "million": extra}, indent=1))

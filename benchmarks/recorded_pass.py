@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from typing import Any
 import torch
 
 from . import zoo
+from .apart import measure_apart, write_one
 from .fixed_cost import PIPELINE_OVERRIDES, workload
 from .runners import timed
 
@@ -129,16 +128,14 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
     return out
 
 
-def measure_apart(name: str, repeats: Sequence[int], passes: int, out: Path) -> dict[str, Any]:
-    """:func:`measure` in a process of its own (the previous model's torch.profiler holds CUPTI's callbacks)."""
-    target = out / f"{name}.json"
-    command = [sys.executable, "-m", "benchmarks.recorded_pass", "--out", str(out), "--one", name]
-    done = subprocess.run([*command, "--passes", str(passes), "--repeats", *map(str, repeats)], check=False)
-    if done.returncode != 0 or not target.exists():
-        return {"model": name, "status": "error", "reason": f"exit status {done.returncode}"}
-    result = json.loads(target.read_text())
-    result["pairs"] = {int(repeat): pairs for repeat, pairs in result["pairs"].items()}
-    result["kernels"] = {int(repeat): kernels for repeat, kernels in result["kernels"].items()}
+def measure_alone(name: str, repeats: Sequence[int], passes: int, out: Path) -> dict[str, Any]:
+    """:func:`measure` in a process of its own (a previous model's torch.profiler holds CUPTI's callbacks)."""
+    result = measure_apart(
+        "benchmarks.recorded_pass", name, out, ["--passes", str(passes), "--repeats", *map(str, repeats)]
+    )
+    if "pairs" in result:  # JSON keys are strings
+        result["pairs"] = {int(repeat): pairs for repeat, pairs in result["pairs"].items()}
+        result["kernels"] = {int(repeat): kernels for repeat, kernels in result["kernels"].items()}
     return result
 
 
@@ -220,15 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:
-        try:
-            one = measure(args.one, args.repeats, args.passes)
-        except zoo.ModelUnavailable as error:
-            one = {"model": args.one, "status": "skipped", "reason": str(error)}
-        (out / f"{args.one}.json").write_text(json.dumps(one, default=str))
+        write_one(out, args.one, lambda: measure(args.one, args.repeats, args.passes))
         return 0
     results: list[dict[str, Any]] = []
     for name in args.models:
-        results.append(measure_apart(name, args.repeats, args.passes, out))
+        results.append(measure_alone(name, args.repeats, args.passes, out))
         print(render(results[-1:]).splitlines()[4], flush=True)
         (out / "recorded_pass.json").write_text(json.dumps(results, indent=1, default=str))
         (out / "recorded_pass.md").write_text(render(results))
