@@ -18,7 +18,8 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCE = "native_shims/cupti_decoder.c"
+SOURCES = ["native_shims/cupti_decoder.c", "native_shims/cupti_callbacks.c"]
+SHARED_HEADER = "native_shims/cupti_shared.h"
 TRACER_SOURCES = sorted(str(p) for p in Path("native_shims/tracer").glob("*.cpp"))
 TRACER_HEADERS = sorted(str(p) for p in Path("native_shims/tracer").glob("*.h"))
 COMPAT = "native_shims/compat"  # a stand-in builtin_types.h, searched first (see the file)
@@ -91,8 +92,8 @@ def _extensions() -> list[Extension]:
     return [
         Extension(
             "aitune_dispatch.collection._cupti_native",
-            sources=[SOURCE],
-            depends=[f"{COMPAT}/builtin_types.h"],  # rebuilds on change, and ships in the sdist
+            sources=SOURCES,
+            depends=[f"{COMPAT}/builtin_types.h", SHARED_HEADER],  # rebuilds on change, and ships in the sdist
             include_dirs=includes,
             libraries=["dl"],
             extra_compile_args=["-O2", "-std=gnu11", "-pthread", "-fvisibility=hidden", "-Wall"],

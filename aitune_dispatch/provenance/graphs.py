@@ -1,6 +1,6 @@
 """The CUDA graph observer: which launch created each graph node, so that replays can be attributed.
 
-The compiled decoder (``native_shims/cupti_decoder.c``) records each node created during a capture
+The compiled decoder (``native_shims/cupti_callbacks.c``) records each node created during a capture
 with the external id on top of the stack, and each clone with its original; where CUPTI's one
 callback subscription is taken, :attr:`GraphNodeObserver.unavailable` says so (``docs/design.md``,
 "torch.compile and CUDA graphs").
