@@ -4,6 +4,7 @@ callback (or, with ``correlation="push"``, by external correlation ids pushed pe
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -145,10 +146,6 @@ class CuptiSource:
         # the kind a native op tracer pushes its op ids with (they must meet ours in the records)
         self.correlation_kind = self._kind
         self.correlation = self._correlation(correlation)
-        # launch correlation: whether the launches table comes from API activity records (True) or
-        # from the launch callback itself (False, the default: no API records at all)
-        self.api_records = self.correlation == "push"
-        self._launch_callbacks = False
         self._enabled: list[Any] = []
         self._api_selected = False
         self._started = False
@@ -238,18 +235,17 @@ class CuptiSource:
         cupti = self._cupti
         try:
             self._sink.register()
-            if not self.api_records:
+            if self.correlation == "launch":
                 self._api_records_off()
             for kind in self._activity_kinds():
                 cupti.activity_enable(kind)
                 self._enabled.append(kind)
-            if self.api_records:
+            if self.correlation == "push":
                 self._select_api_records(only_needed=True)
-            if self.correlation == "launch":
+            else:  # the launch callback records the launches table itself
                 runtime = sorted(_api_callback_ids(cupti.runtime_api_trace_cbid)[1])
                 driver = sorted(_api_callback_ids(cupti.driver_api_trace_cbid)[1])
-                self._launch_callbacks = True
-                self._sink.start_launch_callbacks(runtime, driver, not self.api_records)  # type: ignore[attr-defined]
+                self._sink.start_launch_callbacks(runtime, driver, True)  # type: ignore[attr-defined]
             self._clock_start = self._clock_pair()
             if self.primed:
                 self._launch_tagged(PRIME_ID)
@@ -268,14 +264,12 @@ class CuptiSource:
                 pass
 
     def _activity_kinds(self) -> list[Any]:
-        """Kernels, copies and sets; with push correlation the external-correlation records that link them to
-        ops; API records where the launches table comes from them."""
+        """Kernels, copies and sets; with push correlation also the external-correlation records that link
+        them to ops and the API records those need (the launches table comes from them then)."""
         kinds = self._cupti.ActivityKind
         enabled = [kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET]
         if self.correlation == "push":
-            enabled.append(kinds.EXTERNAL_CORRELATION)
-        if self.api_records:
-            enabled += [kinds.RUNTIME, kinds.DRIVER]
+            enabled += [kinds.EXTERNAL_CORRELATION, kinds.RUNTIME, kinds.DRIVER]
         return enabled
 
     def _clock_pair(self) -> tuple[int, int]:
@@ -317,30 +311,30 @@ class CuptiSource:
             self._clock_end = self._calibration_end()
             cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
         finally:
-            try:
+            with contextlib.ExitStack() as undo:  # each step runs whatever the others raise, the last one first
+                undo.callback(self._release_sink)
+                if self.correlation == "launch":  # a no-op where start() failed before turning them on
+                    undo.callback(self._sink.stop_launch_callbacks)  # type: ignore[attr-defined]
+                undo.callback(self._disable_kinds)
                 # every API callback id switched back on before the kinds are disabled: switching one on
-                # turns its records on again (seen on the H200), so the disable must come last
+                # turns its records on again (seen on the H200), so the disable must come after it
                 if self._api_selected:
-                    self._select_api_records(only_needed=False)
-            finally:
-                try:
-                    while self._enabled:
-                        cupti.activity_disable(self._enabled.pop())
-                finally:
-                    try:
-                        if self._launch_callbacks:
-                            self._launch_callbacks = False
-                            self._sink.stop_launch_callbacks()  # type: ignore[attr-defined]
-                    finally:
-                        self._dropped = self._read_dropped()
-                        release = getattr(self._sink, "release", None)
-                        if release is not None:
-                            release()
+                    undo.callback(self._select_api_records, only_needed=False)
         if torch_profiler_active():
             raise RuntimeError(
                 "torch.profiler was started while profile() was collecting and took the CUPTI "
                 "activity callbacks, so this run's kernels are incomplete; run them one after the other"
             )
+
+    def _disable_kinds(self) -> None:
+        while self._enabled:
+            self._cupti.activity_disable(self._enabled.pop())
+
+    def _release_sink(self) -> None:
+        self._dropped = self._read_dropped()
+        release = getattr(self._sink, "release", None)
+        if release is not None:
+            release()
 
     def _calibration_end(self) -> tuple[int, int] | None:
         """The second clock pair, at least MIN_CALIBRATION_NS after the first (short passes wait)."""
