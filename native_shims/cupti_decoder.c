@@ -246,15 +246,21 @@ static void push_link(Collector *c, uint32_t correlation, uint64_t external_id) 
     c->links++;
 }
 
-static void push_call(Collector *c, const CUpti_ActivityAPI *a, int8_t api) {
+/** Append one API call row: from an API activity record, or from the launch callbacks' rows. */
+static void append_call(Collector *c, int64_t correlation, int8_t api, int32_t cbid, int64_t start, int64_t end,
+                        int64_t thread) {
     if (!reserve_call(c)) { c->lost++; return; }
     size_t r = c->calls++;
-    c->api_correlation_id[r] = a->correlationId;
+    c->api_correlation_id[r] = correlation;
     c->api_kind[r] = api;
-    c->api_cbid[r] = (int32_t)a->cbid;
-    c->api_start_ns[r] = (int64_t)a->start;
-    c->api_end_ns[r] = (int64_t)a->end;
-    c->api_thread[r] = a->threadId;
+    c->api_cbid[r] = cbid;
+    c->api_start_ns[r] = start;
+    c->api_end_ns[r] = end;
+    c->api_thread[r] = thread;
+}
+
+static void push_call(Collector *c, const CUpti_ActivityAPI *a, int8_t api) {
+    append_call(c, a->correlationId, api, (int32_t)a->cbid, (int64_t)a->start, (int64_t)a->end, a->threadId);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -765,16 +771,9 @@ static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
 static void add_launch_rows(Collector *c) {
     LaunchRows taken = launch_rows_take();
     for (size_t i = 0; i < taken.links; i++) push_link(c, (uint32_t)taken.link_correlation_id[i], (uint64_t)taken.link_id[i]);
-    for (size_t i = 0; i < taken.calls; i++) {
-        if (!reserve_call(c)) { c->lost++; continue; }
-        size_t r = c->calls++;
-        c->api_correlation_id[r] = taken.correlation_id[i];
-        c->api_kind[r] = taken.api[i];
-        c->api_cbid[r] = taken.cbid[i];
-        c->api_start_ns[r] = taken.start_ns[i];
-        c->api_end_ns[r] = taken.end_ns[i];
-        c->api_thread[r] = taken.thread[i];
-    }
+    for (size_t i = 0; i < taken.calls; i++)
+        append_call(c, taken.correlation_id[i], taken.api[i], taken.cbid[i], taken.start_ns[i], taken.end_ns[i],
+                    taken.thread[i]);
     c->lost += taken.lost;
     launch_rows_free(&taken);
 }
