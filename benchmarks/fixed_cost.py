@@ -1,29 +1,41 @@
 """The fixed cost of one recorded pass: ``pass − bare = a + b·R`` over R repetitions of the sample list.
 
-    python -m benchmarks.fixed_cost --out OUT [--models ...] [--repeats 1 2 8] [--passes 5]
+    python -m benchmarks.fixed_cost --out OUT [--models ...] [--repeats 1 2 8] [--passes 5] [--configs ...]
 
 For each zoo model (bench size; a pipeline such as ``llama_generate`` runs its function R times,
 with 8 new tokens a call) and each R, ``--passes`` rounds run in one process, each round a bare
 pass beside every configuration: ours (``profile()``'s own ``seconds_pass`` with one warm-up pass);
-ours with no warm-up pass; ours without samples (``function_names=set()``); our CUPTI source alone
-(started before the timed pass, as ``profile()`` does) and our tracing alone (hooks, modes, gates
-and op recorder entered before the timed pass and left after it, as ``profile()`` does, with the
-CPU source: no CUPTI). Per configuration, ``excess(R)`` is the median over rounds of a pass minus
-the bare pass run just before it (pairs, so that the lent machine's drift between rounds cancels),
-and a least-squares line through the R's gives ``a`` (ms per pass) and ``b`` (ms per repetition).
-``a`` is whatever a pass pays once however long it is; fitting each round on its own shows how much
-it moves.
+our CUPTI source alone (started before the timed pass, as ``profile()`` does) and our tracing alone
+(module tracking, modes, gates and op recorder entered before the timed pass and left after it, as
+``profile()`` does, with the CPU source: no CUPTI); ``--configs`` adds ours with no warm-up pass and
+ours without samples (``function_names=set()``).
+
+What makes ``a`` measurable on long, GPU-bound passes (``unet_sd15``, ``llama_generate``), where
+single passes move by tens of ms:
+
+- the bare pass comes straight after an untimed one, as ``profile()``'s recorded pass comes straight
+  after its warm-up pass, so both start on a GPU that is busy and clocked up rather than one idle
+  since the last configuration's post-processing;
+- each configured pass is compared with the mean of the bare passes just before and just after it,
+  which cancels the machine's drift between rounds where it is linear;
+- the objects alive once the model is built are frozen out of the garbage collector
+  (``gc.freeze()``), so that a full collection, which would walk every object of torch,
+  transformers and diffusers, does not land in one pass and not the other.
+
+Per configuration, ``excess(R)`` is the median over rounds, and a least-squares line through the
+R's gives ``a`` (ms per pass) and ``b`` (ms per repetition). ``a`` is whatever a pass pays once
+however long it is; fitting each round on its own shows how much it moves.
 
 A diagnostic follows at R=1: two consecutive passes inside one CUPTI collection (a first pass
 slower than the second is what CUPTI pays once per collection, outside what ``start()`` absorbs),
 with the source's prime (one kernel launched once collection is on, before the timed pass) and
-without it. Writes ``fixed_cost.md`` and
-``fixed_cost.json`` under ``--out``.
+without it. Writes ``fixed_cost.md`` and ``fixed_cost.json`` under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 from collections.abc import Sequence
@@ -37,6 +49,7 @@ from .runners import sync, timed
 
 MODELS = ("mlp", "resnet50", "sdpa_blocks", "vit_b_16", "efficientnet_b0", "gpt2", "llama_generate", "unet_sd15")
 CONFIGS = ("ours", "ours, warm-up 0", "ours, samples off", "cupti only", "tracing only")
+DEFAULT_CONFIGS = ("ours", "cupti only", "tracing only")
 PIPELINE_OVERRIDES = {"llama_generate": {"new_tokens": 8}}
 
 
@@ -122,39 +135,58 @@ def fit(repeats: Sequence[int], excess: Sequence[float]) -> tuple[float, float]:
     return mean_e - b * mean_r, b
 
 
-def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
+def bare_after_warm(work: zoo.Workload) -> float:
+    """A bare pass timed straight after an untimed one, as profile() times its pass after a warm-up."""
+    work.run()
+    return timed(work.run, DEVICE)
+
+
+def excess(configured: Sequence[float], bare: Sequence[float], offset: int, stride: int) -> list[float]:
+    """Each configured pass minus the mean of the bare passes just before and just after it.
+
+    ``bare`` is the whole interleaved sequence (bare, one configured pass, bare, the next, ...); the
+    ``k``-th pass of this configuration ran between ``bare[k * stride + offset]`` and the bare pass
+    after that one."""
+    return [c - (bare[k * stride + offset] + bare[k * stride + offset + 1]) / 2 for k, c in enumerate(configured)]
+
+
+def measure(name: str, repeats: Sequence[int], passes: int, configs: Sequence[str] = DEFAULT_CONFIGS) -> dict[str, Any]:
     """Median bare and configured pass seconds at every R, the fits, and the R=1 diagnostics."""
     size = "bench" if DEVICE == "cuda" else "small"
     base = zoo.build(name, DEVICE, 1, size=size, **PIPELINE_OVERRIDES.get(name, {}) if size == "bench" else {})
-    out: dict[str, Any] = {"model": name, "repeats": list(repeats), "bare": {}, **{c: {} for c in CONFIGS}}
-    with torch.no_grad():
-        base.run()
-        for repeat in repeats:
-            work = workload(name, repeat, base)
-            configs = Passes(work)
-            for config in CONFIGS:  # the first of each (CUPTI's and Kineto's start-up) is not measured
-                configs.run(config)
-            bare: list[float] = []
-            runs: dict[str, list[float]] = {c: [] for c in CONFIGS}
-            for _ in range(passes):
-                for config in CONFIGS:
-                    bare.append(timed(work.run, DEVICE))
-                    runs[config].append(configs.run(config))
-            out["bare"][repeat] = bare
-            for config in CONFIGS:
-                out[config][repeat] = runs[config]
-        one = workload(name, 1, base)
-        for key, primed in (("cupti_first_second_s", True), ("cupti_unprimed_first_second_s", False)):
-            pairs = [Passes(one).cupti_only(passes=2, primed=primed) for _ in range(passes)]
-            out[key] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
-    for index, config in enumerate(CONFIGS):
-        # round k's bare pass ran just before its configured one: the pairs cancel the machine's drift
-        paired = {
-            r: [out[config][r][k] - out["bare"][r][k * len(CONFIGS) + index] for k in range(passes)] for r in repeats
-        }
+    out: dict[str, Any] = {"model": name, "repeats": list(repeats), "configs": list(configs), "bare": {}}
+    out.update({c: {} for c in configs})
+    gc.collect()
+    gc.freeze()  # the model and every imported package: out of reach of a full collection
+    try:
+        with torch.no_grad():
+            base.run()
+            for repeat in repeats:
+                work = workload(name, repeat, base)
+                runner = Passes(work)
+                for config in configs:  # the first of each (CUPTI's and Kineto's start-up) is not measured
+                    runner.run(config)
+                # bare, config 1, bare, config 2, ..., bare: every configured pass between two bare ones
+                sequence: list[float] = [bare_after_warm(work)]
+                runs: dict[str, list[float]] = {c: [] for c in configs}
+                for _ in range(passes):
+                    for config in configs:
+                        runs[config].append(runner.run(config))
+                        sequence.append(bare_after_warm(work))
+                out["bare"][repeat] = sequence
+                for index, config in enumerate(configs):
+                    out[config][repeat] = runs[config]
+                    out.setdefault(f"{config} excess", {})[repeat] = excess(runs[config], sequence, index, len(configs))
+            one = workload(name, 1, base)
+            for key, primed in (("cupti_first_second_s", True), ("cupti_unprimed_first_second_s", False)):
+                pairs = [Passes(one).cupti_only(passes=2, primed=primed) for _ in range(passes)]
+                out[key] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
+    finally:
+        gc.unfreeze()
+    for config in configs:
+        paired = out[f"{config} excess"]
         out[f"{config} fit"] = fit(repeats, [statistics.median(paired[r]) for r in repeats])
-        rounds = [fit(repeats, [paired[r][k] for r in repeats])[0] for k in range(passes)]
-        out[f"{config} a per round"] = rounds
+        out[f"{config} a per round"] = [fit(repeats, [paired[r][k] for r in repeats])[0] for k in range(passes)]
     return out
 
 
@@ -182,22 +214,23 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         "`pass − bare = a + b·R`, least squares over R = "
         + ", ".join(str(x) for x in (results[0]["repeats"] if results and "repeats" in results[0] else []))
-        + "; each point the median over rounds of a recorded pass (`seconds_pass`) minus the bare pass run just "
-        "before it; the last column fits each round on its own (how much a moves between rounds).",
+        + "; each point the median over rounds of a recorded pass (`seconds_pass`) minus the mean of the bare "
+        "passes just before and just after it (each bare pass timed straight after an untimed one, as the "
+        "recorded pass follows profile()'s warm-up); the last column fits each round on its own (how much a "
+        "moves between rounds).",
         "",
-        "| model | ours, warm-up 0: a ms | b ms | ours, samples off: a ms | b ms | CUPTI only: a ms | b ms "
-        "| tracing only: a ms | b ms | CUPTI collection, 1st / 2nd pass ms "
-        "| the same, unprimed start ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        if r.get("status") == "skipped":
-            continue
-        cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in CONFIGS[1:])]
+    measured = [r for r in results if r.get("status") != "skipped"]
+    others = [c for c in CONFIGS[1:] if measured and all(c in r.get("configs", CONFIGS) for r in measured)]
+    header = "| model | " + " | ".join(f"{c}: a ms | b ms" for c in others)
+    header += " | CUPTI collection, 1st / 2nd pass ms | the same, unprimed start ms |"
+    lines += [header, "|---|" + "---|---|" * len(others) + "---|---|"]
+    for r in measured:
+        cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in others)]
         first, second = r["cupti_first_second_s"]
         old_first, old_second = r.get("cupti_unprimed_first_second_s", (float("nan"),) * 2)
         lines.append(
-            f"| {r['model']} | " + " | ".join(cells) + f" | {_ms(first)} / {_ms(second)} "
+            f"| {r['model']} | " + "".join(cell + " | " for cell in cells) + f"{_ms(first)} / {_ms(second)} "
             f"| {_ms(old_first)} / {_ms(old_second)} |"
         )
     return "\n".join(lines) + "\n"
@@ -210,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", nargs="*", default=list(MODELS))
     p.add_argument("--repeats", nargs="+", type=int, default=[1, 2, 8])
     p.add_argument("--passes", type=int, default=5)
+    p.add_argument(
+        "--configs", nargs="+", default=list(DEFAULT_CONFIGS), choices=CONFIGS, help="ours is always measured"
+    )
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = p.parse_args(argv)
     global DEVICE
@@ -221,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for name in args.models:
         try:
-            results.append(measure(name, args.repeats, args.passes))
+            configs = ["ours", *(c for c in args.configs if c != "ours")]
+            results.append(measure(name, args.repeats, args.passes, configs))
         except zoo.ModelUnavailable as error:
             results.append({"model": name, "status": "skipped", "reason": str(error)})
         print(render(results[-1:]).splitlines()[4], flush=True)

@@ -6,13 +6,58 @@
 #       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
 #     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [graph_observer] [recorded_pass] [hta] [roofline] [all_tests] [quick]
-# Parts default to "tests compare bench" (split them over calls where one call is time-limited;
-# all_tests is tests and compiled in one pytest run).
+# Parts default to "tests compare bench" (all_tests is tests and compiled in one pytest run).
+# One run longer than a call of the device tool (600 s at most): start it with --detach, which runs
+# it from a copy of the tree in a process session of its own (setsid: it outlives the call while the
+# machine is held), then call again at once, without a pause, with --follow, as often as needed:
+#     OUT=$OUT bash benchmarks/gpu_run.sh --detach all_tests first_call fixed_cost   # returns after FOLLOW_S
+#     OUT=$OUT bash benchmarks/gpu_run.sh --follow                                   # exit 3: still running
+# Each returns when the run ends or after FOLLOW_S seconds (default 560) and copies the run's summaries
+# to $OUT; the run itself lives in $GPU_RUN_DIR (default /tmp/gpu_run): log, tree/, out/, status.
 # Everything is written under $OUT/work and packed into $OUT/gpu_run_<parts>.tgz; the short
 # summaries (env, test log, compare.md, RESULTS.md) are also copied to $OUT itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-out}
+OUT=$(realpath -m "${OUT:-out}")
+DETACHED=$(realpath -m "${GPU_RUN_DIR:-/tmp/gpu_run}")
+
+# --follow: wait for the detached run (at most FOLLOW_S), copy what it has written to $OUT, exit with its
+# status, or 3 while it still runs
+follow() {
+  local deadline=$((SECONDS + ${FOLLOW_S:-560}))
+  [ -d "$DETACHED" ] || { echo "gpu_run: no detached run in $DETACHED (start one with --detach)"; exit 2; }
+  while [ ! -f "$DETACHED/status" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 5; done
+  mkdir -p "$OUT"
+  cp "$DETACHED"/out/* "$OUT"/ 2>/dev/null
+  cp "$DETACHED/log" "$OUT/gpu_run_detached.log"
+  tail -c 6000 "$DETACHED/log"
+  if [ -f "$DETACHED/status" ]; then
+    echo "gpu_run: the detached run [$(cat "$DETACHED/parts")] ended with status $(cat "$DETACHED/status")"
+    exit "$(cat "$DETACHED/status")"
+  fi
+  echo "gpu_run: the detached run [$(cat "$DETACHED/parts")] is still running: call again with --follow"
+  exit 3
+}
+
+case "${1:-}" in
+  --follow)
+    follow
+    ;;
+  --detach)
+    shift
+    [ -f "$DETACHED/pid" ] && kill -0 "$(cat "$DETACHED/pid")" 2>/dev/null \
+      && { echo "gpu_run: a detached run is still going ($DETACHED); --follow it"; exit 2; }
+    rm -rf "$DETACHED" && mkdir -p "$DETACHED/tree" "$DETACHED/out"
+    # a copy: the device tool re-sends the working tree at every call, under the running parts' feet
+    tar cf - --exclude=./.git . | tar xf - -C "$DETACHED/tree"
+    echo "${*:-tests compare bench}" >"$DETACHED/parts"
+    cd "$DETACHED/tree"
+    OUT="$DETACHED/out" setsid bash -c 'bash benchmarks/gpu_run.sh "$@"; echo $? >"$0/status.tmp"; mv "$0/status.tmp" "$0/status"' \
+      "$DETACHED" "$@" >"$DETACHED/log" 2>&1 </dev/null &
+    echo $! >"$DETACHED/pid"
+    follow
+    ;;
+esac
 PARTS=${*:-tests compare bench}
 TAG=$(echo "$PARTS" | tr ' ' '_')
 mkdir -p "$OUT/work"

@@ -1,0 +1,25 @@
+"""The arithmetic of ``benchmarks/fixed_cost.py``: each configured pass against the bare passes around it,
+and the line through the R's, on numbers chosen so that the answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.fixed_cost import excess, fit
+
+
+def test_a_pass_is_compared_with_the_mean_of_the_bare_passes_around_it():
+    # bare, a, bare, b, bare, a, bare, b, bare: two configurations, two rounds, on a machine slowing
+    # down by 1 ms per bare pass; config a costs 3 ms more than bare, config b 5 ms
+    bare = [10.0, 11.0, 12.0, 13.0, 14.0]
+    config_a = [10.5 + 3, 12.5 + 3]  # run between bare passes 0-1 and 2-3: the drift at its time is the mean
+    config_b = [11.5 + 5, 13.5 + 5]  # between 1-2 and 3-4
+    assert excess(config_a, bare, 0, 2) == [3.0, 3.0]
+    assert excess(config_b, bare, 1, 2) == [5.0, 5.0]
+
+
+def test_the_line_through_the_repeats_gives_the_fixed_and_the_per_repeat_cost():
+    # excess = 0.4 + 2.5 R at R = 1, 2, 8: 2.9, 5.4, 20.4
+    a, b = fit([1, 2, 8], [2.9, 5.4, 20.4])
+    assert a == pytest.approx(0.4)
+    assert b == pytest.approx(2.5)
