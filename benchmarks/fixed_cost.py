@@ -37,7 +37,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import statistics
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,20 @@ class Passes:
         profiler.release()
         return seconds
 
+    def empty(self) -> float:
+        """``seconds_pass`` of a profile() whose pass calls nothing (R = 0): what the pass window holds
+        besides the user's calls, with no model time to hide it."""
+        from aitune_dispatch.schema import seconds_key
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "never called" / "never ran": the point of this pass
+            if self.work.function is not None:
+                result = self.profiler.profile_result(lambda: None, module=self.work.model, warmup_iterations=1)
+            else:
+                result = self.profiler.profile_result(self.work.model, [], warmup_iterations=1)
+        self.profiler.release()
+        return float(result.metadata[seconds_key("pass")])
+
     def cupti_only(self, passes: int = 1, primed: bool = True) -> list[float]:
         from aitune_dispatch import collection
 
@@ -133,6 +149,17 @@ def fit(repeats: Sequence[int], excess: Sequence[float]) -> tuple[float, float]:
     var = sum((r - mean_r) ** 2 for r in repeats)
     b = sum((r - mean_r) * (e - mean_e) for r, e in zip(repeats, excess)) / var if var else 0.0
     return mean_e - b * mean_r, b
+
+
+def interval(paired: dict[Any, list[float]], repeats: Sequence[int], draws: int = 2000) -> tuple[float, float]:
+    """The 5th and 95th percentiles of ``a`` over bootstrap draws of the rounds (each R's rounds drawn
+    with replacement, medians fitted): how far the noise of the lent machine leaves ``a`` open."""
+    rng = random.Random(0)
+    fits = sorted(
+        fit(repeats, [statistics.median(rng.choices(paired[r], k=len(paired[r]))) for r in repeats])[0]
+        for _ in range(draws)
+    )
+    return fits[int(0.05 * (draws - 1))], fits[int(0.95 * (draws - 1))]
 
 
 def bare_after_warm(work: zoo.Workload) -> float:
@@ -178,6 +205,10 @@ def measure(name: str, repeats: Sequence[int], passes: int, configs: Sequence[st
                     out[config][repeat] = runs[config]
                     out.setdefault(f"{config} excess", {})[repeat] = excess(runs[config], sequence, index, len(configs))
             one = workload(name, 1, base)
+            empty = Passes(one)
+            empty.empty()  # as every configuration's first: not measured
+            out["empty"] = [empty.empty() for _ in range(passes)]
+            out["empty bare"] = [timed(lambda: None, DEVICE) for _ in range(passes)]
             for key, primed in (("cupti_first_second_s", True), ("cupti_unprimed_first_second_s", False)):
                 pairs = [Passes(one).cupti_only(passes=2, primed=primed) for _ in range(passes)]
                 out[key] = [statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)]
@@ -187,6 +218,7 @@ def measure(name: str, repeats: Sequence[int], passes: int, configs: Sequence[st
         paired = out[f"{config} excess"]
         out[f"{config} fit"] = fit(repeats, [statistics.median(paired[r]) for r in repeats])
         out[f"{config} a per round"] = [fit(repeats, [paired[r][k] for r in repeats])[0] for k in range(passes)]
+        out[f"{config} a interval"] = interval(paired, repeats)
     return out
 
 
@@ -199,17 +231,23 @@ def render(results: list[dict[str, Any]]) -> str:
     lines = [
         "## Fixed cost per recorded pass",
         "",
-        "| model | a ms | b ms per repeat | bare pass ms per repeat | a of single rounds ms |",
-        "|---|---|---|---|---|",
+        "| model | a ms | b ms per repeat | bare pass ms per repeat | a of single rounds ms "
+        "| a, 90% bootstrap interval ms | empty pass (R = 0): ours − bare ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") == "skipped":
-            lines.append(f"| {r['model']} | – | – | – | – |")
+            lines.append(f"| {r['model']} | – | – | – | – | – | – |")
             continue
         a, b = r["ours fit"]
         bare = statistics.median(statistics.median(v) / int(k) for k, v in r["bare"].items())
         rounds = r.get("ours a per round") or [float("nan")]
-        lines.append(f"| {r['model']} | {_ms(a)} | {_ms(b)} | {_ms(bare)} | {_ms(min(rounds))} to {_ms(max(rounds))} |")
+        low, high = r.get("ours a interval", (float("nan"),) * 2)
+        empty = statistics.median(r["empty"]) - statistics.median(r["empty bare"]) if "empty" in r else float("nan")
+        lines.append(
+            f"| {r['model']} | {_ms(a)} | {_ms(b)} | {_ms(bare)} | {_ms(min(rounds))} to {_ms(max(rounds))} "
+            f"| {_ms(low)} to {_ms(high)} | {_ms(empty)} |"
+        )
     lines += [
         "",
         "`pass − bare = a + b·R`, least squares over R = "
@@ -217,7 +255,9 @@ def render(results: list[dict[str, Any]]) -> str:
         + "; each point the median over rounds of a recorded pass (`seconds_pass`) minus the mean of the bare "
         "passes just before and just after it (each bare pass timed straight after an untimed one, as the "
         "recorded pass follows profile()'s warm-up); the last column fits each round on its own (how much a "
-        "moves between rounds).",
+        "moves between rounds), the interval draws the rounds again (2,000 bootstrap draws), and the empty pass is "
+        "`profile()` of a pass that calls nothing (median over rounds) against a bare empty pass (two "
+        "synchronizes).",
         "",
     ]
     measured = [r for r in results if r.get("status") != "skipped"]

@@ -49,7 +49,7 @@ case "${1:-}" in
       && { echo "gpu_run: a detached run is still going ($DETACHED); --follow it"; exit 2; }
     rm -rf "$DETACHED" && mkdir -p "$DETACHED/tree" "$DETACHED/out"
     # a copy: the device tool re-sends the working tree at every call, under the running parts' feet
-    tar cf - --exclude=./.git . | tar xf - -C "$DETACHED/tree"
+    tar cf - . | tar xf - -C "$DETACHED/tree"
     echo "${*:-tests compare bench}" >"$DETACHED/parts"
     cd "$DETACHED/tree"
     OUT="$DETACHED/out" setsid bash -c 'bash benchmarks/gpu_run.sh "$@"; echo $? >"$0/status.tmp"; mv "$0/status.tmp" "$0/status"' \
@@ -173,7 +173,7 @@ for part in $PARTS; do
       ;;
     fixed_cost)
       echo "== the fixed cost per recorded pass: pass - bare = a + b*R over R = 1, 2, 8"
-      timeout "${FIXED_COST_TIMEOUT_S:-540}" python3 -m benchmarks.fixed_cost --out "$OUT/fixed_cost" ${FIXED_COST_MODELS:+--models $FIXED_COST_MODELS} 2>&1 | tee "$OUT/fixed_cost.log" | tail -30
+      timeout "${FIXED_COST_TIMEOUT_S:-540}" python3 -m benchmarks.fixed_cost --out "$OUT/fixed_cost" ${FIXED_COST_MODELS:+--models $FIXED_COST_MODELS} ${FIXED_COST_CONFIGS:+--configs $FIXED_COST_CONFIGS} 2>&1 | tee "$OUT/fixed_cost.log" | tail -30
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     graph_observer)
