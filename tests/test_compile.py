@@ -241,6 +241,36 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing
         assert torch.allclose(call(x), model(x), atol=1e-5)  # a fused CPU gelu differs in the last bits
 
 
+def test_a_module_call_compiled_inside_the_profiled_function_is_attributed_below_it(tracing_backend):
+    """HF's ``generate()`` compiles ``model.__call__`` on its first call: inside ``profile()`` that is our call
+    wrapper, bound to the model, and Dynamo's frame starts there instead of at the forward; it stands for
+    ``nn.Module``'s call all the same, and the compiled call keeps working once the wrapper is gone."""
+    from torch.nn.modules import module as nn_module
+
+    from aitune_dispatch.provenance.inductor import forget_programs
+
+    torch._dynamo.reset()
+    forget_programs()
+    model = _UserMLP().eval()
+    x = torch.randn(4, 16)
+
+    def generate() -> torch.Tensor:
+        if "compiled_call" not in vars(model):  # as HF's get_compiled_call: compiled on the first call
+            model.compiled_call = torch.compile(model.__call__)
+        return model.compiled_call(x)
+
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiling_df, _ = profiler.profile(generate, None, module=model, warmup_iterations=1)
+    assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
+    assert set(profiler.last_result.activity.column("attribution").to_pylist()) == {schema.ATTRIBUTION_INDUCTOR}
+    assert not [w for w in caught if "never ran" in str(w.message)]
+    assert nn.Module.__dict__["__call__"] is nn_module.Module._wrapped_call_impl
+    with torch.no_grad():
+        assert torch.allclose(model.compiled_call(x), model(x), atol=1e-5)
+
+
 def _profiled_rows(profiler: ModuleFunctionKernelProfiler, function, model: nn.Module):  # noqa: ANN001, ANN202
     """``(module_name, function_name, attribution)`` of the ``aten::addmm`` rows of one recorded pass (the CPU
     source's kernels are ops), and the pass's warnings."""

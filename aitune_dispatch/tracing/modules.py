@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 import pyarrow as pa
@@ -43,6 +44,11 @@ def _traced_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return _call_through(self, *args, **kwargs)
     finally:
         _exited(self)
+
+
+# the frame Dynamo starts at for ``torch.compile(module.__call__)`` made while the wrapper is installed (HF's
+# generate() compiling its decoding step inside the profiled function): it stands for nn.Module's call
+TRACKED_CALL_CODE: CodeType = _traced_call.__code__
 
 
 def _reaches_ours(call: Any) -> bool:
