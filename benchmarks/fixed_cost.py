@@ -262,8 +262,8 @@ def render(results: list[dict[str, Any]]) -> str:
     ]
     measured = [r for r in results if r.get("status") != "skipped"]
     others = [c for c in CONFIGS[1:] if measured and all(c in r.get("configs", CONFIGS) for r in measured)]
-    header = "| model | " + " | ".join(f"{c}: a ms | b ms" for c in others)
-    header += " | CUPTI collection, 1st / 2nd pass ms | the same, unprimed start ms |"
+    header = "| model | " + "".join(f"{c}: a ms | b ms | " for c in others)
+    header += "CUPTI collection, 1st / 2nd pass ms | the same, unprimed start ms |"
     lines += [header, "|---|" + "---|---|" * len(others) + "---|---|"]
     for r in measured:
         cells = [f"{_ms(a)} | {_ms(b)}" for a, b in (r[f"{c} fit"] for c in others)]

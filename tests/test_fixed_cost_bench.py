@@ -23,3 +23,23 @@ def test_the_line_through_the_repeats_gives_the_fixed_and_the_per_repeat_cost():
     a, b = fit([1, 2, 8], [2.9, 5.4, 20.4])
     assert a == pytest.approx(0.4)
     assert b == pytest.approx(2.5)
+
+
+def test_the_tables_have_as_many_cells_as_columns_whichever_configurations_ran():
+    from benchmarks.fixed_cost import render
+
+    def result(configs: list[str]) -> dict:
+        repeats = [1, 2, 8]
+        out = {"model": "m", "repeats": repeats, "configs": configs, "bare": {r: [0.01] * 3 for r in repeats}}
+        for config in configs:
+            out[f"{config} fit"] = (0.0001, 0.001)
+            out[f"{config} a per round"] = [0.0001, 0.0002]
+            out[f"{config} a interval"] = (0.0, 0.0003)
+        out.update({"empty": [0.00002], "empty bare": [0.00001], "cupti_first_second_s": [0.001, 0.001]})
+        return out
+
+    for configs in (["ours"], ["ours", "cupti only", "tracing only"]):
+        rows = [line for line in render([result(configs)]).splitlines() if line.startswith("|")]
+        assert len({line.count("|") for line in rows[:3]}) == 1, rows[:3]  # header, rule and row of the first
+        assert len({line.count("|") for line in rows[3:]}) == 1, rows[3:]  # and of the second table
+        assert "|  |" not in "\n".join(rows)  # no column without a name
