@@ -3,6 +3,11 @@ so that its rows are the recorded pass's alone."""
 
 from __future__ import annotations
 
+import collections
+import os
+import sys
+import types
+
 import pytest
 import torch
 from torch import nn
@@ -38,3 +43,59 @@ def test_the_source_starts_with_the_recorded_pass(monkeypatch, warmup):
     monkeypatch.setattr(CpuOpTimer, "stop", stop)
     _profile(log, warmup)
     assert log == ["call"] * warmup + ["start", "call", "stop"]
+
+
+# what the pass window may run once however many samples it holds: the pass's own frame, and the
+# first sight of a name (strings interned, op names cached) that every later event of it reuses
+_ONCE_PER_PASS = {"run_pass", "PhaseClock.reporter"}
+_FIRST_SIGHT = {"_Interner.id", "op_name"}
+
+
+def _calls_inside_the_pass(samples: int) -> collections.Counter:
+    """How often each function of the package ran between the end of the start phase and the pass's lap."""
+    import torch.nn.functional as F
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(F.relu(self.a(x)))
+
+    seen: collections.Counter = collections.Counter()
+    inside = [False]
+
+    def observe(frame: types.FrameType, event: str, arg: object) -> None:
+        code = frame.f_code
+        if code.co_name == "lap" and code.co_filename.endswith(os.path.join("aitune_dispatch", "capture.py")):
+            phase = frame.f_locals.get("phase")
+            if event == "return" and phase == "start":
+                inside[0] = True
+            elif event == "call" and phase == "pass":
+                inside[0] = False
+        if inside[0] and event == "call" and f"{os.sep}aitune_dispatch{os.sep}" in code.co_filename:
+            seen[code.co_qualname] += 1
+
+    model = Two().eval()
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    sys.setprofile(observe)
+    try:
+        profiler.profile(model, [((torch.randn(2, 4),), {})] * samples, warmup_iterations=1)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_the_recorded_pass_holds_the_users_calls_and_per_event_work_only():
+    # per profile() work (installing, starting, refreshing, reading threads) belongs before or after the
+    # timed pass: inside it, every function of ours runs a number of times linear in the samples (k per
+    # sample), and only the pass's own frame and first sights run a fixed number of times
+    one, two, three = (_calls_inside_the_pass(n) for n in (1, 2, 3))
+    assert one, "the pass window was not found (PhaseClock.lap's phases renamed?)"
+    for name in set(one) | set(two) | set(three):
+        per_sample = two[name] - one[name]
+        fixed = one[name] - per_sample
+        assert three[name] == one[name] + 2 * per_sample, (name, one[name], two[name], three[name])
+        assert fixed == 0 or name in _ONCE_PER_PASS | _FIRST_SIGHT, (name, fixed)
+    assert one["_traced_call"] == 3  # the module wrapper: root, a and b, once each per sample
