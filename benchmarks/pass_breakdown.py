@@ -4,12 +4,11 @@
 
 For each zoo model (bench size, the sample list repeated ``--repeat`` times) the pass runs, in one
 process, under each configuration: bare; an empty ``TorchFunctionMode``; two no-op global module
-hooks; our module tracking alone (the ``nn.Module.__call__`` wrapper, native backend, no modes); our
-CUPTI activity source alone (no tracing, so no correlation ids); our tracing alone (module tracking,
-native function mode, op recorder, no CUPTI), with and without sample keys; CUPTI and tracing
-without the correlation-id pushes; and everything, as ``profile()`` runs it. Each is the median of
-three passes after one warm one; the table gives seconds and the ratio to bare. Writes ``breakdown.md`` and
-``breakdown.json``.
+hooks; our module hooks alone (native backend, no modes); our CUPTI activity source alone (no
+tracing, so no correlation ids); our tracing alone (hooks, native function mode, op recorder, no
+CUPTI), with and without sample keys; CUPTI and tracing without the correlation-id pushes; and
+everything, as ``profile()`` runs it. Each is the median of three passes after one warm one; the
+table gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ CONFIGS = (
     "bare",
     "empty function mode",
     "no-op global hooks",
-    "our module tracking",
+    "our module hooks",
     "cupti only",
     "tracing only",
     "tracing, no samples",
@@ -126,7 +125,7 @@ def measure(name: str, repeat: int) -> dict[str, float]:
         "bare": lambda r: r(),
         "empty function mode": _empty_mode,
         "no-op global hooks": _noop_hooks,
-        "our module tracking": _module_hooks(work.model),
+        "our module hooks": _module_hooks(work.model),
         "cupti only": lambda r: _with_cupti(lambda source: r()),
         "tracing only": _tracing(work.model, None, CpuOpTimer()),
         "tracing, no samples": _tracing(work.model, frozenset(), CpuOpTimer()),

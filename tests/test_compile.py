@@ -31,7 +31,7 @@ def test_compiled_model_runs_compiled_and_is_attributed_to_its_root():
     x = torch.randn(2, 8)
     profiler = ModuleFunctionKernelProfiler(device="cpu")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the compiler's own warnings (recompiles, fallbacks)
+        warnings.simplefilter("ignore")  # torch warns that global hooks also see the OptimizedModule
         profiler.profile(compiled, [((x,), {})], warmup_iterations=1)
     activity = profiler.last_result.to_pandas()
     # the compiled graph's ops ran (addmm, relu) and belong to the root of the wrapped model;
@@ -68,10 +68,9 @@ def test_repeated_profiles_do_not_recompile_a_compiled_model(tracing_backend):
     # the first profile() compiles one more graph, in its warm-up (Dynamo guards on the function-mode
     # stack, and warm-up passes run under our modes); later ones compile nothing: 1 + 1 = 2, twelve times
     assert graphs == [2] * 12, graphs
-    # nothing of ours is left in the global hook dicts or on nn.Module
+    # nothing of ours is left in the global hook dicts
     for hooks in (nn_module._global_forward_hooks, nn_module._global_forward_pre_hooks):
-        assert not hooks
-    assert nn.Module.__dict__["__call__"] is nn_module.Module._wrapped_call_impl
+        assert not [key for key in hooks if key < 0]
     with torch.no_grad():
         assert torch.equal(compiled(x), model(x))
     assert counters["stats"]["unique_graphs"] == 2  # the user's graph again, no fallback
@@ -81,7 +80,7 @@ def test_repeated_profiles_do_not_recompile_a_compiled_model(tracing_backend):
 # -- Inductor: compiled kernels attributed from the FX nodes they were generated from ------------------
 def _profile_quietly(profiler: ModuleFunctionKernelProfiler, model, samples, **kwargs):  # noqa: ANN001
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the compiler's own warnings (recompiles, fallbacks)
+        warnings.simplefilter("ignore")  # torch warns that global hooks also see the OptimizedModule
         return profiler.profile(model, samples, **kwargs)
 
 
@@ -242,9 +241,9 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing
 
 
 def test_a_module_call_compiled_inside_the_profiled_function_is_attributed_below_it(tracing_backend):
-    """HF's ``generate()`` compiles ``model.__call__`` on its first call: inside ``profile()`` that is our call
-    wrapper, bound to the model, and Dynamo's frame starts there instead of at the forward; it stands for
-    ``nn.Module``'s call all the same, and the compiled call keeps working once the wrapper is gone."""
+    """HF's ``generate()`` compiles ``model.__call__`` on its first call, inside the profiled function: the
+    compile happens under profile()'s hooks and modes, is attributed as one made before, and leaves
+    ``nn.Module.__call__`` as it was."""
     from torch.nn.modules import module as nn_module
 
     from aitune_dispatch.provenance.inductor import forget_programs

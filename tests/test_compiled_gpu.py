@@ -40,7 +40,7 @@ def fresh_compiler():
 
 def profile_quietly(profiler: ModuleFunctionKernelProfiler, function, samples, **kwargs):  # noqa: ANN001
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Using `torch.compile")  # a user's global hooks see OptimizedModule
+        warnings.filterwarnings("ignore", message="Using `torch.compile")  # global hooks also see OptimizedModule
         return profiler.profile(function, samples, **kwargs)
 
 

@@ -97,7 +97,7 @@ meta_path = list(sys.meta_path)
 before = compiler_modules()
 profiler = ModuleFunctionKernelProfiler(device="cpu", op_tracer={tracing_backend!r})
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # the compiler's own warnings
+    warnings.simplefilter("ignore")  # torch: global hooks also see the OptimizedModule
     frame, _ = profiler.profile(model, [((torch.randn(4, 16),), {{}})], warmup_iterations=1)
 import torch._inductor.debug as debug, torch._inductor.config as config, torch._functorch.config as fconfig
 from aitune_dispatch.provenance import inductor as provenance

@@ -98,4 +98,4 @@ def test_the_recorded_pass_holds_the_users_calls_and_per_event_work_only():
         fixed = one[name] - per_sample
         assert three[name] == one[name] + 2 * per_sample, (name, one[name], two[name], three[name])
         assert fixed == 0 or name in _ONCE_PER_PASS | _FIRST_SIGHT, (name, fixed)
-    assert one["_traced_call"] == 3  # the module wrapper: root, a and b, once each per sample
+    assert one["_pre_hook"] == one["_post_hook"] == 3  # the module hooks: root, a and b, once each per sample

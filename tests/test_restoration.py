@@ -16,7 +16,7 @@ def global_state() -> dict:
     return {
         "pre_hooks": dict(module_globals._global_forward_pre_hooks),
         "hooks": dict(module_globals._global_forward_hooks),
-        "module_call": nn.Module.__dict__["__call__"],  # swapped for the tracking wrapper during the pass
+        "module_call": nn.Module.__dict__["__call__"],
         "function_modes": torch._C._len_torch_function_stack(),
         "dispatch_mode": _get_current_dispatch_mode(),
         "functional": {name: value for name, value in vars(F).items()},

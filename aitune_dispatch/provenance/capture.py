@@ -22,7 +22,6 @@ from .. import schema
 from ..collection.cupti_source import torch_profiler_active
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from ..tracing.functional import wrapped_chain
-from ..tracing.modules import TRACKED_CALL_CODE
 from ..tracing.unseen import calls_unseen
 from ..tracing.wrappers import reachable_wrappers, reaches_compiled_calls
 from .attribution import Attribution, attribute, captured_nodes
@@ -139,10 +138,9 @@ def compiles_module_calls(
 ) -> bool:
     """Whether one of the programs was compiled from the forward of a module of ``tracker``'s hierarchy, that
     very object, that no ``torch.compile`` wrapper stands for (``torch.compile(module.__call__)``, as HF's
-    ``generate()`` compiles its decoding step). Dynamo then starts the frame at the forward (at our call
-    wrapper's, where the compile was made inside ``profile()``) and traces the module's hooks as no-ops, so
-    its launches run outside any traced module. ``earlier``: remembered programs, matched through the
-    module objects they keep."""
+    ``generate()`` compiles its decoding step). Dynamo then starts the frame at the forward and traces the
+    module's hooks as no-ops, so its launches run outside any traced module. ``earlier``: remembered
+    programs, matched through the module objects they keep."""
     wrapped = {id(m._orig_mod) for m, _ in tracker.module_ids() if hasattr(m, "_orig_mod")}  # their hooks run
     programs = [(p, None) for p in current] + [(p, p.bound) for p in earlier if p.bound]
     for program, bound in programs:
@@ -153,7 +151,7 @@ def compiles_module_calls(
         module = tracker.modules[own]
         if id(module) in wrapped or hasattr(module, "_orig_mod"):
             continue
-        if frame is TRACKED_CALL_CODE or any(code is frame for code in _forward_codes(module)):
+        if any(code is frame for code in _forward_codes(module)):
             return True
     return False
 

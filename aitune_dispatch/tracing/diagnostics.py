@@ -53,7 +53,7 @@ def never_ran_warning(trace: TraceTables, tracker: ModuleTracker, hooks_compiled
     if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
-        return []  # compiled in place (root.compile()): its call runs compiled, so no forward is seen
+        return []  # compiled in place (root.compile()): its hooks run compiled, so no forward is seen
     root = type(tracker.modules[0]).__qualname__
     standing = {id(module) for module, _ in tracker.module_ids()}
     unseen = [w for w in live_wrappers(tracker.modules[0]) if id(w) not in standing]
@@ -64,17 +64,16 @@ def never_ran_warning(trace: TraceTables, tracker: ModuleTracker, hooks_compiled
             f"module {root} (module=) never ran as itself during the recorded pass, and {len(unseen)} "
             f"torch.compile wrapper(s) of {wrapped} exist that the profiled function could not be seen to "
             "reach (through its closure, globals, arguments or attributes): a compiled module runs inside "
-            "its wrapper's forward, without a module call of its own, so profiling_df is empty; pass "
+            "its wrapper's forward, without forward hooks of its own, so profiling_df is empty; pass "
             "module= the wrapper (compiled = torch.compile(model); module=compiled), or profile the "
             "wrapper itself"
         ]
     if hooks_compiled:
-        return []  # its call ran compiled (torch.compile(model.__call__)): no forward is seen
+        return []  # its call ran compiled, hooks and all (torch.compile(model.__call__)): no forward is seen
     return [
         f"module {root} (module=) never ran during the recorded pass: no forward of it or of its "
         "submodules was seen, so profiling_df is empty; pass module= the nn.Module that the profiled "
-        "function calls (a module called as module.forward(...) bypasses nn.Module.__call__, where "
-        "module calls are seen: call module(...)); "
+        "function calls (a module called as module.forward(...) bypasses forward hooks: call module(...)); "
         "a module the function runs compiled is seen through its torch.compile wrapper, where that "
         "wrapper exists before profile() begins: create it once, outside the profiled function (compiled "
         "= torch.compile(model)), or pass module= the wrapper"

@@ -1,17 +1,17 @@
-"""Module-hierarchy tracking through ``nn.Module.__call__``, swapped for a wrapper that reports each
-call to the tracer while a pass is traced and reacts only to the profiled hierarchy, with the
-recursion limit raised by the frames it adds (``docs/design.md``, "Module tracking")."""
+"""Module-hierarchy tracking through global forward hooks that react only to the profiled hierarchy,
+with the recursion limit raised by the frames they add (``docs/design.md``, "Fast paths and the
+has_torch_function gate"; fixed hook keys: "torch.compile and CUDA graphs")."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import CodeType
 from typing import Any
 
 import pyarrow as pa
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from .. import encoded, schema
 
@@ -19,59 +19,42 @@ _is_compiling = torch.compiler.is_compiling
 
 
 def _ignore(module: nn.Module) -> None:
-    """What the wrapper reports to while no pass is traced."""
+    """What the hooks report to while no pass is traced."""
 
 
+# the same two hooks in every profile(): Dynamo guards on them, so only their targets are swapped
 _entered: Callable[[nn.Module], object] = _ignore
 _exited: Callable[[nn.Module], object] = _ignore
-_installed: list[object] = []  # the ModuleTracker whose wrapper is installed
-
-# what ``nn.Module.__call__`` held before the wrapper went in: the same function in every profile()
-# unless something else replaced it (Dynamo guards on the globals a traced call reads)
-_call_through: Callable[..., Any] = nn.Module.__call__
+_installed: list[object] = []  # the ModuleTracker whose hooks are installed
 
 
-def _traced_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """``nn.Module.__call__`` while tracking is installed: the call as bare, between enter and exit.
-
-    While Dynamo traces (``is_compiling``, checked first: no graph break) and for a module compiled in
-    place (``module.compile()``: its call runs compiled) nothing is reported, as global forward hooks
-    would run traced then. The module's own hooks run inside its scope."""
-    if _is_compiling() or self._compiled_call_impl is not None:
-        return _call_through(self, *args, **kwargs)
-    _entered(self)
-    try:
-        return _call_through(self, *args, **kwargs)
-    finally:
-        _exited(self)
+# Dynamo guards on the hook dicts' keys too, which grow per registration (negative: handle ids never are)
+_PRE_HOOK_KEY = -0x41D15_0001
+_HOOK_KEY = -0x41D15_0002
 
 
-# the frame Dynamo starts at for ``torch.compile(module.__call__)`` made while the wrapper is installed (HF's
-# generate() compiling its decoding step inside the profiled function): it stands for nn.Module's call
-TRACKED_CALL_CODE: CodeType = _traced_call.__code__
+def _stable_key(handle: Any, key: int) -> Any:
+    """Move a just-registered global hook to ``key`` in its dicts; ``handle.remove()`` still works."""
+    refs = (getattr(handle, "hooks_dict_ref", None), *getattr(handle, "extra_dict_ref", ()))
+    dicts = [d for d in (ref() if callable(ref) else None for ref in refs) if d is not None]
+    if not dicts or handle.id not in dicts[0] or any(key in d for d in dicts):
+        return handle  # an unfamiliar torch, or the key is taken: torch's key (recompiles, still correct)
+    for d in dicts:
+        if handle.id in d:
+            d[key] = d.pop(handle.id)
+    handle.id = key
+    return handle
 
 
-def _reaches_ours(call: Any) -> bool:
-    """Whether ``call`` is the wrapper or calls it (through its closure, the globals it names or its
-    ``__wrapped__`` chain)."""
-    seen: list[Any] = []
-    while call is not None and not any(call is s for s in seen) and len(seen) < 16:
-        if call is _traced_call:
-            return True
-        seen.append(call)
-        code = getattr(call, "__code__", None)
-        if code is not None:
-            cells = []
-            for cell in getattr(call, "__closure__", None) or ():
-                try:
-                    cells.append(cell.cell_contents)
-                except ValueError:  # an empty cell
-                    continue
-            named = [getattr(call, "__globals__", {}).get(name) for name in code.co_names]
-            if any(target is _traced_call for target in cells + named):
-                return True
-        call = getattr(call, "__wrapped__", None)
-    return False
+# checked first: while Dynamo traces a compiled region the hooks are no-ops (no graph breaks)
+def _pre_hook(module: nn.Module, args: Any) -> None:
+    if not _is_compiling():
+        _entered(module)
+
+
+def _post_hook(module: nn.Module, args: Any, output: Any) -> None:
+    if not _is_compiling():
+        _exited(module)
 
 
 def _frames_of_ours() -> int:
@@ -126,7 +109,7 @@ class ModuleTracker:
             original = getattr(alias, "_orig_mod", None)
             if id(original) in ids:
                 self._aliases.append((alias, ids[id(original)]))
-        self._swapped = False
+        self._handles: list[Any] = []
         self._allowance: _RecursionAllowance | None = None
 
     def module_ids(self) -> list[tuple[nn.Module, int]]:
@@ -135,34 +118,26 @@ class ModuleTracker:
         return pairs + [(alias, module_id) for alias, module_id in self._aliases]
 
     def install(self, entered: Callable[[nn.Module], object], exited: Callable[[nn.Module], object]) -> None:
-        """Swap ``nn.Module.__call__`` for the wrapper, reporting calls to ``entered`` / ``exited``."""
-        global _entered, _exited, _call_through
+        """Install the two global forward hooks, reporting forwards to ``entered`` / ``exited``."""
+        global _entered, _exited
         if _installed:
             raise RuntimeError("another ModuleTracker is installed; profile one thing at a time")
         try:
             _installed.append(self)
             _entered, _exited = entered, exited
-            current = nn.Module.__dict__["__call__"]
-            # a replacement that calls ours (put there during an earlier pass) already reports through it:
-            # wrapping it would call it again from inside ours, without end
-            if not _reaches_ours(current):
-                _call_through = current
-                nn.Module.__call__ = _traced_call  # type: ignore[method-assign]
-                self._swapped = True
+            self._handles.append(_stable_key(register_module_forward_pre_hook(_pre_hook), _PRE_HOOK_KEY))
+            self._handles.append(_stable_key(register_module_forward_hook(_post_hook, always_call=True), _HOOK_KEY))
             self._allowance = _RecursionAllowance(_nesting(self.parents) + _frames_of_ours())
         except BaseException:
             self.remove()
             raise
 
     def remove(self) -> None:
-        """Put ``nn.Module.__call__`` back (unless something replaced the wrapper meanwhile: that stays, and
-        the wrapper it calls reports nothing); safe to call twice."""
+        """Remove both hooks; safe to call twice."""
         global _entered, _exited
         try:
-            if self._swapped:
-                self._swapped = False
-                if nn.Module.__dict__.get("__call__") is _traced_call:
-                    nn.Module.__call__ = _call_through  # type: ignore[method-assign]
+            while self._handles:
+                self._handles.pop().remove()
             if self._allowance is not None:
                 allowance, self._allowance = self._allowance, None
                 allowance.remove()  # can raise RecursionError where profile() itself runs that deep
