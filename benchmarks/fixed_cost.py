@@ -10,8 +10,9 @@ our CUPTI source alone (started before the timed pass, as ``profile()`` does) an
 ``profile()`` does, with the CPU source: no CUPTI); ``--configs`` adds ours with no warm-up pass and
 ours without samples (``function_names=set()``).
 
-What makes ``a`` measurable on long, GPU-bound passes (``unet_sd15``, ``llama_generate``), where
-single passes move by tens of ms:
+What steadies ``a`` on long, GPU-bound passes (``unet_sd15``, ``llama_generate``), where single
+passes move by tens of ms (on the lent H200 not enough to settle it to 0.5 ms there: RESULTS.md, session
+36; the empty pass and the interval say how far it is settled):
 
 - the bare pass comes straight after an untimed one, as ``profile()``'s recorded pass comes straight
   after its warm-up pass, so both start on a GPU that is busy and clocked up rather than one idle
@@ -81,10 +82,11 @@ class Passes:
         self.profiler = ModuleFunctionKernelProfiler(device=DEVICE)
         self.samples_off = ModuleFunctionKernelProfiler(function_names=set(), device=DEVICE)
 
-    def ours(self, profiler: Any, warmup: int) -> float:
+    def ours(self, profiler: Any, warmup: int, work: zoo.Workload | None = None) -> float:
+        """``seconds_pass`` of one profile() of ``work`` (this runner's workload by default)."""
         from aitune_dispatch.schema import seconds_key
 
-        work = self.work
+        work = self.work if work is None else work
         if work.function is not None:
             result = profiler.profile_result(work.function, module=work.model, warmup_iterations=warmup)
         else:
@@ -96,16 +98,10 @@ class Passes:
     def empty(self) -> float:
         """``seconds_pass`` of a profile() whose pass calls nothing (R = 0): what the pass window holds
         besides the user's calls, with no model time to hide it."""
-        from aitune_dispatch.schema import seconds_key
-
+        nothing = zoo.Workload(self.work.model, [], None if self.work.function is None else (lambda: None))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "never called" / "never ran": the point of this pass
-            if self.work.function is not None:
-                result = self.profiler.profile_result(lambda: None, module=self.work.model, warmup_iterations=1)
-            else:
-                result = self.profiler.profile_result(self.work.model, [], warmup_iterations=1)
-        self.profiler.release()
-        return float(result.metadata[seconds_key("pass")])
+            return self.ours(self.profiler, 1, nothing)
 
     def cupti_only(self, passes: int = 1, primed: bool = True) -> list[float]:
         from aitune_dispatch import collection
@@ -295,9 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
+    configs = ["ours", *(c for c in args.configs if c != "ours")]
     for name in args.models:
         try:
-            configs = ["ours", *(c for c in args.configs if c != "ours")]
             results.append(measure(name, args.repeats, args.passes, configs))
         except zoo.ModelUnavailable as error:
             results.append({"model": name, "status": "skipped", "reason": str(error)})

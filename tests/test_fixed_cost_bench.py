@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.fixed_cost import excess, fit
+from benchmarks.fixed_cost import excess, fit, render
 
 
 def test_a_pass_is_compared_with_the_mean_of_the_bare_passes_around_it():
@@ -26,8 +26,6 @@ def test_the_line_through_the_repeats_gives_the_fixed_and_the_per_repeat_cost():
 
 
 def test_the_tables_have_as_many_cells_as_columns_whichever_configurations_ran():
-    from benchmarks.fixed_cost import render
-
     def result(configs: list[str]) -> dict:
         repeats = [1, 2, 8]
         out = {"model": "m", "repeats": repeats, "configs": configs, "bare": {r: [0.01] * 3 for r in repeats}}
