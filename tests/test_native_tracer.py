@@ -260,3 +260,73 @@ def test_a_tracer_built_for_another_torch_is_refused(monkeypatch):
         monkeypatch.undo()
         backends.default_tracer.cache_clear()
     assert backends.default_tracer() == "native"
+
+
+class _Activated(nn.Module):
+    """A Linear and the functionals ``body`` calls on its output, all inside the profiled hierarchy."""
+
+    def __init__(self, body) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.body = body
+
+    def forward(self, x):
+        return self.body(self.linear(x))
+
+
+def _tracer_pass(body, function_names=None, all_functions=False):
+    """One native pass of ``_Activated(body)`` on ones(2, 4); what ``take()`` returned."""
+    from aitune_dispatch import schema
+    from aitune_dispatch.tracing import ModuleTracker, TraceSession
+    from aitune_dispatch.tracing.unseen import calls_unseen
+
+    model = _Activated(body)
+    modules = ModuleTracker(model)
+    tracer = native.NativeTracer(modules.module_ids(), function_names, schema.NO_CORRELATION, all_functions)
+    with TraceSession(modules, tracer):
+        model(torch.ones(2, 4))
+    with calls_unseen():
+        return tracer._columns()
+
+
+def _fresh_configuration():
+    """Make the next start() intern the registry again (a pass configured with another registry)."""
+    _tracer_pass(lambda y: y, function_names=frozenset({"a name no pass uses"}))
+
+
+def _called_names(taken):
+    names = taken["function_names"]
+    return [names[code] for code in memoryview(taken["call_name"]).cast("i")]
+
+
+def test_a_pass_that_reuses_the_registry_names_and_samples_what_a_fresh_configuration_would():
+    def torch_level(y):
+        return F.relu(torch.addmm(y, y, torch.ones(4, 4)))  # a torch-level call: named with functions="all"
+
+    def functional_only(y):
+        return F.gelu(y)
+
+    _fresh_configuration()
+    first = _tracer_pass(torch_level, all_functions=True)
+    reused = _tracer_pass(functional_only, all_functions=True)  # the same registry and settings
+    _fresh_configuration()
+    fresh = _tracer_pass(functional_only, all_functions=True)
+    assert any(name.startswith("torch.") for name in first["function_names"])  # the first pass named some
+    assert reused["function_names"] == fresh["function_names"]  # ... and the reusing pass does not keep them
+    assert "torch.addmm" in first["function_names"] and "torch.addmm" not in reused["function_names"]
+    assert _called_names(reused) == _called_names(fresh)
+    assert [name for name in _called_names(reused) if not name.startswith("torch.")] == ["linear", "gelu"]
+    assert reused["samples"].keys() == fresh["samples"].keys()
+
+
+def test_a_pass_with_other_sample_names_is_configured_for_them():
+    def body(y):
+        return F.gelu(F.relu(y))
+
+    every = _tracer_pass(body)  # function_names None: every functional is sampled
+    only_relu = _tracer_pass(body, function_names=frozenset({"relu"}))
+    names = only_relu["function_names"]
+    assert {names[i] for i in only_relu["samples"]} == {"relu"}
+    assert {every["function_names"][i] for i in every["samples"]} == {"linear", "relu", "gelu"}
+    again = _tracer_pass(body, function_names=frozenset({"relu"}))  # an equal set, another object
+    assert {again["function_names"][i] for i in again["samples"]} == {"relu"}

@@ -244,7 +244,7 @@ class NativeTracer:
             self._kind,
             self._modules,
             given() if given is not None and self._kind >= 0 else None,
-            functions=dict(functional_registry()),
+            functions=functional_registry(),  # the cached dict itself: start() reuses what it interned for it
             sample_names=self._function_names,
             all_functions=self._all,
             rearmed_copy=rearmed_copy,

@@ -286,6 +286,45 @@ bool function_mode_ready(PyObject* module) {
   return PyModule_AddObject(module, "FunctionModeBase", reinterpret_cast<PyObject*>(&mode_type)) == 0;
 }
 
+// The registry as the last configure() interned it, kept across passes: a pass handed the same registry
+// object with the same sampling settings starts from it instead of interning every functional again
+// (a graph capture under the observer, and every pass, pays start() once; docs/design.md, "What a pass
+// pays once"). Strong references: the registry and name set cannot be freed and their address reused.
+struct ConfiguredRegistry {
+  PyObject* registry = nullptr;  // the {functional: name} handed over
+  PyObject* wanted = nullptr;    // its sample_names
+  bool all_functions = false;
+  PyObject* ids = nullptr;       // {functional: name id}
+  size_t names = 0;              // trace.function_names' first `names` entries are the registry's
+  std::vector<uint8_t> sampled;  // config.sampled for those names
+};
+ConfiguredRegistry configured;
+
+void forget_configured() {
+  Py_CLEAR(configured.registry);
+  Py_CLEAR(configured.wanted);
+  Py_CLEAR(configured.ids);
+  configured.names = 0;
+  configured.sampled.clear();
+}
+
+// 1: the last configuration serves these settings; 0: it does not; -1: error
+int configured_for(const FunctionModeSettings& settings) {
+  if (configured.ids == nullptr || configured.registry != settings.functions ||
+      configured.all_functions != settings.all_functions)
+    return 0;
+  if (configured.wanted == settings.sample_names) return 1;
+  if (configured.wanted == Py_None || settings.sample_names == Py_None) return 0;
+  return PyObject_RichCompareBool(configured.wanted, settings.sample_names, Py_EQ);
+}
+
+// Names interned after the registry's (the torch-level calls of the last pass) are dropped, so each
+// pass names exactly what a fresh configuration would: the registry's names, then its own.
+void truncate_names(Names& names, size_t keep) {
+  for (size_t i = keep; i < names.names.size(); ++i) names.ids.erase(names.names[i]);
+  names.names.resize(keep);
+}
+
 bool function_mode_configure(const FunctionModeSettings& settings) {
   PyObject* registry = settings.functions;
   clear_config();
@@ -298,9 +337,25 @@ bool function_mode_configure(const FunctionModeSettings& settings) {
   config.routing_below = Py_NewRef(settings.routing_mode_below);
   config.rearm_cache = PyDict_New();
   config.api_cache = PyDict_New();
+  if (config.rearm_cache == nullptr || config.api_cache == nullptr) {
+    clear_config();
+    return false;
+  }
+  int reuse = configured_for(settings);
+  if (reuse < 0) {
+    clear_config();
+    return false;
+  }
+  if (reuse && trace.function_names.names.size() >= configured.names) {
+    truncate_names(trace.function_names, configured.names);
+    config.sampled = configured.sampled;
+    config.registry = Py_NewRef(configured.ids);
+    return true;
+  }
+  forget_configured();
+  trace.function_names = Names();
   PyObject* ids = PyDict_New();
-  if (config.rearm_cache == nullptr || config.api_cache == nullptr || ids == nullptr) {
-    Py_XDECREF(ids);
+  if (ids == nullptr) {
     clear_config();
     return false;
   }
@@ -319,6 +374,12 @@ bool function_mode_configure(const FunctionModeSettings& settings) {
     Py_DECREF(value);
   }
   config.registry = ids;
+  configured.registry = Py_NewRef(registry);
+  configured.wanted = Py_NewRef(settings.sample_names);
+  configured.all_functions = settings.all_functions;
+  configured.ids = Py_NewRef(ids);
+  configured.names = trace.function_names.names.size();
+  configured.sampled = config.sampled;
   return true;
 }
 

@@ -62,7 +62,6 @@ void reset_columns() {
   trace.calls = CallColumns();
   trace.module_calls = ModuleCallColumns();
   trace.contexts = ContextColumns();
-  trace.function_names = Names();
   trace.scopes_pushed = 0;
   trace.ops_pushed = 0;
   trace.thread_infos.clear();
