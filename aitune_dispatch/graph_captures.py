@@ -33,7 +33,8 @@ def observe_graph_captures(
     ----------
     model:
         The hierarchy whose modules name the captured nodes: the model later profiled, or a part
-        of it (replays are mapped onto the profiled hierarchy by module object).
+        of it (replays are mapped onto the profiled hierarchy by module object). Its modules are
+        read when the observer starts, as ``profile()`` reads its model when it begins.
     functions:
         ``"functional"`` or ``"all"``, as the profiler's argument: pass the value the later
         profiler uses, or the rows differ from a capture inside ``profile()``.

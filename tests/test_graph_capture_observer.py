@@ -173,6 +173,33 @@ def test_the_observer_times_its_own_work_around_each_capture(fake_capture):
     assert observer.seconds["begin"] > after_one["begin"] and observer.seconds["end"] > after_one["end"]
 
 
+class _CountingOuter(Outer):
+    """Outer, counting how often its hierarchy is walked."""
+
+    walks = 0
+
+    def named_modules(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        type(self).walks += 1
+        return super().named_modules(*args, **kwargs)
+
+
+@needs_native
+def test_the_hierarchy_is_read_once_when_the_observer_starts_not_per_capture(fake_capture):
+    source = StackSource()
+    outer = _CountingOuter(source)
+    with torch.no_grad(), graph_observer.GraphCaptureObserver(outer, "python", False, source) as observer:
+        read_at_start = _CountingOuter.walks
+        for _ in range(3):
+            outer(torch.randn(2, 4))
+        assert _CountingOuter.walks == read_at_start == 1
+    assert observer.captured == 3
+    # every capture names the modules it ran in
+    for observation in graph_observer.observations():
+        assert [ref() for ref in observation.modules] == [outer, outer.inner, outer.inner.fc]
+        # Outer (entered as the capture began inside its forward), Inner and its Linear
+        assert set(observation.trace.module_calls["module_id"].to_pylist()) == {0, 1, 2}
+
+
 @needs_native
 def test_replays_of_an_observed_capture_are_attributed_by_a_later_profile(fake_capture):
     source = StackSource()
@@ -273,7 +300,7 @@ def test_an_observed_trace_is_built_on_first_use_and_holds_no_module(fake_captur
         outer(torch.randn(2, 4))
     assert observer.captured == 1
     (observation,) = graph_observer.observations()
-    assert "trace" not in vars(observation)  # not converted inside the capture
+    assert "trace" not in vars(observation) and "nodes" not in vars(observation)  # not converted inside the capture
     graph, inner = outer.graph, weakref.ref(outer.inner)
     del outer, observer
     gc.collect()
@@ -282,4 +309,8 @@ def test_an_observed_trace_is_built_on_first_use_and_holds_no_module(fake_captur
     trace = observation.trace
     assert trace.ops.num_rows > 0 and trace.module_calls.num_rows > 0  # Inner's forward and its ops
     assert observation.trace is trace  # built once
+    nodes = observation.nodes
+    assert nodes.schema == schema.GRAPH_NODES
+    assert sorted(nodes["node_id"].to_pylist()) == [10, 11, 20, 21]  # Outer's and Inner's nodes and their clones
+    assert observation.nodes is nodes
     del graph

@@ -79,12 +79,19 @@ class GraphNodeObserver:
 
     def take(self) -> pa.Table:
         """The graph-node rows since start or the last take (schema :data:`schema.GRAPH_NODES`)."""
+        raw = self.take_raw()
+        return schema.empty(schema.GRAPH_NODES) if raw is None else graph_rows_table(raw)
+
+    def take_raw(self) -> tuple[Any, ...] | None:
+        """:meth:`take`'s rows as the decoder hands them (``graph_rows_table`` builds the table), or None
+        without a decoder: an observed capture keeps these and builds its table when a profile() needs it."""
         if self._native is None or not hasattr(self._native, "graph_observer_take"):
-            return schema.empty(schema.GRAPH_NODES)
+            return None
         raw = self._native.graph_observer_take()
         counters = raw[7]
         self.lost += int(counters.get("lost", 0)) + int(counters.get("id_errors", 0))
-        return graph_rows_table(raw)
+        return tuple(raw)
+
 
     def stop(self) -> None:
         """Unsubscribe (safe to call twice, and after a failed start); a CUPTI failure is a warning, not an error."""
@@ -94,3 +101,8 @@ class GraphNodeObserver:
                 self._native.graph_observer_stop()
             except RuntimeError as error:  # the run's records are complete; only the subscription lingers
                 warnings.warn(f"the CUDA graph observer could not unsubscribe from CUPTI ({error})", RuntimeWarning, 2)
+
+
+def graph_row_count(raw: tuple[Any, ...] | None) -> int:
+    """How many rows ``GraphNodeObserver.take_raw()``'s columns hold (its first is one byte a row)."""
+    return 0 if raw is None else len(raw[0])

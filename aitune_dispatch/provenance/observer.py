@@ -31,7 +31,7 @@ from torch import nn
 from .. import schema
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from ..tracing.unseen import calls_unseen
-from .graphs import GraphNodeObserver, loaded_decoder
+from .graphs import GraphNodeObserver, graph_row_count, graph_rows_table, loaded_decoder
 from .inductor import InductorProvenance, Program, remember
 
 _lock = threading.Lock()
@@ -46,14 +46,20 @@ class Observation:
 
     ``modules[i]`` is a weak reference to the module the capture's trace calls ``module_id`` i, so a
     later ``profile()`` of a larger or smaller hierarchy maps it to its own ids by object. The trace's
-    tables are built the first time a ``profile()`` needs them (``build_trace``), not inside the capture.
+    and the nodes' tables are built the first time a ``profile()`` needs them (``build_trace``,
+    ``raw_nodes``), not inside the capture.
     """
 
     graph: weakref.ref[Any]
-    nodes: pa.Table  # schema.GRAPH_NODES: created and cloned nodes
+    raw_nodes: tuple[Any, ...] = field(repr=False)  # GraphNodeObserver.take_raw(): created and cloned nodes
     build_trace: Callable[[], TraceTables] = field(repr=False)
     modules: tuple[weakref.ref[nn.Module], ...]
     compiled: bool  # Inductor programs were seen while the observer ran (remembered for later runs)
+
+    @functools.cached_property
+    def nodes(self) -> pa.Table:
+        """The capture's created and cloned graph nodes (schema :data:`schema.GRAPH_NODES`; built once)."""
+        return graph_rows_table(self.raw_nodes)
 
     @functools.cached_property
     def trace(self) -> TraceTables:
@@ -143,12 +149,23 @@ def _active_modules(tracked: dict[int, nn.Module]) -> list[nn.Module]:
     return found[::-1]
 
 
+class _Hierarchy:
+    """The observed hierarchy, read once when the observer starts: what every capture's tracing names."""
+
+    def __init__(self, root: nn.Module) -> None:
+        self.tracker = ModuleTracker(root)
+        self.module_ids = self.tracker.module_ids()
+        self.tracked = {id(m): m for m in self.tracker.modules}
+        self.refs = tuple(weakref.ref(m) for m in self.tracker.modules)
+
+
 class _Capture:
     """One observed capture in progress: the traced session and the node subscription."""
 
     def __init__(self, observer: GraphCaptureObserver, graph: Any) -> None:
         self.graph = graph
-        self.tracker = ModuleTracker(observer.root)
+        self.hierarchy = observer._hierarchy
+        self.tracker = self.hierarchy.tracker
         self.nodes = GraphNodeObserver(observer.kind, loaded_decoder())
         self.tracer: Any = None
         self.session: TraceSession | None = None
@@ -161,12 +178,11 @@ class _Capture:
             return False
         try:
             self.tracer = make_tracer(
-                observer.backend, self.tracker.module_ids(), frozenset(), observer.target, observer.all_functions
+                observer.backend, self.hierarchy.module_ids, frozenset(), observer.target, observer.all_functions
             )
             self.session = TraceSession(self.tracker, self.tracer)
             self.session.__enter__()
-            tracked = {id(m): m for m in self.tracker.modules}
-            for module in _active_modules(tracked):
+            for module in _active_modules(self.hierarchy.tracked):
                 self.tracer.module_entered(module)
                 self.entered.append(module)
         except BaseException:
@@ -201,7 +217,8 @@ class GraphCaptureObserver:
     Parameters
     ----------
     root:
-        The hierarchy whose modules name the captured nodes.
+        The hierarchy whose modules name the captured nodes, read when the observer starts (as
+        ``profile()`` reads its model when it begins): a module added to it later is not named.
     backend:
         The tracing backend, ``"native"`` or ``"python"``, as ``profile()``'s.
     all_functions:
@@ -219,7 +236,7 @@ class GraphCaptureObserver:
         Why a capture could not be observed (CUPTI's callbacks held by another tool), or None.
     seconds:
         Seconds the observer's own work added to the captures so far: ``"begin"`` (before
-        ``capture_begin``: module tracker, CUPTI subscription, tracing installed) and ``"end"``
+        ``capture_begin``: CUPTI subscription, tracing installed) and ``"end"``
         (after ``capture_end``: tracing removed, the trace and nodes kept), summed over captures.
     """
 
@@ -235,6 +252,7 @@ class GraphCaptureObserver:
         self.seconds = {"begin": 0.0, "end": 0.0}  # our own work around the captures, summed
         self._patched: list[tuple[str, Any]] = []
         self._capture: _Capture | None = None
+        self._hierarchy: _Hierarchy | None = None  # read in start()
         self._inductor: InductorProvenance | None = None
         self._programs: list[Program] = []
         self._started = False
@@ -264,6 +282,7 @@ class GraphCaptureObserver:
             profiling = bool(_profiling[0])
         self._started = True
         try:
+            self._hierarchy = _Hierarchy(self.root)
             if not profiling:
                 self._resume_inductor()
             self._patch()
@@ -398,17 +417,17 @@ class GraphCaptureObserver:
         """Close ``capture`` and, where it ended well and created nodes, keep its observation."""
         with calls_unseen():
             trace = capture.close()
-            nodes = capture.nodes.take()
-        if not keep or trace is None or nodes.num_rows == 0:
+            nodes = capture.nodes.take_raw()
+        if not keep or trace is None or graph_row_count(nodes) == 0:
             return
         programs = self._programs_so_far()
         if programs:  # later profile() calls find their call sites, as for graphs compiled in an earlier one
             remember(programs, capture.tracker.modules, capture.tracker.names)
         observation = Observation(
             graph=weakref.ref(capture.graph),
-            nodes=nodes,
+            raw_nodes=nodes,
             build_trace=trace,
-            modules=tuple(weakref.ref(m) for m in capture.tracker.modules),
+            modules=capture.hierarchy.refs,
             compiled=bool(programs),
         )
         with _lock:
