@@ -306,7 +306,7 @@ def render(results: list[dict[str, Any]]) -> str:
         "`torch.cuda.synchronize()` calls; medians over the rounds, each observed capture paired with a bare one "
         "just before it (the range: of the per-pair ratios), after one unmeasured capture of each. Set-up: an "
         "observer built, started and stopped around no capture. The steps: the observer's own `seconds` of the "
-        "observed capture (before `capture_begin`: tracker, subscription, tracing installed; after `capture_end`: "
+        "observed capture (before `capture_begin`: subscription, tracing installed; after `capture_end`: "
         "tracing removed, trace and nodes kept). Replay: a pass "
         f"is R={REPLAYS} calls of the `Graphed` module (one replay each), bare or recorded (`profile_result(graphed, "
         "samples, warmup_iterations=1)`'s `seconds_pass`), paired the same way. Attributed: the fraction of the "
