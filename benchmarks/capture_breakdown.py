@@ -9,16 +9,17 @@ too). Four variants, in turn within each round after one unmeasured capture of e
 
 - ``bare``: no observer;
 - ``observed``: inside a started observer (``with observe_graph_captures(model):``);
-- ``subscription only``: the observer's CUPTI graph-node subscription, no tracing installed (its
-  ``_Capture.begin`` replaced for the capture by the subscription alone);
-- ``tracing only``: the observer's tracing, no CUPTI subscription (``GraphNodeObserver.start``
-  replaced by a no-op that reports success), so nodes are not recorded.
+- ``subscription only``: the observer's CUPTI graph-node subscription alone
+  (``GraphNodeObserver`` started before the capture, stopped and emptied after it);
+- ``tracing only``: the tracing the observer installs for a capture, built from the same public
+  pieces with the observer's own options (``ModuleTracker``, ``make_tracer``, ``TraceSession``, the
+  trace kept for later), without the subscription.
 
 Per variant: the median capture and its range over the rounds; the medians of torch's own
 ``CUDAGraph.capture_begin`` and ``capture_end`` (timed beneath the observer's wrappers, which wrap
-whatever the class holds when the observer starts); and the observer's own work before
-``capture_begin`` and after ``capture_end`` (``observer.seconds``). Writes ``capture_breakdown.md``
-and ``capture_breakdown.json`` under ``--out``.
+whatever the class holds when the observer starts); and what was done before ``capture_begin`` and
+after ``capture_end``: the observer's ``seconds`` when observed, the variant's own set-up and
+tear-down otherwise. Writes ``capture_breakdown.md`` and ``capture_breakdown.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -72,53 +73,65 @@ def timed_capture_methods(laps: dict[str, float]) -> Iterator[None]:
                 setattr(graph_class, name, original)
 
 
-@contextlib.contextmanager
-def variant_patches(variant: str) -> Iterator[None]:
-    """The observer's internals replaced as ``variant`` needs (nothing for bare and observed)."""
-    from aitune_dispatch.provenance import graphs, observer
-
-    saved = (graphs.GraphNodeObserver.start, observer._Capture.begin)
-
-    def no_subscription(self: Any) -> bool:
-        return True  # nothing subscribed: stop() has nothing to undo
-
-    def subscription_only(self: Any, active: Any) -> bool:
-        return bool(self.nodes.start())
-
-    try:
-        if variant == "tracing only":
-            graphs.GraphNodeObserver.start = no_subscription  # type: ignore[method-assign]
-        elif variant == "subscription only":
-            observer._Capture.begin = subscription_only  # type: ignore[method-assign]
-        yield
-    finally:
-        graphs.GraphNodeObserver.start, observer._Capture.begin = saved  # type: ignore[method-assign]
+def _capture(model: nn.Module, example: torch.Tensor, graph: torch.cuda.CUDAGraph) -> None:
+    with torch.cuda.graph(graph):
+        model(example)
 
 
 def capture_once(model: nn.Module, example: torch.Tensor, variant: str) -> dict[str, float]:
     """One capture of ``model(example)`` in ``variant``: its ms and the steps' ms."""
     from aitune_dispatch import observe_graph_captures
+    from aitune_dispatch.provenance.graphs import GraphNodeObserver, loaded_decoder
+    from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer
 
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     gc.collect()
     laps: dict[str, float] = {}
-    with variant_patches(variant), timed_capture_methods(laps):
+    clock = time.perf_counter
+    with timed_capture_methods(laps):
         if variant == "bare":
-            started = time.perf_counter()
-            with torch.cuda.graph(graph):
-                model(example)
+            started = clock()
+            _capture(model, example, graph)
             torch.cuda.synchronize()
-            seconds = time.perf_counter() - started
-        else:
+            seconds = clock() - started
+        elif variant == "observed":
             with observe_graph_captures(model) as watching:
-                started = time.perf_counter()
-                with torch.cuda.graph(graph):
-                    model(example)
+                started = clock()
+                _capture(model, example, graph)
                 torch.cuda.synchronize()
-                seconds = time.perf_counter() - started
+                seconds = clock() - started
             laps["observer begin"] = watching.seconds["begin"] * 1e3
             laps["observer end"] = watching.seconds["end"] * 1e3
+        else:
+            options = observe_graph_captures(model)  # never started: the options an observer would use
+            tracker = ModuleTracker(model)  # an observer reads the hierarchy when it starts
+            started = clock()
+            if variant == "subscription only":
+                nodes = GraphNodeObserver(options.kind, loaded_decoder())
+                if not nodes.start():
+                    raise RuntimeError(f"the graph-node subscription failed: {nodes.unavailable}")
+                began = clock()
+                try:
+                    _capture(model, example, graph)
+                finally:
+                    ended = clock()
+                    nodes.stop()
+                    nodes.take_raw()
+            else:
+                tracer = make_tracer(
+                    options.backend, tracker.module_ids(), frozenset(), options.target, options.all_functions
+                )
+                with TraceSession(tracker, tracer):
+                    began = clock()
+                    _capture(model, example, graph)
+                    ended = clock()
+                tracer.later_tables()
+            finished = clock()
+            torch.cuda.synchronize()
+            seconds = clock() - started
+            laps["observer begin"] = (began - started) * 1e3
+            laps["observer end"] = (finished - ended) * 1e3
     return {"capture": seconds * 1e3, **laps}
 
 
@@ -176,7 +189,8 @@ def render(results: Sequence[dict[str, Any]]) -> str:
         "(the range: over the rounds). `subscription only`: the observer's CUPTI graph-node subscription, no "
         "tracing; `tracing only`: the observer's tracing, no subscription. torch's `capture_begin` / "
         "`capture_end` are timed beneath the observer's wrappers; the observer's begin and end are its "
-        "`seconds` (its work before `capture_begin` and after `capture_end`).",
+        "`seconds` (its work before `capture_begin` and after `capture_end`), or the variant's own set-up and "
+        "tear-down around the capture.",
     ]
     return "\n".join(lines) + "\n"
 
