@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -204,19 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("capture_breakdown needs CUDA")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    for name in args.models:
-        try:
-            results.append(measure(name, args.rounds))
-        except zoo.ModelUnavailable as error:
-            results.append({"model": name, "status": "skipped", "reason": str(error)})
-        gc.collect()
-        torch.cuda.empty_cache()
-        (out / "capture_breakdown.json").write_text(json.dumps(results, indent=1, default=str))
-        (out / "capture_breakdown.md").write_text(render(results))
-    print(render(results))
+    zoo.measure_each(args.models, lambda name: measure(name, args.rounds), render, Path(args.out), "capture_breakdown")
     return 0
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import statistics
 import warnings
@@ -288,22 +287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     DEVICE = args.device
     if DEVICE == "cuda" and not torch.cuda.is_available():
         raise SystemExit("fixed_cost needs CUDA (--device cpu: a smoke run on small models)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
     configs = ["ours", *(c for c in args.configs if c != "ours")]
-    for name in args.models:
-        try:
-            results.append(measure(name, args.repeats, args.passes, configs))
-        except zoo.ModelUnavailable as error:
-            results.append({"model": name, "status": "skipped", "reason": str(error)})
-        print(render(results[-1:]).splitlines()[4], flush=True)
-        if DEVICE == "cuda":
-            torch.cuda.empty_cache()
-        # written after every model, so that a run cut short by its time limit keeps what it measured
-        (out / "fixed_cost.json").write_text(json.dumps(results, indent=1, default=str))
-        (out / "fixed_cost.md").write_text(render(results))
-    print(render(results))
+    zoo.measure_each(
+        args.models,
+        lambda name: measure(name, args.repeats, args.passes, configs),
+        render,
+        Path(args.out),
+        "fixed_cost",
+        progress=lambda results: render(results[-1:]).splitlines()[4],
+    )
     return 0
 
 

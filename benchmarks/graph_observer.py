@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import warnings
 from collections.abc import Sequence
@@ -329,20 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.device != "cuda" or not torch.cuda.is_available():
         raise SystemExit("graph_observer needs CUDA")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    for name in args.models:
-        try:
-            results.append(measure(name, args.passes))
-        except zoo.ModelUnavailable as error:
-            results.append({"model": name, "status": "skipped", "reason": str(error)})
-        print(f"graph_observer: {name} done", flush=True)
-        torch.cuda.empty_cache()
-        # written after every model, so that a run cut short by its time limit keeps what it measured
-        (out / "graph_observer.json").write_text(json.dumps(results, indent=1, default=str))
-        (out / "graph_observer.md").write_text(render(results))
-    print(render(results))
+    zoo.measure_each(
+        args.models,
+        lambda name: measure(name, args.passes),
+        render,
+        Path(args.out),
+        "graph_observer",
+        progress=lambda results: f"graph_observer: {results[-1]['model']} done",
+    )
     return 0
 
 

@@ -10,8 +10,11 @@ torchvision, transformers and diffusers are imported lazily: a missing package r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import gc
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -352,6 +355,43 @@ def build(name: str, device: str, repeat: int = 1, *, size: str = "bench", **ove
     if name not in ZOO:
         raise KeyError(f"unknown zoo model {name!r}; choose from {sorted(ZOO)}")
     return ZOO[name](device, repeat, size=size, **overrides)
+
+
+def measure_each(
+    names: Sequence[str],
+    measure: Callable[[str], dict[str, Any]],
+    render: Callable[[list[dict[str, Any]]], str],
+    out: Path,
+    stem: str,
+    progress: Callable[[list[dict[str, Any]]], str] | None = None,
+) -> list[dict[str, Any]]:
+    """``measure(name)`` of every model in turn, a model whose package is missing kept as skipped.
+
+    After every model, ``progress(results)`` is printed (when given), the model's memory released, and
+    ``<stem>.json`` and ``<stem>.md`` (``render(results)``) written under ``out``, so that a run cut short
+    by its time limit keeps what it measured; ``render(results)`` is printed at the end.
+
+    Returns
+    -------
+    list of dict
+        One result per name, ``{"model", "status": "skipped", "reason"}`` for a skipped one.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            results.append(measure(name))
+        except ModelUnavailable as error:
+            results.append({"model": name, "status": "skipped", "reason": str(error)})
+        if progress is not None:
+            print(progress(results), flush=True)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
+        (out / f"{stem}.md").write_text(render(results))
+    print(render(results))
+    return results
 
 
 def repeated(workload: Workload, repeat: int) -> Workload:
