@@ -92,7 +92,6 @@ class GraphNodeObserver:
         self.lost += int(counters.get("lost", 0)) + int(counters.get("id_errors", 0))
         return tuple(raw)
 
-
     def stop(self) -> None:
         """Unsubscribe (safe to call twice, and after a failed start); a CUPTI failure is a warning, not an error."""
         if self._running:

@@ -165,7 +165,6 @@ class _Capture:
     def __init__(self, observer: GraphCaptureObserver, graph: Any) -> None:
         self.graph = graph
         self.hierarchy = observer._hierarchy
-        self.tracker = self.hierarchy.tracker
         self.nodes = GraphNodeObserver(observer.kind, loaded_decoder())
         self.tracer: Any = None
         self.session: TraceSession | None = None
@@ -180,7 +179,7 @@ class _Capture:
             self.tracer = make_tracer(
                 observer.backend, self.hierarchy.module_ids, frozenset(), observer.target, observer.all_functions
             )
-            self.session = TraceSession(self.tracker, self.tracer)
+            self.session = TraceSession(self.hierarchy.tracker, self.tracer)
             self.session.__enter__()
             for module in _active_modules(self.hierarchy.tracked):
                 self.tracer.module_entered(module)
@@ -422,7 +421,8 @@ class GraphCaptureObserver:
             return
         programs = self._programs_so_far()
         if programs:  # later profile() calls find their call sites, as for graphs compiled in an earlier one
-            remember(programs, capture.tracker.modules, capture.tracker.names)
+            tracker = capture.hierarchy.tracker
+            remember(programs, tracker.modules, tracker.names)
         observation = Observation(
             graph=weakref.ref(capture.graph),
             raw_nodes=nodes,
