@@ -41,6 +41,11 @@ class ConfigOption:
         profiler.config = _with_tracer(replace(profiler.config, **{self.name: value}))  # validated again
 
 
+def config_options(count: int) -> tuple[ConfigOption, ...]:
+    """``count`` fresh :class:`ConfigOption` descriptors, one per option the class names."""
+    return tuple(ConfigOption() for _ in range(count))
+
+
 class SampleError(ValueError):
     """A ``data`` item is not an ``(args, kwargs)`` pair; the message names the item."""
 

@@ -68,6 +68,48 @@ def native_mode_compiles() -> bool:
             counters[key].update(value)
 
 
+@functools.lru_cache(maxsize=1)
+def hooks_available() -> bool:
+    """Whether the native tracer can hook this CPython's function objects; where only the object layout
+    stands in the way (CPython >= 3.12), one warning per process says the mode is used instead."""
+    import sys
+
+    reason = native_tracer.hooks_unsupported()
+    if reason is not None and sys.version_info >= (3, 12) and native_tracer.available():
+        warnings.warn(
+            f"{reason}: functional calls are seen through a TorchFunctionMode instead (interception='mode'); "
+            "rebuild the native tracer for this CPython (python setup.py build_ext --inplace)",
+            RuntimeWarning,
+            4,
+        )
+    return reason is None
+
+
+def resolve_interception(requested: str | None, tracer: str, all_functions: bool, compiled: bool = False) -> str:
+    """``requested``, or ``"objects"`` where the native tracer hooks this CPython and only functional
+    calls count, else ``"mode"``; a requested ``"objects"`` that cannot be is refused, saying why.
+
+    Compiled code takes the mode by default: Dynamo guards on the mode stack, so a graph compiled
+    before ``profile()`` compiles again in its warm-up, where Inductor's provenance sees its kernels;
+    under the hooks that graph runs as it is, and its kernels are attributed only where an earlier
+    ``profile()`` saw it compiled (``docs/design.md``, "Functional calls at the function object").
+    """
+    if requested == "mode":
+        return "mode"
+    possible = tracer == "native" and not all_functions
+    if requested is None:
+        return "objects" if possible and not compiled and hooks_available() else "mode"
+    if not possible:
+        raise ValueError(
+            "interception='objects' needs the native tracer and functions='functional'; "
+            f"this run has op_tracer={tracer!r}, functions={'all' if all_functions else 'functional'!r}"
+        )
+    reason = native_tracer.hooks_unsupported()
+    if reason is not None:
+        raise RuntimeError(f"interception='objects' is not possible here: {reason}; pass interception='mode' (or None)")
+    return "objects"
+
+
 def tracer_for_run(backend: str, compiled: bool) -> str:
     """``backend``, unless compiled code would not stay compiled under it: then ``"python"``, with a warning."""
     if backend != "native" or not compiled or native_mode_compiles():
@@ -102,7 +144,11 @@ def resolve_decoder(requested: str | None) -> str:
 
 
 def for_run(config: ProfileConfig, compiled: bool) -> ProfileConfig:
-    """``config`` with the run's tracer (one that keeps compiled code compiled) and, on CUDA, decoder chosen."""
-    tracer = tracer_for_run(resolve_tracer(config.op_tracer), compiled)
+    """``config`` with the run's tracer (one that keeps compiled code compiled), interception and, on
+    CUDA, decoder chosen; with the function objects hooked no mode is pushed, so compiled code stays compiled."""
+    tracer = resolve_tracer(config.op_tracer)
+    interception = resolve_interception(config.interception, tracer, config.all_functions, compiled)
+    if interception == "mode":
+        tracer = tracer_for_run(tracer, compiled)
     decoder = resolve_decoder(config.decoder) if config.cuda else config.decoder
-    return replace(config, op_tracer=tracer, decoder=decoder)
+    return replace(config, op_tracer=tracer, decoder=decoder, interception=interception)

@@ -131,7 +131,8 @@ def record(
         source = collection.make_source(config)
         clock = PhaseClock(on_progress)
         provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
+            config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled,
+            interception=str(config.interception),
         )
         with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)
@@ -179,7 +180,8 @@ def _recorded(
     modules = ModuleTracker(root, _aliases(function, root))
     backend = str(config.op_tracer)
     tracer = make_tracer(
-        backend, modules.module_ids(), config.function_names, source, config.all_functions, running_before
+        backend, modules.module_ids(), config.function_names, source, config.all_functions, running_before,
+        str(config.interception),
     )
     session = TraceSession(modules, tracer)
     _traced_pass(function, samples, session, source, clock, config.cuda)
@@ -290,6 +292,7 @@ def run_metadata(
         schema.META_THREADS_TRACED: str(sum(thread.traced for thread in trace.threads)),
         schema.META_CORRELATION_PUSHES: str(trace.ops_pushed + trace.scopes_pushed),
         schema.META_FUNCTIONS: config.functions,
+        schema.META_INTERCEPTION: str(config.interception),
         **(devices.current_gpu_metadata() if config.cuda else {}),
         **(devices.device_metadata(joined) if config.cuda else {}),  # only when kernels ran on several GPUs
         **rank_metadata(),  # only under an initialised torch.distributed process group

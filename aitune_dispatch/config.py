@@ -17,6 +17,10 @@ OP_TRACERS = ("native", "python")  # tracing backends: native_shims/tracer/, or 
 # how a CUDA launch finds its op: a callback at the launch reads our per-thread id stack, or CUPTI's
 # external-correlation records of ids pushed per op and scope (docs/design.md, "Correlation: what CUPTI needs")
 CORRELATIONS = ("launch", "push")
+# how functional calls are seen: the function objects record their own calls (a vectorcall trampoline,
+# CPython >= 3.12 with the native tracer), or a TorchFunctionMode (docs/design.md, "Functional calls at
+# the function object")
+INTERCEPTIONS = ("objects", "mode")
 FUNCTIONS = ("functional", "all")  # what counts as a call: torch.nn.functional only, or torch-level APIs too
 SPLITS = ("device", "rank")  # ProfileResult.describe(by=...): one summary per GPU device, or per rank
 CACHE_STATES = ("warm", "cold")  # benchmark(cache=...): timed calls back to back, or the cache overwritten first
@@ -96,6 +100,10 @@ class ProfileConfig:
     correlation:
         CUDA only: one of :data:`CORRELATIONS`, or None (``"launch"`` with the native decoder, which
         holds the launch callback; ``"push"`` with the cupti-python one).
+    interception:
+        One of :data:`INTERCEPTIONS`, or None (``"objects"`` where the native tracer can hook this
+        CPython's function objects and ``functions="functional"``, else ``"mode"``;
+        ``backends.resolve_interception``).
     """
 
     function_names: frozenset[str] | None = None
@@ -104,6 +112,7 @@ class ProfileConfig:
     functions: str = "functional"
     op_tracer: str | None = None
     correlation: str | None = None
+    interception: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "function_names", normalize_function_names(self.function_names))
@@ -117,6 +126,19 @@ class ProfileConfig:
             raise ValueError(f"op_tracer must be {one_of((None, *OP_TRACERS))}; got {self.op_tracer!r}")
         if self.correlation not in (None, *CORRELATIONS):
             raise ValueError(f"correlation must be {one_of((None, *CORRELATIONS))}; got {self.correlation!r}")
+        if self.interception not in (None, *INTERCEPTIONS):
+            raise ValueError(f"interception must be {one_of((None, *INTERCEPTIONS))}; got {self.interception!r}")
+        if self.interception == "objects" and self.functions == "all":
+            raise ValueError(
+                "interception='objects' hooks the torch.nn.functional function objects only; functions='all' "
+                "also counts torch-level API calls, which only a TorchFunctionMode sees: pass interception='mode' "
+                "(or None)"
+            )
+        if self.interception == "objects" and self.op_tracer == "python":
+            raise ValueError(
+                "interception='objects' is done by the native tracer: pass op_tracer='native' (or None), "
+                "or interception='mode' with op_tracer='python'"
+            )
         if self.correlation == "launch" and self.decoder == "python":
             raise ValueError(
                 "correlation='launch' needs the native decoder, which holds the launch callback: "

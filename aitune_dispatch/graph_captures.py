@@ -61,4 +61,6 @@ def observe_graph_captures(
     compiled = uses_compile(model, model) or "torch._dynamo" in sys.modules
     config = backends.for_run(config, compiled)
     target = collection.make_cuda_source(config.decoder, config.correlation)
-    return GraphCaptureObserver(model, str(config.op_tracer), config.all_functions, target)
+    return GraphCaptureObserver(
+        model, str(config.op_tracer), config.all_functions, target, str(config.interception)
+    )

@@ -25,7 +25,7 @@ class ModuleFunctionKernelProfiler:
     function_names:
         ``torch.nn.functional`` names (``{"linear"}``) whose distinct input samples ``function_data`` keeps;
         None: every intercepted function's. Opt-in, keyword-only: ``device="cpu"`` (aten ops timed on the
-        host), ``decoder``, ``functions="all"``, ``op_tracer``, ``correlation`` (see ``ProfileConfig``).
+        host), ``decoder``, ``functions="all"``, ``op_tracer``, ``correlation``, ``interception`` (``ProfileConfig``).
 
     Raises
     ------
@@ -35,15 +35,15 @@ class ModuleFunctionKernelProfiler:
         ``op_tracer="native"`` where the native tracer is not built (the message says how to build it).
     """
 
-    function_names, device, decoder, functions, op_tracer, correlation = (arguments.ConfigOption() for _ in range(6))
+    function_names, device, decoder, functions, op_tracer, correlation, interception = arguments.config_options(7)
 
     def __init__(
         self, function_names: Iterable[str] | None = None, *, device: str | torch.device | None = None,
         decoder: str | None = None, functions: str = "functional", op_tracer: str | None = None,
-        correlation: str | None = None) -> None:
+        correlation: str | None = None, interception: str | None = None) -> None:
         self.config = arguments.resolved_config(  # the profiler's state: validated, the tracer resolved
             function_names=function_names, device=device, decoder=decoder, functions=functions,
-            op_tracer=op_tracer, correlation=correlation)
+            op_tracer=op_tracer, correlation=correlation, interception=interception)
         self._last_result: ProfileResult | None = None
         self._unknown_warned = False
 

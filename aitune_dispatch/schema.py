@@ -417,6 +417,7 @@ META_THREADS_TRACED = "threads_traced"  # threads whose forwards were recorded
 META_CORRELATION = "correlation"  # how CUDA launches found their op: "launch" (callback), "push", or "none" (CPU)
 META_CORRELATION_PUSHES = "correlation_pushes"  # op and scope ids pushed as CUPTI external correlation ids
 META_FUNCTIONS = "functions"  # "functional" or "all"
+META_INTERCEPTION = "interception"  # how functional calls were seen: "objects" (function-object hooks) or "mode"
 META_GPU_NAME = "gpu_name"  # CUDA runs: the GPU's name, compute capability, memory and SM count
 META_GPU_CAPABILITY = "gpu_compute_capability"  # "9.0"
 META_GPU_MEMORY = "gpu_memory_bytes"

@@ -15,7 +15,14 @@ from torch.utils._python_dispatch import (
     is_in_torch_dispatch_mode,
 )
 
+from aitune_dispatch import ModuleFunctionKernelProfiler
 from aitune_dispatch.tracing import native
+
+
+@pytest.fixture
+def mode_profiler(tracing_backend: str) -> ModuleFunctionKernelProfiler:
+    """A CPU profiler that sees functional calls through its TorchFunctionMode, the mode these tests are about."""
+    return ModuleFunctionKernelProfiler(device="cpu", interception="mode")
 
 
 class CountingFunctionMode(TorchFunctionMode):
@@ -63,7 +70,7 @@ def model() -> nn.Module:
 
 @pytest.mark.parametrize("kind", sorted(MODES))
 @pytest.mark.parametrize("raises", [False, True])
-def test_a_mode_left_entered_stays_and_ours_leave(cpu_profiler, tracing_backend, kind, raises):
+def test_a_mode_left_entered_stays_and_ours_leave(mode_profiler, tracing_backend, kind, raises):
     mode_type, stack = MODES[kind]
     # the native backend installs no dispatch mode: nothing of ours to take from beneath, nothing to say
     warns = kind == "function" or tracing_backend == "python"
@@ -87,9 +94,9 @@ def test_a_mode_left_entered_stays_and_ours_leave(cpu_profiler, tracing_backend,
                 warnings.simplefilter("always")
                 if raises:
                     with pytest.raises(ValueError, match="inference failed"):
-                        cpu_profiler.profile(unbalanced, data, module=net, warmup_iterations=2)
+                        mode_profiler.profile(unbalanced, data, module=net, warmup_iterations=2)
                 else:
-                    profiling_df, _ = cpu_profiler.profile(unbalanced, data, module=net, warmup_iterations=2)
+                    profiling_df, _ = mode_profiler.profile(unbalanced, data, module=net, warmup_iterations=2)
                     assert "relu" in set(profiling_df["function_name"])  # the pass was recorded
             after = stack()
             # nothing of ours stays; the user's modes stay where torch left them, in their order
@@ -114,7 +121,7 @@ def test_a_mode_left_entered_stays_and_ours_leave(cpu_profiler, tracing_backend,
         assert not is_in_torch_dispatch_mode()
 
 
-def test_both_kinds_left_entered_together(cpu_profiler):
+def test_both_kinds_left_entered_together(mode_profiler):
     net = model()
     left: list[object] = []
 
@@ -126,12 +133,12 @@ def test_both_kinds_left_entered_together(cpu_profiler):
 
     try:
         with pytest.warns(RuntimeWarning, match="left entered"):
-            cpu_profiler.profile(unbalanced, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=1)
+            mode_profiler.profile(unbalanced, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=1)
         assert ours(function_stack()) == [] and ours(_get_current_dispatch_mode_stack()) == []
         assert function_stack() == left[0::2] and _get_current_dispatch_mode_stack() == left[1::2]
         # the next profile() works and records (the user's modes now sit below ours)
         net2 = model()
-        profiling_df, _ = cpu_profiler.profile(net2, [((torch.randn(2, 4),), {})], warmup_iterations=0)
+        profiling_df, _ = mode_profiler.profile(net2, [((torch.randn(2, 4),), {})], warmup_iterations=0)
         assert {"linear", "relu"} <= set(profiling_df["function_name"])
     finally:
         for mode in reversed(left):
@@ -140,7 +147,7 @@ def test_both_kinds_left_entered_together(cpu_profiler):
     assert not is_in_torch_dispatch_mode()
 
 
-def test_a_mode_exited_once_too_often_is_reported(cpu_profiler):
+def test_a_mode_exited_once_too_often_is_reported(mode_profiler):
     """The profiled function exits a mode it did not enter: torch pops ours instead, and we say so."""
     net = model()
     outer = CountingFunctionMode()
@@ -152,8 +159,37 @@ def test_a_mode_exited_once_too_often_is_reported(cpu_profiler):
             return net(x)
 
         with pytest.warns(RuntimeWarning, match="took aitune_dispatch's"):
-            cpu_profiler.profile(overexits, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=0)
+            mode_profiler.profile(overexits, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=0)
         assert ours(function_stack()) == []
     finally:
         while torch._C._len_torch_function_stack():
             torch._C._pop_torch_function_stack()
+
+
+@pytest.mark.skipif(native.hooks_unsupported() is not None, reason="function-object hooks unavailable")
+def test_under_the_function_object_hooks_a_mode_left_entered_is_no_concern_of_ours(tracing_backend):
+    """No mode of ours is pushed with interception="objects": nothing is taken from beneath, nothing said."""
+    if tracing_backend != "native":
+        pytest.skip("the hooks are the native tracer's")
+    net = model()
+    left: list[object] = []
+
+    def unbalanced(x: torch.Tensor) -> torch.Tensor:
+        mode = CountingFunctionMode()
+        mode.__enter__()
+        left.append(mode)
+        return net(x)
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            profiler = ModuleFunctionKernelProfiler(device="cpu", interception="objects")
+            profiling_df, _ = profiler.profile(unbalanced, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=1)
+        assert {"linear", "relu"} <= set(profiling_df["function_name"])
+        assert not [w for w in caught if "left entered" in str(w.message)]
+        assert function_stack() == left and ours(function_stack()) == []
+        assert left[-1].relus == 1  # the user's mode saw the recorded pass's relu
+    finally:
+        for mode in reversed(left):
+            mode.__exit__(None, None, None)
+    assert function_stack() == []

@@ -19,7 +19,7 @@ import pandas as pd
 from torch.overrides import TorchFunctionMode
 
 from ..tracing.functional import functional_registry
-from ..tracing.samples import sample_key
+from ..tracing.samples import call_key
 from .candidates import normalize_candidates, original_function
 from .replay import benchmarked_samples
 
@@ -55,8 +55,8 @@ class _RoutingMode(TorchFunctionMode):
             kwargs = {}
         if route is None:  # every other torch call, tensor methods included
             return func(*args, **kwargs)
-        # keyed as the profiler keys a call: args and kwargs as received
-        if route.keys is not None and (sample_key(args), sample_key(kwargs)) not in route.keys:
+        # keyed as benchmark() keyed the recorded samples, however the arguments were passed
+        if route.keys is not None and call_key(func, args, kwargs) not in route.keys:
             return func(*args, **kwargs)
         self._routed[route.function_name] += 1
         return route.candidate(*args, **kwargs)

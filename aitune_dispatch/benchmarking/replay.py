@@ -30,7 +30,7 @@ from ..results.views import roofline_samples
 from ..results.views.frames import with_strings
 from ..schema import BENCHMARK_COLUMNS, ROOFLINE_COLUMNS
 from ..tracing import native
-from ..tracing.samples import sample_key
+from ..tracing.samples import call_key
 from .candidates import ORIGINAL, CandidatesArg, normalize_candidates, original_function
 from .inputs import MakeTensor, ReplayRefused, clone_exact, compare_outputs, runnable
 from .yardstick import RecordedSample, recorded_samples, same_kernels_per_call
@@ -320,7 +320,7 @@ def _sample_rows(plan: _Plan, name: str, index: int, count: int, sample: Any) ->
     try:
         original = original_function(name)
         inputs = runnable(sample, plan.make_tensor, plan.generator)
-        plan.sample_keys.setdefault(name, {})[index] = (sample_key(inputs[0]), sample_key(inputs[1]))
+        plan.sample_keys.setdefault(name, {})[index] = call_key(original, inputs[0], inputs[1])
         expected = _run(original, inputs)
     except (LookupError, ReplayRefused) as error:
         return _failed(rows, f"not replayed: {error}")

@@ -179,9 +179,11 @@ class ProvenanceCapture:
     """
 
     def __init__(
-        self, device: str, source: Any, backend: str, all_functions: bool = False, compiled: bool = True
+        self, device: str, source: Any, backend: str, all_functions: bool = False, compiled: bool = True,
+        interception: str = "mode",
     ) -> None:
         self._compiled = compiled
+        self._interception = interception
         self._device = device
         self._source = source
         self._backend = backend
@@ -228,7 +230,9 @@ class ProvenanceCapture:
             return
         modules = ModuleTracker(root, aliases)
         target = self._source if self._observing else _Uncorrelated()
-        tracer = make_tracer(self._backend, modules.module_ids(), frozenset(), target, self._all)
+        tracer = make_tracer(
+            self._backend, modules.module_ids(), frozenset(), target, self._all, interception=self._interception
+        )
         with TraceSession(modules, tracer):
             for _ in range(iterations):
                 run()

@@ -177,7 +177,8 @@ class _Capture:
             return False
         try:
             self.tracer = make_tracer(
-                observer.backend, self.hierarchy.module_ids, frozenset(), observer.target, observer.all_functions
+                observer.backend, self.hierarchy.module_ids, frozenset(), observer.target, observer.all_functions,
+                interception=observer.interception,
             )
             self.session = TraceSession(self.hierarchy.tracker, self.tracer)
             self.session.__enter__()
@@ -224,6 +225,8 @@ class GraphCaptureObserver:
         Whether torch-level calls count as functional calls (``functions="all"``).
     target:
         The (never started) CUPTI source whose external ids the capture's launches carry.
+    interception:
+        How functional calls are seen, ``"objects"`` or ``"mode"``, as ``profile()``'s.
 
     Attributes
     ----------
@@ -239,9 +242,12 @@ class GraphCaptureObserver:
         (after ``capture_end``: tracing removed, the trace and nodes kept), summed over captures.
     """
 
-    def __init__(self, root: nn.Module, backend: str, all_functions: bool, target: Any) -> None:
+    def __init__(
+        self, root: nn.Module, backend: str, all_functions: bool, target: Any, interception: str = "mode"
+    ) -> None:
         self.root = root
         self.backend = backend
+        self.interception = interception
         self.all_functions = all_functions
         self.target = target
         self.kind = int(getattr(target, "correlation_kind", -1))

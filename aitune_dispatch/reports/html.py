@@ -465,6 +465,7 @@ def _per_device(text: str) -> str:
 
 _TRACERS = {"native": "native (a C++ RecordFunction callback)", "python": "Python (a TorchDispatchMode)"}
 _FUNCTIONS = {"functional": "torch.nn.functional calls", "all": 'functional and torch-level calls (functions="all")'}
+_INTERCEPTIONS = {"objects": "at the function objects (vectorcall hooks)", "mode": "through a TorchFunctionMode"}
 _DECODERS = {
     "native": "native (compiled C decoder)",
     "python": "cupti-python",
@@ -484,6 +485,7 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.META_ALLOW_TF32: ("float32 matmuls on TF32 cores", lambda v: {"True": "yes", "False": "no"}.get(v, v)),
     schema.META_TRACER: ("aten op tracer", lambda v: _TRACERS.get(v, v)),
     schema.META_FUNCTIONS: ("attributed calls", lambda v: _FUNCTIONS.get(v, v)),
+    schema.META_INTERCEPTION: ("functional calls seen", lambda v: _INTERCEPTIONS.get(v, v)),
     schema.META_GPU_SMS: ("streaming multiprocessors", str),
     schema.META_DECODER: ("CUPTI record decoder", lambda v: _DECODERS.get(v, v)),
     schema.META_THREADS_TRACED: ("threads traced", str),

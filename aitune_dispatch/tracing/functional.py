@@ -91,6 +91,44 @@ def functional_registry() -> dict[Callable[..., Any], str]:
     return registry
 
 
+# modules whose public callables in torch.nn.functional are functionals (the rest are imports: typing,
+# torch.overrides' dispatch helpers, torch._jit_internal.boolean_dispatch)
+_FUNCTIONAL_MODULES = frozenset({"torch.nn.functional", "torch", "torch._C._nn", "torch._C._VariableFunctions"})
+_NOT_FUNCTIONALS = frozenset(
+    {"has_torch_function", "has_torch_function_unary", "has_torch_function_variadic", "assert_int_or_pair"}
+)
+
+
+def _public_functional(name: str, value: Any) -> bool:
+    """A public function object of ``torch.nn.functional`` that computes something (not an import)."""
+    if name.startswith("_") or name in _NOT_FUNCTIONALS:
+        return False
+    if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    return (getattr(value, "__module__", None) or "") in _FUNCTIONAL_MODULES
+
+
+_hooked_for: list[tuple[dict[Callable[..., Any], str], dict[Callable[..., Any], str]]] = []
+
+
+def hook_registry() -> dict[Callable[..., Any], str]:
+    """What the function-object hooks record: :func:`functional_registry` and every other public
+    function of ``torch.nn.functional``, those without a ``has_torch_function`` gate included
+    (``grouped_mm``, ``scaled_mm``, ``sigmoid``, ``tanh``, the in-place builtins such as ``relu_``),
+    which no ``TorchFunctionMode`` sees; the same dict object until the registry is rebuilt (the
+    native tracer reuses what it interned for it)."""
+    base = functional_registry()
+    if _hooked_for and _hooked_for[0][0] is base:
+        return _hooked_for[0][1]
+    registry = dict(base)
+    named = set(registry.values())
+    for name, value in sorted(vars(F).items()):
+        if name not in named and _public_functional(name, value):
+            registry.setdefault(value, name)
+    _hooked_for[:] = [(base, registry)]
+    return registry
+
+
 # torch-level APIs that only read metadata: never a call of their own under ``functions="all"``
 _METADATA_APIS = frozenset(
     {

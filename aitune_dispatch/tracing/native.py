@@ -20,7 +20,7 @@ from .. import encoded, schema
 from ..schema import FunctionData
 from .buffers import other_threads_running, still_running
 from .contract import ThreadInfo, TraceTables
-from .functional import api_name, functional_registry, rearmed_copy, routing_mode_below
+from .functional import api_name, functional_registry, hook_registry, rearmed_copy, routing_mode_below
 from .mode_stack import exit_function_mode
 from .samples import sample_pair_key
 
@@ -48,6 +48,16 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def hooks_unsupported() -> str | None:
+    """None where functional calls can be seen at the function objects (``interception="objects"``),
+    else why not: no compiled tracer, a CPython before 3.12, or one whose function objects are laid out
+    otherwise than the tracer was compiled for (``docs/design.md``, "Functional calls at the function object")."""
+    try:
+        return load().hooks_unsupported()
+    except ImportError as error:
+        return str(error)
 
 
 def _mode_bases() -> tuple[type, ...]:
@@ -86,7 +96,9 @@ class NativePass:
     ``correlation_kind`` None pushes nothing; otherwise ``correlation_push`` / ``correlation_pop`` are
     the C functions' addresses (``CorrelationTarget.correlation_functions``). ``log_pushes`` logs into
     ``take()["push_log"]`` instead (tests without a GPU); ``singletons`` are keyed by identity;
-    ``running_before`` are idents of threads that are not the profiled function's.
+    ``running_before`` are idents of threads that are not the profiled function's; ``hook_objects``
+    records the calls at the function objects of ``functions`` instead of through a mode (no mode is
+    pushed; ``all_functions`` must be False).
     """
 
     correlation_kind: int | None
@@ -105,11 +117,14 @@ class NativePass:
     sample_key: Callable[..., Any] | None
     singletons: tuple[type, type, type]
     running_before: Sequence[int]
+    hook_objects: bool = False
 
     def __post_init__(self) -> None:
         kind = self.correlation_kind
         if kind is not None and (isinstance(kind, bool) or not isinstance(kind, int) or kind < 0):
             raise ValueError(f"correlation_kind must be a CUPTI external-correlation kind (>= 0) or None; got {kind!r}")
+        if self.hook_objects and self.all_functions:
+            raise ValueError("hook_objects=True records torch.nn.functional calls only: pass all_functions=False")
         if self.log_pushes and kind is not None:
             raise ValueError("log_pushes=True logs the ids instead of pushing them: pass correlation_kind=None")
         for name in ("correlation_push", "correlation_pop"):
@@ -190,9 +205,11 @@ class NativeTracer:
         all_functions: bool = False,
         running_before: Mapping[int, threading.Thread | None] | None = None,
         correlation_functions: Callable[[], tuple[int, int] | None] | None = None,
+        hook_objects: bool = False,
     ) -> None:
         """``running_before``: a snapshot from when ``profile()`` began (None: when the pass begins);
-        ``correlation_functions`` is asked as the pass starts, once libcupti is loaded."""
+        ``correlation_functions`` is asked as the pass starts, once libcupti is loaded; ``hook_objects``
+        sees the functional calls at the function objects (no mode is pushed)."""
         self._native = load()
         self._correlation_functions = correlation_functions
         self._running_before = running_before
@@ -200,6 +217,8 @@ class NativeTracer:
         self._function_names = function_names
         self._kind = correlation_kind
         self._all = all_functions
+        self._hook_objects = hook_objects
+        self._entered = False
         self.function_mode: NativeFunctionMode | None = None  # the mode it pushes, once entered
         self._taken: dict[str, Any] | None = None
         self.module_entered = self._native.enter_module
@@ -215,11 +234,14 @@ class NativeTracer:
 
     def __enter__(self) -> NativeTracer:
         native = self._native
-        if self._taken is not None or self.function_mode is not None:
+        if self._taken is not None or self._entered:
             raise RuntimeError("a NativeTracer records one pass; create a new one")
         if native.running():
             raise RuntimeError("the native tracer is already recording another pass; profile one thing at a time")
         native.start(**self._pass().keywords())
+        self._entered = True
+        if self._hook_objects:
+            return self  # the function objects record their own calls
         self.function_mode = NativeFunctionMode()
         try:
             self.function_mode.__enter__()
@@ -244,7 +266,8 @@ class NativeTracer:
             self._kind,
             self._modules,
             given() if given is not None and self._kind >= 0 else None,
-            functions=functional_registry(),  # the cached dict itself: start() reuses what it interned for it
+            # the cached dict itself: start() reuses what it interned for it
+            functions=hook_registry() if self._hook_objects else functional_registry(),
             sample_names=self._function_names,
             all_functions=self._all,
             rearmed_copy=rearmed_copy,
@@ -257,6 +280,7 @@ class NativeTracer:
             running_before=list(
                 other_threads_running() if self._running_before is None else still_running(self._running_before)
             ),
+            hook_objects=self._hook_objects,
         )
 
     def _columns(self) -> dict[str, Any]:

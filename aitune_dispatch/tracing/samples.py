@@ -3,6 +3,9 @@ their structure, tensor metadata and other values agree (``docs/design.md``, "Sa
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -12,7 +15,7 @@ from ..schema import FunctionData, Sample
 from ..tensors import nested_parts, tensor_strides
 from .unseen import calls_unseen
 
-__all__ = ["FunctionData", "Sample", "SampleCollector", "sample_key", "sample_pair_key"]
+__all__ = ["FunctionData", "Sample", "SampleCollector", "call_key", "sample_key", "sample_pair_key"]
 
 _Tensor = torch.Tensor
 # values that are their own key once their type is part of it (the type keeps True and 1 apart)
@@ -80,6 +83,37 @@ def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The key of one call's ``(args, kwargs)``, its metadata reads unseen by a user's mode or subclass."""
     with calls_unseen():
         return (sample_key(args), sample_key(kwargs))
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a text signature
+        return None
+
+
+def call_key(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The key of one call of ``function`` however its arguments were passed.
+
+    A function-object hook sees a call as written (``relu(x)``), a TorchFunctionMode as
+    ``handle_torch_function`` passes it on (``relu(x, inplace=False)``): bound to the signature with
+    its defaults applied, both give one key. Without a signature (a torch builtin, which both see as
+    written), ``(args, kwargs)`` as given.
+    """
+    try:
+        signature = _signature(function)
+    except TypeError:  # unhashable
+        signature = None
+    if signature is not None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            pass
+        else:
+            bound.apply_defaults()
+            return ("bound", sample_key(tuple(bound.arguments.items())))
+    return (sample_key(args), sample_key(kwargs))
 
 
 class SampleCollector:

@@ -20,12 +20,16 @@ def make_tracer(
     target: CorrelationTarget,
     all_functions: bool,
     running_before: Mapping[int, threading.Thread | None] | None = None,
+    interception: str = "mode",
 ) -> Tracer:
     """A single-use tracer of ``backend`` for one pass; ``running_before`` is the snapshot taken when
-    ``profile()`` began, so threads a warm-up pass starts count as the function's own."""
+    ``profile()`` began, so threads a warm-up pass starts count as the function's own; ``interception``
+    ``"objects"`` has the native tracer hook the function objects (``backends.resolve_interception``)."""
     refresh_functionals()
     if backend == "native":
         kind = target.correlation_kind
         functions = target.correlation_functions if kind >= 0 else None  # what the C++ side pushes with
-        return native.NativeTracer(modules, function_names, kind, all_functions, running_before, functions)
+        return native.NativeTracer(
+            modules, function_names, kind, all_functions, running_before, functions, interception == "objects"
+        )
     return PythonTracer(modules, function_names, target, all_functions, running_before)

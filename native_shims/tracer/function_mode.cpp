@@ -383,6 +383,11 @@ bool function_mode_configure(const FunctionModeSettings& settings) {
   return true;
 }
 
-void function_mode_clear() { clear_config(); }
+void function_mode_clear() {
+  function_hooks_remove();
+  clear_config();
+}
+
+bool function_mode_install_hooks() { return function_hooks_install(config.registry, config.sampled); }
 
 }  // namespace aitune

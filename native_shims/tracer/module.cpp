@@ -169,7 +169,7 @@ struct StartArguments {
 const char* const kStartKeywords[] = {"correlation_kind", "correlation_push", "correlation_pop", "log_pushes",
                                       "modules", "functions", "sample_names", "all_functions", "rearmed_copy",
                                       "api_name", "push_mode", "pop_mode", "routing_mode_below", "sample_key",
-                                      "singletons", "running_before", nullptr};
+                                      "singletons", "running_before", "hook_objects", nullptr};
 
 bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   if (PyTuple_GET_SIZE(args) != 0) {
@@ -177,18 +177,20 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
     return false;
   }
   int all_functions = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!O", const_cast<char**>(kStartKeywords),
+  int hook_objects = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!Op", const_cast<char**>(kStartKeywords),
                                    &a->correlation_kind, &a->correlation_push, &a->correlation_pop, &a->log_pushes,
                                    &a->modules, &PyDict_Type, &a->mode.functions,
                                    &a->mode.sample_names, &all_functions, &a->mode.rearmed_copy, &a->mode.api_name,
                                    &a->mode.push_mode, &a->mode.pop_mode, &a->mode.routing_mode_below, &a->sample_key,
-                                   &PyTuple_Type, &a->singletons, &a->running_before))
+                                   &PyTuple_Type, &a->singletons, &a->running_before, &hook_objects))
     return false;
   a->mode.all_functions = all_functions != 0;
+  a->mode.hook_objects = hook_objects != 0;
   PyObject* given[] = {a->correlation_kind, a->correlation_push, a->correlation_pop, Py_None, a->modules,
                        a->mode.functions, a->mode.sample_names, Py_None,
                        a->mode.rearmed_copy, a->mode.api_name, a->mode.push_mode, a->mode.pop_mode,
-                       a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before};
+                       a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before, Py_None};
   for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); ++i) {
     if (given[i] == nullptr) {
       PyErr_Format(PyExc_TypeError, "start() is missing the keyword argument %s", kStartKeywords[i]);
@@ -200,7 +202,7 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
 
 // start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules [(module, id)], functions,
 //       sample_names, all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below,
-//       sample_key, singletons, running_before [ident]): tracing/native.py NativePass documents each
+//       sample_key, singletons, running_before [ident], hook_objects): tracing/native.py NativePass documents each
 PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
   StartArguments a;
   int kind;
@@ -224,8 +226,12 @@ PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
   }
   reset_columns();
   release_modules();
+  if (a.mode.hook_objects && a.mode.all_functions) {
+    PyErr_SetString(PyExc_ValueError, "hook_objects=True records torch.nn.functional calls only: pass all_functions=False");
+    return nullptr;
+  }
   if (!set_running_before(a.running_before) || !add_modules(a.modules) || !function_mode_configure(a.mode) ||
-      !samples_configure(a.sample_key, a.singletons)) {
+      !samples_configure(a.sample_key, a.singletons) || (a.mode.hook_objects && !function_mode_install_hooks())) {
     release_modules();
     function_mode_clear();
     samples_clear();
@@ -256,6 +262,16 @@ PyObject* py_stop(PyObject*, PyObject*) {
 }
 
 PyObject* py_running(PyObject*, PyObject*) { return PyBool_FromLong(trace.running); }
+
+PyObject* py_hooks_unsupported(PyObject*, PyObject*) {
+  const char* reason = function_hooks_unsupported();
+  if (reason == nullptr) Py_RETURN_NONE;
+  return PyUnicode_FromString(reason);
+}
+
+PyObject* py_hooked(PyObject*, PyObject* func) { return PyBool_FromLong(function_hooked(func)); }
+
+PyObject* py_hooks_installed(PyObject*, PyObject*) { return PyLong_FromSsize_t(function_hooks_installed()); }
 
 PyObject* py_enter_module(PyObject*, PyObject* module) {
   if (trace.running) {
@@ -353,9 +369,13 @@ PyMethodDef methods[] = {
     {"start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_start)), METH_VARARGS | METH_KEYWORDS,
      "start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules, functions, sample_names, "
      "all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, "
-     "running_before): record a pass on this thread; correlation_kind (>= 0) pushes op and scope ids as external "
+     "running_before, hook_objects): record a pass on this thread; correlation_kind (>= 0) pushes op and scope ids as external "
      "correlation ids of that kind through the C functions at correlation_push / correlation_pop (the activity "
      "source's), None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},
+    {"hooks_unsupported", py_hooks_unsupported, METH_NOARGS,
+     "hooks_unsupported() -> None where function objects can be hooked (hook_objects=True), else the reason"},
+    {"hooked", py_hooked, METH_O, "hooked(func) -> whether func's vectorcall slot holds the recording trampoline"},
+    {"hooks_installed", py_hooks_installed, METH_NOARGS, "hooks_installed() -> how many slots hold the trampoline"},
     {"stop", py_stop, METH_NOARGS, "stop(): remove the op callback and the configuration (idempotent)"},
     {"running", py_running, METH_NOARGS, "running() -> bool"},
     {"enter_module", py_enter_module, METH_O, "enter_module(module): a forward of a profiled module begins"},

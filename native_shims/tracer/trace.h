@@ -76,6 +76,7 @@ struct ThreadState {
   std::vector<uint8_t> call_is_functional{0};  // parallel to calls
   int functional_depth = 0;                    // open torch.nn.functional calls (not torch-level ones)
   std::vector<PyObject*> reentered;            // functionals running as re-armed copies (borrowed)
+  std::vector<int32_t> hooked;                 // name ids of the hooked functionals whose calls are open
   int op_depth = 0;                            // recorded ops open on this thread
   std::vector<Open> open_ops;                  // one entry per started RecordFunction (ops.cpp)
 };
@@ -170,9 +171,19 @@ struct FunctionModeSettings {
   PyObject* push_mode = nullptr;           // torch._C._push_on_torch_function_stack
   PyObject* pop_mode = nullptr;            // torch._C._pop_torch_function_stack
   PyObject* routing_mode_below = nullptr;  // routing_mode_below() -> whether a mode below ours wants the call
+  bool hook_objects = false;               // functions' objects record their own calls (no mode is pushed)
 };
 bool function_mode_ready(PyObject* module);
 bool function_mode_configure(const FunctionModeSettings& settings);
-void function_mode_clear();
+void function_mode_clear();    // also removes the function-object hooks
+bool function_mode_install_hooks();  // hooks the configured functions (settings.hook_objects)
+
+// -- function-object hooks (function_hooks.cpp) --------------------------------------------------
+const char* function_hooks_unsupported();  // nullptr where this CPython can be hooked, else why not
+// hooks every key of ids ({function object: name id}); sampled is by name id
+bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled);
+void function_hooks_remove();  // every slot that holds our trampoline gets its original back
+Py_ssize_t function_hooks_installed();
+bool function_hooked(PyObject* func);
 
 }  // namespace aitune
