@@ -368,6 +368,43 @@ def test_saves_on_a_full_tmpfs(tmp_path):
     assert out["mount"] == [errno.ENOSPC, True, True, True]  # failed: as it was; the retry: with its tensors
 
 
+# -- issue 42, item 3: a .parquet path that is a symlink -------------------------------------------
+@pytest.mark.parametrize("link", ["relative", "absolute", "dangling"])
+def test_saving_through_a_symlink_replaces_the_file_it_names(small, big, big_sizes, tmp_path, monkeypatch, link):
+    """The link stays a link to where it pointed, the file it names holds the new result (a dangling
+    link: the file is created), a failed save through it changes neither, and nothing is left beside either."""
+    store, links = tmp_path / "store", tmp_path / "links"
+    store.mkdir()
+    links.mkdir()
+    real, alias = store / "real.parquet", links / "x.parquet"
+    if link != "dangling":
+        small.save(real)
+    alias.symlink_to(os.path.relpath(real, links) if link == "relative" else real)
+    pointer = os.readlink(alias)
+    small.save(alias)
+    assert alias.is_symlink() and os.readlink(alias) == pointer
+    assert load(real).activity.equals(small.activity)
+    before = real.read_bytes()
+    with monkeypatch.context() as patch:
+        SmallDisk(patch, big_sizes.single // 2)
+        with pytest.raises(OSError) as info:
+            big.save(alias, with_tensors=True)
+    _assert_names_the_cause(info.value, alias, kept=True)
+    assert alias.is_symlink() and os.readlink(alias) == pointer and real.read_bytes() == before
+    big.save(alias, with_tensors=True)
+    assert alias.is_symlink() and os.readlink(alias) == pointer
+    assert load(real, with_tensors=True).activity.equals(big.activity)
+    assert _listing(links) == ["x.parquet"] and _listing(store) == ["real.parquet"]
+
+
+def test_resaving_a_parquet_file_keeps_its_mode(small, big, tmp_path):
+    """The file is replaced, not rewritten in place, yet keeps its permission bits (as a directory does)."""
+    target = small.save(tmp_path / "x.parquet")
+    target.chmod(0o640)
+    big.save(target)
+    assert target.stat().st_mode & 0o777 == 0o640 and load(target).activity.equals(big.activity)
+
+
 # -- item 8: damaged and foreign files -------------------------------------------------------------
 def _in_dir(change):
     """A damage that applies ``change`` to a directory's manifest."""

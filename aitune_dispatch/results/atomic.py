@@ -29,6 +29,11 @@ def _sibling(target: Path, purpose: str) -> Path:
     return target.with_name(f".{target.name}.{purpose}-{secrets.token_hex(4)}")
 
 
+def _followed(target: Path) -> Path:
+    """``target``, or the path its symlink (chain) ends at: what a save through a link replaces."""
+    return target.resolve() if target.is_symlink() else target
+
+
 def _new_directory(beside: Path, within: Path) -> Path:
     while True:
         candidate = within / _sibling(beside, "saving").name
@@ -41,14 +46,30 @@ def _new_directory(beside: Path, within: Path) -> Path:
 
 @contextmanager
 def replacing_file(target: Path) -> Iterator[Path]:
-    """A path beside ``target`` (not yet created) that replaces it when the block completes."""
+    """A path beside ``target`` (not yet created) that replaces it when the block completes.
+
+    A symlinked ``target`` is followed: the file it names is replaced, the link kept. The new file
+    gets the permission bits of the one it replaces, as writing in place would have kept them.
+    Parent folders are created.
+    """
+    target = _followed(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     staging = _sibling(target, "saving")
     try:
         yield staging
+        _keep_mode(target, staging)
         os.replace(staging, target)
     except BaseException:
         staging.unlink(missing_ok=True)
         raise
+
+
+def _keep_mode(target: Path, staging: Path) -> None:
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:  # a new file: the mode open gives
+        return
+    os.chmod(staging, stat.S_IMODE(mode))
 
 
 @contextmanager
@@ -58,7 +79,7 @@ def replacing_directory(target: Path, owned: Collection[str], marker: str) -> It
     The ``owned`` entries of ``target`` are replaced, every other one kept; ``marker`` (the manifest)
     is put in place last. A symlinked ``target`` is followed.
     """
-    target = target.resolve() if target.is_symlink() else Path(os.path.abspath(target))  # "." and "a/.." named
+    target = Path(os.path.abspath(_followed(target)))  # "." and "a/.." named
     target.parent.mkdir(parents=True, exist_ok=True)
     # a mount point cannot be renamed, nor the working directory swapped away: staged inside themselves
     cwd = Path(os.getcwd())

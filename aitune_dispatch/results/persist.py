@@ -410,7 +410,6 @@ def _save_file(stored: Stored, path: Path) -> None:
                 if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
                     writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing_file(path) as staging:
         _write(staging, write)
 
@@ -486,7 +485,8 @@ def write(stored: Stored, path: PathLike) -> Path:
     stored:
         The tables, manifest facts and optional tensors.
     path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save). A
+        symlink is followed: what it names is replaced, the link kept.
 
     Returns
     -------
