@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["Stranded", "is_staging", "replacing_directory", "replacing_file"]
+__all__ = ["Stranded", "is_staging", "replacing_directory", "replacing_file", "write_bytes"]
 
 _STAGING = re.compile(r"^\..+\.(saving|replaced)-[0-9a-f]{8}$")
 
@@ -98,6 +98,50 @@ def _keep_mode(target: Path, staging: Path) -> None:
     except FileNotFoundError:  # a new file: the mode open gives
         return
     os.chmod(staging, stat.S_IMODE(mode))
+
+
+def write_bytes(target: Path, data: bytes) -> Path:
+    """Make ``data`` the whole of ``target``, put in place only when written (:func:`replacing_file`).
+
+    Parameters
+    ----------
+    target:
+        The file to write (a symlink is followed); parent folders are created.
+    data:
+        Its new content.
+
+    Returns
+    -------
+    pathlib.Path
+        ``target``.
+
+    Raises
+    ------
+    OSError
+        The disk refused, ``errno`` as the OS gave it; the message names ``target`` and says that the
+        previous file there is unchanged (or that nothing was left behind).
+    """
+    existed = target.exists()
+    try:
+        with replacing_file(target) as staging, open(staging, "xb") as sink:
+            sink.write(data)
+    except OSError as error:
+        raise _write_failed(target, error, existed) from error
+    return target
+
+
+def _write_failed(target: Path, error: OSError, existed: bool) -> OSError:
+    """The error :func:`write_bytes` raises: the cause, the path, what was kept and what to do."""
+    cause = os.strerror(error.errno) if error.errno else str(error)
+    elsewhere = error.filename and not is_staging(Path(error.filename).name) and Path(error.filename) != target
+    where = f" ({error.filename})" if elsewhere else ""  # a parent folder that could not be made, say
+    kept = f"the previous file at {target} is unchanged" if existed else "nothing of it was left behind"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "Free some space there (or write to another disk) and try again"
+    else:
+        fix = "Fix that (or write somewhere else) and try again"
+    message = f"could not write {target}: {cause}{where}; {kept}. {fix}"
+    return OSError(error.errno, message) if error.errno else OSError(message)
 
 
 @contextmanager
