@@ -61,7 +61,7 @@ from .progress import Progress
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
-from .results import ProfileResult, compare, compare_ranks, load
+from .results import ProfileResult, atomic, compare, compare_ranks, load
 from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
@@ -297,13 +297,29 @@ def _save(result: ProfileResult, path: Path, with_tensors: bool) -> None:
     print(f"saved the result to {path}")
 
 
+def _write_failed(path: Path, error: Exception) -> CliError:
+    """One line naming ``path``, as the disk's error from ``results.atomic.write_bytes`` already does."""
+    if isinstance(error, OSError) and error.strerror and str(path) in error.strerror:
+        return CliError(error.strerror)
+    return CliError(f"writing {path} failed: {_one_line(error)}")
+
+
 def _write(result: ProfileResult, path: Path) -> None:
     """Render ``result`` into ``path`` with the renderer its name asks for (``reports.renderer_for``)."""
     try:
         written = renderer_for(path).write(result, path)
     except Exception as error:  # one line, whatever the renderer raised
-        raise CliError(f"writing {path} failed: {_one_line(error)}") from error
+        raise _write_failed(path, error) from error
     print(f"wrote {written}")
+
+
+def _write_csv(table: pd.DataFrame, path: Path) -> None:
+    """``table`` as CSV at ``path``, put in place only when complete: a failure keeps the previous file."""
+    try:
+        atomic.write_bytes(path, table.to_csv(index=False).encode("utf-8"))
+    except OSError as error:
+        raise _write_failed(path, error) from error
+    print(f"wrote {path}")
 
 
 def _requested(args: argparse.Namespace) -> list[Path]:
@@ -387,8 +403,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print()
         print(text.comparison_text(table, level, args.top, _width()))
     if args.csv is not None:
-        table.round(CSV_DIGITS).to_csv(args.csv, index=False)
-        print(f"wrote {args.csv}")
+        _write_csv(table.round(CSV_DIGITS), args.csv)
     return 0
 
 
@@ -481,8 +496,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     _print_bench(table)
     if args.csv is not None:
-        text.bench_csv_frame(table).to_csv(args.csv, index=False)
-        print(f"wrote {args.csv}")
+        _write_csv(text.bench_csv_frame(table), args.csv)
     return 0
 
 

@@ -368,6 +368,175 @@ def test_saves_on_a_full_tmpfs(tmp_path):
     assert out["mount"] == [errno.ENOSPC, True, True, True]  # failed: as it was; the retry: with its tensors
 
 
+# -- issue 42, item 3: a .parquet path that is a symlink -------------------------------------------
+@pytest.mark.parametrize("link", ["relative", "absolute", "dangling"])
+def test_saving_through_a_symlink_replaces_the_file_it_names(small, big, big_sizes, tmp_path, monkeypatch, link):
+    """The link stays a link to where it pointed, the file it names holds the new result (a dangling
+    link: the file is created), a failed save through it changes neither, and nothing is left beside either."""
+    store, links = tmp_path / "store", tmp_path / "links"
+    store.mkdir()
+    links.mkdir()
+    real, alias = store / "real.parquet", links / "x.parquet"
+    if link != "dangling":
+        small.save(real)
+    alias.symlink_to(os.path.relpath(real, links) if link == "relative" else real)
+    pointer = os.readlink(alias)
+    small.save(alias)
+    assert alias.is_symlink() and os.readlink(alias) == pointer
+    assert load(real).activity.equals(small.activity)
+    before = real.read_bytes()
+    with monkeypatch.context() as patch:
+        SmallDisk(patch, big_sizes.single // 2)
+        with pytest.raises(OSError) as info:
+            big.save(alias, with_tensors=True)
+    _assert_names_the_cause(info.value, alias, kept=True)
+    assert alias.is_symlink() and os.readlink(alias) == pointer and real.read_bytes() == before
+    big.save(alias, with_tensors=True)
+    assert alias.is_symlink() and os.readlink(alias) == pointer
+    assert load(real, with_tensors=True).activity.equals(big.activity)
+    assert _listing(links) == ["x.parquet"] and _listing(store) == ["real.parquet"]
+
+
+def test_resaving_a_parquet_file_keeps_its_mode(small, big, tmp_path):
+    """The file is replaced, not rewritten in place, yet keeps its permission bits (as a directory does)."""
+    target = small.save(tmp_path / "x.parquet")
+    target.chmod(0o640)
+    big.save(target)
+    assert target.stat().st_mode & 0o777 == 0o640 and load(target).activity.equals(big.activity)
+
+
+# -- issue 42, item 4: a double fault during a directory save --------------------------------------
+EIO = os.strerror(errno.EIO)
+USERS_FILES = {"notes.txt": b"run 3: batch 2", "plots/figure.png": b"\x89PNG, the user's own"}
+
+
+def _add_users_files(folder: Path) -> dict[str, bytes | None]:
+    """The user's own files in ``folder``, as :func:`_snapshot` lists them."""
+    for name, data in USERS_FILES.items():
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_bytes(data)
+    return {"notes.txt": USERS_FILES["notes.txt"], "plots": None, "plots/figure.png": USERS_FILES["plots/figure.png"]}
+
+
+def _eio(source: object, destination: object) -> OSError:
+    return OSError(errno.EIO, EIO, str(source), None, str(destination))
+
+
+def _failing_renames(patch: pytest.MonkeyPatch, fails: Callable[[Path, Path], bool]) -> None:
+    """``os.rename`` raises EIO, as a failing disk does, where ``fails(source, destination)``."""
+    rename = os.rename
+
+    def faulty(source, destination, *args, **kwargs):
+        if fails(Path(os.path.abspath(source)), Path(os.path.abspath(destination))):
+            raise _eio(source, destination)
+        return rename(source, destination, *args, **kwargs)
+
+    patch.setattr(os, "rename", faulty)
+
+
+def _double_fault(case: str, target: Path, source: Path, destination: Path) -> bool:
+    """Whether a rename fails in ``case``: every move of the user's files back (into ``target`` or into
+    where the previous save went) fails; so does the final rename (``two renames``), or both renames that
+    would put a directory at ``target`` (``no way back``); ``one-step swap``: the exchange fails (patched)."""
+    moving_back = destination.parent == target or ".replaced-" in destination.parent.name
+    if case == "two renames":
+        return moving_back or (destination == target and ".saving-" in source.name)
+    if case == "two renames, no way back":
+        return moving_back or destination == target
+    return moving_back
+
+
+def _exchange_fails(first: Path, second: Path) -> bool:
+    raise _eio(first, second)
+
+
+@pytest.mark.parametrize("case", ["one-step swap", "two renames", "two renames, no way back"])
+def test_a_double_fault_keeps_the_users_files_and_says_where(small, big, tmp_path, monkeypatch, case):
+    """The swap and the move of the user's files back both fail (EIO): their files are kept where the
+    message says, the message says truly where the previous result is, and its recipe restores both."""
+    target = small.save(tmp_path / "res")
+    users = _add_users_files(target)
+    with monkeypatch.context() as patch:
+        patch.setattr(atomic, "_exchange", _exchange_fails if case == "one-step swap" else lambda first, second: False)
+        _failing_renames(patch, lambda source, destination: _double_fault(case, target, source, destination))
+        with pytest.raises(OSError) as info:
+            big.save(target, with_tensors=True)
+    message = str(info.value)
+    assert info.value.errno == errno.EIO and f"could not save the result to {target}: {EIO}" in message, message
+    (holder,) = [p for p in tmp_path.iterdir() if ".saving-" in p.name]
+    assert _snapshot(holder) == users  # every byte of the user's, and nothing of the failed save
+    assert str(holder) in message and "notes.txt" in message and "plots" in message, message
+    if case == "two renames, no way back":
+        (previous,) = [p for p in tmp_path.iterdir() if ".replaced-" in p.name]
+        assert not target.exists() and load(previous).activity.equals(small.activity)
+        assert str(previous) in message and "unchanged" not in message, message
+        os.rename(previous, target)  # what the message says to do
+    else:
+        assert load(target).activity.equals(small.activity) and "previous result" in message and "unchanged" in message
+        assert _listing(tmp_path) == sorted(["res", holder.name])
+    for entry in holder.iterdir():
+        os.rename(entry, target / entry.name)
+    holder.rmdir()
+    big.save(target, with_tensors=True)  # the retry, with nothing of the user's lost
+    assert _listing(tmp_path) == ["res"] and load(target).activity.equals(big.activity)
+    assert {name: data for name, data in _snapshot(target).items() if name in users} == users
+
+
+def test_an_interrupt_whose_undo_fails_keeps_the_users_files(small, big, tmp_path, monkeypatch):
+    """Ctrl-C during the swap, and the user's files cannot be moved back: they are kept, and named."""
+    target = small.save(tmp_path / "res")
+    users = _add_users_files(target)
+
+    def interrupted(first: Path, second: Path) -> bool:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(atomic, "_exchange", interrupted)
+        _failing_renames(patch, lambda source, destination: destination.parent == target)
+        with pytest.raises(KeyboardInterrupt) as info:
+            big.save(target)
+    (holder,) = [p for p in tmp_path.iterdir() if ".saving-" in p.name]
+    assert _snapshot(holder) == users and load(target).activity.equals(small.activity)
+    if sys.version_info >= (3, 11):  # exception notes
+        assert any(str(holder) in note for note in info.value.__notes__), info.value.__notes__
+
+
+def test_a_failure_while_replacing_in_place_does_not_call_the_result_unchanged(small, big, tmp_path, monkeypatch):
+    """A mount point is replaced entry by entry, its manifest removed first: a failure part-way leaves a
+    save that no longer loads, and the message says so (not "unchanged"); the user's files are untouched."""
+    target = small.save(tmp_path / "res")
+    users = _add_users_files(target)
+    ismount = os.path.ismount
+    monkeypatch.setattr(atomic.os.path, "ismount", lambda p: Path(p).name == "res" or ismount(p))
+    replace, moved = os.replace, []
+
+    def failing_second(source, destination):
+        moved.append(destination)
+        if len(moved) == 2:
+            raise _eio(source, destination)
+        return replace(source, destination)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", failing_second)
+        with pytest.raises(OSError) as info:
+            big.save(target)
+    message = str(info.value)
+    assert info.value.errno == errno.EIO and "unchanged" not in message and "no longer loads" in message, message
+    with pytest.raises(ResultFormatError):
+        load(target)  # as the message says
+    assert {name: data for name, data in _snapshot(target).items() if name in users} == users
+    assert not [p for p in target.iterdir() if atomic.is_staging(p.name)]  # nothing of ours left but the tables
+    assert "move your files out and delete its *.parquet files" in message, message
+    aside = tmp_path / "aside"  # what the message says to do
+    aside.mkdir()
+    for name in ("notes.txt", "plots"):
+        os.rename(target / name, aside / name)
+    for table in target.glob("*.parquet"):
+        table.unlink()
+    big.save(target)
+    assert load(target).activity.equals(big.activity)
+
+
 # -- item 8: damaged and foreign files -------------------------------------------------------------
 def _in_dir(change):
     """A damage that applies ``change`` to a directory's manifest."""

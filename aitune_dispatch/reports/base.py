@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from .. import schema
+from ..results import atomic
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -99,23 +100,28 @@ class Renderer(ABC):
     def write(self, result: ProfileResult, path: str | Path) -> Path:
         """Render ``result`` into ``path`` (parent folders are created) and return the path.
 
+        The file is written beside ``path`` and put there only when complete, as a result is saved
+        (``results.atomic.write_bytes``): a failed write leaves the previous file as it was.
+
         Parameters
         ----------
         result:
             The result to render.
         path:
-            The output file; its ending must be one of :meth:`accepted`.
+            The output file; its ending must be one of :meth:`accepted`. A symlink is followed.
 
         Returns
         -------
         pathlib.Path
             The path written.
+
+        Raises
+        ------
+        OSError
+            The disk refused (a full disk: ``ENOSPC``); the message names ``path`` and what was kept.
         """
         target = self.check_path(path)
-        data = self.encode(self.render(result), target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        return target
+        return atomic.write_bytes(target, self.encode(self.render(result), target))
 
     def encode(self, text: str, path: Path) -> bytes:
         """The bytes written for ``text`` at ``path`` (UTF-8; a renderer may compress).

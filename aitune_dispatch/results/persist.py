@@ -410,7 +410,6 @@ def _save_file(stored: Stored, path: Path) -> None:
                 if table.num_rows:  # an empty table writes no row group: its schema is in the manifest
                     writer.write_table(_union_rows(name, table, union))  # one or more row groups per table
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing_file(path) as staging:
         _write(staging, write)
 
@@ -464,12 +463,33 @@ def _is_file_layout(path: Path) -> bool:
     return path.suffix == ".parquet"
 
 
+def _kept(target: Path, error: OSError, existed: bool) -> str:
+    """What a failed save left, in words that hold whatever failed (an undo that failed too: ``atomic.Stranded``)."""
+    if not isinstance(error, atomic.Stranded):
+        return f"the previous result at {target} is unchanged" if existed else "nothing of it was left behind"
+    if error.previous is None:
+        return (
+            f"the previous result at {target} was partly replaced and no longer loads (your own files there are "
+            "untouched): save elsewhere, or move your files out and delete its *.parquet files to save there again"
+        )
+    if atomic.is_staging(error.previous.name):
+        kept = f"the previous result is at {error.previous}, no longer at {target}: rename it back"
+    else:
+        kept = f"the previous result at {target} is unchanged"
+    if not error.entries:
+        return kept
+    return (
+        f"{kept}, but files of yours that were in it could not be moved back: {', '.join(sorted(error.entries))} "
+        f"are in {error.holder}; move them back into {target} by hand"
+    )
+
+
 def _save_failed(target: Path, error: OSError, existed: bool) -> OSError:
     """The error a failed save raises: the cause in words, the file it was writing, and what was kept."""
     cause = os.strerror(error.errno) if error.errno else str(error)
     name = Path(error.filename).name if error.filename else ""
     where = f" while writing {name}" if name and not atomic.is_staging(name) else ""
-    kept = f"the previous result at {target} is unchanged" if existed else "nothing of it was left behind"
+    kept = _kept(target, error, existed)
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = "Free some space there (or save to another disk) and save again"
     else:
@@ -486,7 +506,8 @@ def write(stored: Stored, path: PathLike) -> Path:
     stored:
         The tables, manifest facts and optional tensors.
     path:
-        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save).
+        ``*.parquet``: one file; any other path: a directory (new, empty or a previous save). A
+        symlink is followed: what it names is replaced, the link kept.
 
     Returns
     -------
@@ -496,7 +517,9 @@ def write(stored: Stored, path: PathLike) -> Path:
     Raises
     ------
     OSError
-        The disk refused, ``errno`` as the OS gave it; the previous result is unchanged.
+        The disk refused, ``errno`` as the OS gave it; the message says what was kept: the previous
+        result unchanged or, where the failure could not be undone (``atomic.Stranded``), where it
+        and any files of the user's carried with it are now.
     """
     target = Path(path)
     check, writer = (_check_file, _save_file) if _is_file_layout(target) else (_check_directory, _save_directory)

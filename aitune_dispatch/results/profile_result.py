@@ -293,7 +293,8 @@ class ProfileResult:
         Parameters
         ----------
         path:
-            ``*.parquet``: one file; any other path: a directory (replaced if it holds a result).
+            ``*.parquet``: one file; any other path: a directory (replaced if it holds a result). A
+            symlink is followed: the file or directory it names is replaced, the link kept.
         with_tensors:
             Also keep the sample tensors (needs torch); else samples keep tensor metadata only.
 
