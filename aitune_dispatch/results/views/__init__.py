@@ -41,6 +41,7 @@ from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
 from .timeline import op_times
+from .top import check_top, first_rows
 from .trace import call_spans, launch_threads, module_spans, op_spans
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "attributed_us",
     "bar_rows",
     "call_spans",
+    "check_top",
     "collectives",
     "compare",
     "compare_ranks",
@@ -74,6 +76,7 @@ __all__ = [
     "describe_by",
     "describe_results",
     "device_busy",
+    "first_rows",
     "graph_replays",
     "device_limits",
     "function_ranks",

@@ -10,6 +10,7 @@ from ...schema import UNATTRIBUTED_COLUMNS, looks_like_inductor
 from .accounting import ResultTables, total_us, unattributed
 from .frames import empty_frame, with_strings
 from .modules import modules_frame, pattern_labels
+from .top import check_top, first_rows
 
 # Ops that run a whole module's inference fast path in one fused C++ kernel sequence: no
 # torch.nn.functional call encloses them (nn.TransformerEncoderLayer, nn.MultiheadAttention).
@@ -66,7 +67,7 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     result:
         A finished (or loaded) result.
     top:
-        Keep only the first ``top`` rows; None keeps all.
+        Keep only the first ``top`` rows (a positive integer); None keeps all.
 
     Returns
     -------
@@ -78,7 +79,13 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
         captured where profile() could not see it), ``compiled`` (an Inductor kernel of a graph
         compiled where profile() could not see it) or ``outside_modules``; ``why`` says it in
         words and ``hint`` what to do. Empty when everything was attributed.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     rows = unattributed(result.activity)
     if rows.num_rows == 0:
         return empty_frame(UNATTRIBUTED_COLUMNS, {"kernels": np.int64}, ("reason", "op", "module", "why", "hint"))
@@ -99,6 +106,6 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     table["hint"] = [HINTS["raw_op_all" if r == "raw_op" and all_mode else r] for r in table["reason"]]
     table = with_strings(table, ("reason", "op", "module", "why", "hint"))
     table = table.sort_values("total_us", ascending=False, kind="stable")[UNATTRIBUTED_COLUMNS].reset_index(drop=True)
-    return table if top is None else table.head(int(top))
+    return first_rows(table, top)
 
 
