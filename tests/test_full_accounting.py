@@ -64,3 +64,33 @@ def test_functions_all_never_overrides_an_enclosing_functional():
 def test_functions_argument_is_validated():
     with pytest.raises(ValueError, match="functions"):
         ModuleFunctionKernelProfiler(device="cpu", functions="some")
+
+
+class ForeachAdd(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._foreach_add([x, x], 1.0)[0]
+
+
+def _fast_path_encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize(
+    ("build", "args", "private"),
+    [
+        (_fast_path_encoder, 1, torch._transformer_encoder_layer_fwd),  # eval: torch's fused fast path
+        (lambda: nn.MultiheadAttention(8, 2, batch_first=True).eval(), 3, torch._native_multi_head_attention),
+        (ForeachAdd, 1, torch._foreach_add),
+    ],
+    ids=["encoder_layer_fwd", "native_multi_head_attention", "foreach_add"],
+)
+def test_functions_all_names_private_torch_functions_by_where_they_live(build, args, private):
+    x = torch.randn(2, 3, 8)
+    profiler = ModuleFunctionKernelProfiler(device="cpu", functions="all")
+    profiling_df, _ = profiler.profile(build(), [((x,) * args, {})], warmup_iterations=0)
+    (name,) = set(profiling_df["function_name"])
+    # torch.addmm's form: the path from torch that reaches the function called, not the builtin's class
+    assert name == f"torch.{private.__name__}"
+    module, _, attribute = name.rpartition(".")
+    assert module == "torch" and getattr(torch, attribute) is private
