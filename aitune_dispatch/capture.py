@@ -22,7 +22,7 @@ from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join
-from .provenance import ProvenanceCapture, stand_ins, uses_compile
+from .provenance import ProvenanceCapture, compile_backends, stand_ins, uses_compile
 from .results import ProfileResult
 from .schema import Sample
 from .tracing import (
@@ -125,13 +125,14 @@ def record(
     CUDA is unavailable or another CUPTI client took the callbacks; the message says what to do.
     """
     compiled = uses_compile(function, root)
+    compilers = compile_backends(function, root, stand_ins(function, root)) if compiled else ()
     config = backends.for_run(config, compiled)
     with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
         running_before = other_threads_running()
         source = collection.make_source(config)
         clock = PhaseClock(on_progress)
         provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled
+            config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers
         )
         with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)
