@@ -26,7 +26,7 @@ from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .origins import ORIGIN_COLUMNS, kernel_origins
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
-from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
+from .reasons import FAST_PATH_OPS, HINTS, REASONS, empty_result_warning, unattributed_table
 from .rollup import ROLLUP_COLUMNS, kernel_rollup
 from .roofline import (
     MODULE_ROOFLINE_COLUMNS,
@@ -79,6 +79,7 @@ __all__ = [
     "first_rows",
     "graph_replays",
     "device_limits",
+    "empty_result_warning",
     "function_ranks",
     "headline",
     "roofline_functions",
