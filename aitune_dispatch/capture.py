@@ -4,6 +4,7 @@ graph captures are seen, start/stop, decode, join, attribution and metadata with
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -22,8 +23,8 @@ from .collection import devices
 from .collection.distributed import rank_metadata
 from .config import ProfileConfig
 from .joining import join
-from .provenance import ProvenanceCapture, stand_ins, uses_compile
-from .results import ProfileResult
+from .provenance import ProvenanceCapture, compile_backends, stand_ins, uses_compile
+from .results import ProfileResult, views
 from .schema import Sample
 from .tracing import (
     ModuleTracker,
@@ -125,13 +126,14 @@ def record(
     CUDA is unavailable or another CUPTI client took the callbacks; the message says what to do.
     """
     compiled = uses_compile(function, root)
+    compilers = compile_backends(function, root, stand_ins(function, root)) if compiled else ()
     config = backends.for_run(config, compiled)
     with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
         running_before = other_threads_running()
         source = collection.make_source(config)
         clock = PhaseClock(on_progress)
         provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled=compiled,
+            config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers,
             interception=str(config.interception),
         )
         with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
@@ -225,7 +227,7 @@ def post_process(
         config.op_tracer,
         sum(clock.laps.values()),
     )
-    return ProfileResult(
+    result = ProfileResult(
         activity=joined,
         launches=activity.launches,
         ops=trace.ops,
@@ -240,6 +242,18 @@ def post_process(
         warnings=(*activity.warnings, *trace_messages, *provenance_messages),
         metadata=run_metadata(config, source, trace, activity, joined, clock, provenance_metadata),
     )
+    return _said_if_silently_empty(result)
+
+
+def _said_if_silently_empty(result: ProfileResult) -> ProfileResult:
+    """``result``, with a warning where its ``profiling_df`` is empty though the pass ran ops or kernels and
+    no other warning of this profile() said why (``views.empty_result_warning``: the fused fast path of
+    ``nn.TransformerEncoder`` in eval, a model built on raw torch ops)."""
+    message = None if result.warnings else views.empty_result_warning(result)
+    if message is None:
+        return result
+    warnings.warn(message, RuntimeWarning, stacklevel=7)  # profile()'s caller
+    return dataclasses.replace(result, warnings=(message,))
 
 
 def _traced_pass(

@@ -61,7 +61,7 @@ from .progress import Progress
 from .reports import HtmlRenderer, PerfettoRenderer, renderer_for, text
 from .reports.base import human_time
 from .reports.ranks import rank_text
-from .results import ProfileResult, atomic, compare, compare_ranks, load
+from .results import ProfileResult, atomic, compare, compare_ranks, load, views
 from .schema import PACKAGE_VERSION
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def _fitted(line: str) -> str:
     return text.wrap_title(line, _width())
 
 
-def _print_summary(result: ProfileResult, top_k: int, title: str) -> None:
+def _print_summary(result: ProfileResult, top_k: int | None, title: str) -> None:
     print(text.TextRenderer(top_k=top_k, width=_width(), title=title).render(result))
     for warning in result.warnings:
         print(f"{PROG}: warning: {_flat(warning)}", file=sys.stderr)
@@ -570,8 +570,20 @@ def _deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, type:
 
 def _add_top(parser: argparse.ArgumentParser, default: int, what: str) -> None:
     """``--top N`` (``what`` it limits), with the old ``--top-k`` as a hidden alias (same ``dest``)."""
-    parser.add_argument("--top", type=_non_negative, default=default, metavar="N", help=f"{what} (default: {default})")
-    parser.add_argument("--top-k", dest="top", type=_non_negative, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--top", type=_top, default=default, metavar="N", help=f"{what}, or all (default: {default})"
+    )
+    parser.add_argument("--top-k", dest="top", type=_top, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def _top(text: str) -> int | None:
+    """``--top``: a positive integer, or ``all`` (None: every row), by the API's one rule (``views.check_top``)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return views.check_top(int(text), "--top")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or all, got {text!r}") from None
 
 
 def _non_negative(value: str) -> int:

@@ -29,9 +29,10 @@ class _Held:
         self.frame: FrameType | None = None
         self.delivering = False  # inside delivered(): the user's code
         self.critical = 0  # depth of critical() sections on the main thread
+        self.released = False  # held() has ended: a user's handler that chains to us gets the original
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.delivering and not self.critical:
+        if self.released or (self.delivering and not self.critical):
             self.original(signum, frame)
         else:
             self.pending, self.frame = True, frame
@@ -48,7 +49,10 @@ _holder: _Held | None = None  # while held() is active on the main thread
 
 @contextmanager
 def held() -> Iterator[None]:
-    """Hold SIGINT for the block; run its handler afterwards if it arrived (after the block's own cleanup)."""
+    """Hold SIGINT for the block; run its handler afterwards if it arrived (after the block's own cleanup).
+
+    Only our handler is removed afterwards: one the block's code installed in its place is kept.
+    """
     global _holder
     original = signal.getsignal(signal.SIGINT) if threading.get_ident() == _MAIN else None
     if not callable(original) or _holder is not None:  # off the main thread, no Python handler, nested
@@ -61,8 +65,16 @@ def held() -> Iterator[None]:
         yield
     finally:
         _holder = None
-        signal.signal(signal.SIGINT, original)
+        _remove(holder, original)
+        holder.released = True
         holder.deliver()
+
+
+def _remove(holder: _Held, original: Handler) -> None:
+    """Put ``original`` back, unless the user's code installed a handler of its own during the block:
+    that one stays, as it would have bare."""
+    if signal.getsignal(signal.SIGINT) is holder:
+        signal.signal(signal.SIGINT, original)
 
 
 @contextmanager

@@ -216,14 +216,16 @@ def test_empty_data_is_said_once_and_is_not_a_module_that_never_ran(cpu_profiler
     assert profiling_df.empty and not function_data
 
 
-def test_describe_results_top_k_must_be_an_integer(cpu_profiler):
+def test_describe_results_top_k_must_be_a_positive_integer_or_none(cpu_profiler):
     profiling_df, function_data = cpu_profiler.profile(quickstart_model(), [((torch.randn(2, 128),), {})])
-    for bad in (1.5, "3", True, -1, None):
-        with pytest.raises(ValueError, match="top_k must be a non-negative integer"):
+    for bad in (1.5, "3", True, -1, 0):
+        with pytest.raises(ValueError, match="top_k must be None \\(every row\\) or a positive integer"):
             cpu_profiler.describe_results(profiling_df, function_data, top_k=bad)
     import numpy as np
 
     assert len(cpu_profiler.describe_results(profiling_df, function_data, top_k=np.int64(1))) == 1
+    every = cpu_profiler.describe_results(profiling_df, function_data, top_k=None)
+    assert len(every) == profiling_df["function_name"].nunique()
 
 
 def test_a_bad_device_names_the_accepted_forms():

@@ -696,20 +696,26 @@ def test_a_cpu_result_says_it_has_no_gpu_time(two_saved):
     assert "worth optimizing" not in stdout  # no bound on the CPU source
 
 
-@pytest.mark.parametrize("command", ["report", "profile", "compare"])
-def test_top_zero_hides_the_rows_and_says_nothing_false(command, models):
-    argv = {
-        "report": ["report", str(H200)],
-        "profile": ["profile", "cli_models:build_wide", "--device", "cpu", "--warmup", "0"],
-        "compare": ["compare", str(H200), str(H200)],
-    }[command]
-    code, stdout, _ = _run([*argv, "--top", "0", "-q"])
+@pytest.mark.parametrize("count", ["0", "-1", "1.5", "True", "ten"])
+@pytest.mark.parametrize("command", ["report", "compare", "ranks"])
+def test_a_top_that_is_not_a_positive_count_is_a_usage_error_naming_top(command, count, capsys):
+    argv = {"report": ["report"], "compare": ["compare", str(H200)], "ranks": ["ranks"]}[command] + [str(H200)]
+    for option in ("--top", "--top-k"):  # the old spelling follows the same rule
+        with pytest.raises(SystemExit) as info:
+            main([*argv, f"{option}={count}", "-q"])  # "=": argparse reads a "-1" after a space as an option
+        err = capsys.readouterr().err
+        assert info.value.code == 2, (option, count)
+        assert "argument --top" in err and f"expected a positive integer or all, got {count!r}" in err, err
+
+
+def test_top_all_lists_every_row(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, stdout, _ = _run(["report", str(H200), "--top", "all", "-q"])
     assert code == 0
-    assert "no functional call launched a kernel" not in stdout and "(none)" not in stdout
-    assert "(rows hidden: --top 0)" in stdout.splitlines()
-    assert "top kernels" not in stdout and "idle stretches" not in stdout
-    rules = [line for line in stdout.splitlines() if line.lstrip().startswith("---")]
-    assert len(rules) == (1 if command == "report" else 0)  # the busy table lists every device: no top
+    result = load(H200)
+    kernels = len(result.kernel_rollup())
+    assert kernels > 10  # more than the default --top shows
+    assert len(_section(stdout.splitlines(), f"top kernels ({kernels} of {kernels})")) == kernels
 
 
 def _help_texts(parser) -> list[str]:

@@ -667,3 +667,103 @@ def test_a_decorated_forward_compiled_through_its_modules_call_is_attributed_bel
         profiling_df, _ = profiler.profile(lambda: call(x), None, module=model, warmup_iterations=1)
     assert profiling_df[["module_name", "function_name"]].values.tolist() == [["fc1", "linear"], ["fc2", "linear"]]
     assert not [w for w in caught if "never ran" in str(w.message)]
+
+
+# -- backends other than Inductor: said once, with what to do ------------------------------------------
+def _compiled_whole(model: nn.Module, backend: str) -> tuple[object, dict]:
+    return torch.compile(model, backend=backend), {}
+
+
+def _compiled_child(model: nn.Module, backend: str) -> tuple[object, dict]:
+    model.fc2 = torch.compile(model.fc2, backend=backend)
+    return model, {}
+
+
+def _compiled_in_place(model: nn.Module, backend: str) -> tuple[object, dict]:
+    model.compile(backend=backend)
+    return model, {}
+
+
+def _compiled_pipeline(model: nn.Module, backend: str) -> tuple[object, dict]:
+    step = torch.compile(lambda x: model(x), backend=backend)
+    return step, {"module": model}
+
+
+def _backend_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "torch.compile(backend=" in str(w.message)]
+
+
+@pytest.mark.parametrize("how", [_compiled_whole, _compiled_child, _compiled_in_place, _compiled_pipeline])
+@pytest.mark.parametrize("backend", ["aot_eager", "eager"])
+def test_a_backend_other_than_inductor_is_named_once_with_what_to_do(tracing_backend, backend, how):
+    torch._dynamo.reset()
+    function, options = how(_UserMLP().eval(), backend)
+    profiler = ModuleFunctionKernelProfiler(device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiler.profile(function, [((torch.randn(4, 16),), {})], warmup_iterations=1, **options)
+    (message,) = _backend_warnings(caught)  # once per profile(), warm-up passes and recorded pass together
+    assert f"backend={backend!r}" in message
+    assert "backend='inductor'" in message and "torch.compiler.disable" in message and "docs/compiled.md" in message
+    assert message in profiler.last_result.warnings  # the CLI prints a result's warnings
+    (warning,) = [w for w in caught if str(w.message) == message]
+    assert warning.category is RuntimeWarning and warning.filename == __file__  # at profile()'s caller
+
+
+def test_inductor_and_an_eager_model_give_no_backend_warning(tracing_backend):
+    torch._dynamo.reset()
+    model = _UserMLP().eval()
+    for function in (torch.compile(model), model):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ModuleFunctionKernelProfiler(device="cpu").profile(function, [((torch.randn(4, 16),), {})])
+        assert _backend_warnings(caught) == []
+
+
+def test_the_backend_is_read_from_every_kind_of_compiled_object():
+    from aitune_dispatch.provenance.compile_backends import backend_of
+
+    def my_backend(graph, inputs):  # noqa: ANN001, ANN202
+        return graph.forward
+
+    model = nn.Linear(2, 2)
+    named = (("aot_eager", "aot_eager"), ("eager", "eager"), ("inductor", "inductor"), (my_backend, "my_backend"))
+    for backend, name in named:
+        assert backend_of(torch.compile(model, backend=backend)) == name
+        assert backend_of(torch.compile(model.forward, backend=backend)) == name
+    in_place = nn.Linear(2, 2)
+    in_place.compile(backend="eager")
+    assert backend_of(in_place) == "eager"
+    assert backend_of(model) is None and backend_of(model.forward) is None and backend_of(len) is None
+
+
+class _DisabledRegion(nn.Module):
+    """A compiled model whose MLP runs eagerly: called from a function under ``torch.compiler.disable``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = _UserMLP()
+        self.head = nn.Linear(8, 8)
+
+    @torch.compiler.disable
+    def run_mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.run_mlp(x))
+
+
+def test_a_region_under_torch_compiler_disable_is_traced_as_eager_whatever_the_backend(tracing_backend):
+    torch._dynamo.reset()
+    model = _DisabledRegion().eval()
+    samples = [((torch.randn(4, 16),), {})]
+    columns = ["module_name", "function_name", "op"]
+    eager, _ = ModuleFunctionKernelProfiler(device="cpu").profile(model, samples, warmup_iterations=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the backend's warning, and torch's about global hooks
+        compiled, _ = ModuleFunctionKernelProfiler(device="cpu").profile(
+            torch.compile(model, backend="aot_eager"), samples, warmup_iterations=1
+        )
+    in_mlp = eager["module_name"].str.startswith("mlp")
+    assert in_mlp.any()
+    assert compiled[columns].values.tolist() == eager.loc[in_mlp, columns].values.tolist()  # the head: compiled

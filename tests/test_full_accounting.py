@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,3 +66,83 @@ def test_functions_all_never_overrides_an_enclosing_functional():
 def test_functions_argument_is_validated():
     with pytest.raises(ValueError, match="functions"):
         ModuleFunctionKernelProfiler(device="cpu", functions="some")
+
+
+class ForeachAdd(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch._foreach_add([x, x], 1.0)[0]
+
+
+def _fast_path_encoder() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    return nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize(
+    ("build", "args", "private"),
+    [
+        (_fast_path_encoder, 1, torch._transformer_encoder_layer_fwd),  # eval: torch's fused fast path
+        (lambda: nn.MultiheadAttention(8, 2, batch_first=True).eval(), 3, torch._native_multi_head_attention),
+        (ForeachAdd, 1, torch._foreach_add),
+    ],
+    ids=["encoder_layer_fwd", "native_multi_head_attention", "foreach_add"],
+)
+def test_functions_all_names_private_torch_functions_by_where_they_live(build, args, private):
+    x = torch.randn(2, 3, 8)
+    profiler = ModuleFunctionKernelProfiler(device="cpu", functions="all")
+    profiling_df, _ = profiler.profile(build(), [((x,) * args, {})], warmup_iterations=0)
+    (name,) = set(profiling_df["function_name"])
+    # torch.addmm's form: the path from torch that reaches the function called, not the builtin's class
+    assert name == f"torch.{private.__name__}"
+    module, _, attribute = name.rpartition(".")
+    assert module == "torch" and getattr(torch, attribute) is private
+
+
+class RawOnly(RawOps):
+    """RawOps without its functional call: torch.addmm and Tensor operators only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias, x, self.weight) + x * 2
+
+
+def _profile_warned(model: nn.Module, samples: list, **options) -> tuple[object, list[warnings.WarningMessage]]:
+    profiler = ModuleFunctionKernelProfiler(device="cpu", **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        profiler.profile(model, samples, warmup_iterations=1)
+    return profiler.last_result, [w for w in caught if str(w.message).startswith("profiling_df is empty")]
+
+
+_FAST_PATHS = {
+    "encoder": (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2).eval(), 1),
+    "attention": (lambda: nn.MultiheadAttention(8, 2, batch_first=True).eval(), 3),
+}
+
+
+@pytest.mark.parametrize("model", sorted(_FAST_PATHS))
+def test_an_empty_profiling_df_from_the_fused_fast_path_is_said_once_pointing_at_functions_all(model):
+    build, args = _FAST_PATHS[model]
+    samples = [((torch.randn(2, 3, 8),) * args, {})]
+    result, said = _profile_warned(build(), samples)
+    assert result.profiling_df().empty and result.activity.num_rows > 0  # the pass ran ops, none came out
+    (warning,) = said  # once per profile(), warm-up passes and recorded pass together
+    message = str(warning.message)
+    assert 'functions="all"' in message and "fast-path" in message and "last_result.unattributed()" in message
+    assert warning.category is RuntimeWarning and warning.filename == __file__  # at profile()'s caller
+    assert result.warnings == (message,)  # the CLI prints a result's warnings
+    # the option it names gives rows, and then nothing is said
+    everything, said = _profile_warned(build(), samples, functions="all")
+    assert not everything.profiling_df().empty and said == [] and everything.warnings == ()
+
+
+def test_an_empty_profiling_df_is_not_said_where_rows_came_out_or_another_warning_says_why():
+    x = torch.randn(4, 8)
+    result, said = _profile_warned(RawOps(), [((x,), {})])
+    assert not result.profiling_df().empty and said == []
+    result, said = _profile_warned(RawOnly(), [((x,), {})])  # raw torch ops only: empty, and said
+    assert result.profiling_df().empty and len(said) == 1 and 'functions="all"' in str(said[0].message)
+    torch._dynamo.reset()
+    compiled = torch.compile(nn.Linear(8, 8), backend="aot_eager")  # empty, and its backend's warning says why
+    result, said = _profile_warned(compiled, [((x,), {})])
+    assert result.profiling_df().empty and said == []
+    assert any("backend='aot_eager'" in message for message in result.warnings)

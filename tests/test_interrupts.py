@@ -194,3 +194,43 @@ def test_ctrl_c_at_every_line_of_the_fast_path_gate_leaves_the_mode_stack_whole(
         _, interrupted = _profile_with_sigint_at(index, model, x, where)
         assert interrupted, index  # delivered in the user's forward, once the stack is whole
         assert_nothing_left(model, before, index)
+
+
+def test_a_sigint_handler_the_users_code_installs_during_the_pass_is_kept(cpu_profiler):
+    model = nn.Linear(4, 4)
+    received = []
+
+    def mine(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    def function(x: torch.Tensor) -> torch.Tensor:
+        signal.signal(signal.SIGINT, mine)  # as the user's code may, with or without the profiler
+        return model(x)
+
+    try:
+        cpu_profiler.profile(function, [((torch.randn(2, 4),), {})], module=model, warmup_iterations=1)
+        assert signal.getsignal(signal.SIGINT) is mine  # as bare: only our handler was removed
+        signal.raise_signal(signal.SIGINT)
+        assert received == [signal.SIGINT]
+        assert torch._C._len_torch_function_stack() == 0 and not _process_lock.locked()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_a_users_handler_chaining_to_ours_after_the_block_reaches_the_original():
+    chained = []
+
+    def mine(signum: int, frame: object) -> None:
+        chained.append(signum)
+        previous(signum, frame)  # a handler that calls the one it replaced: ours, once the block ends
+
+    try:
+        with interrupts.held():
+            with interrupts.delivered():
+                previous = signal.signal(signal.SIGINT, mine)
+        assert signal.getsignal(signal.SIGINT) is mine
+        with pytest.raises(KeyboardInterrupt):  # not swallowed as a signal held for a block long gone
+            signal.raise_signal(signal.SIGINT)
+        assert chained == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

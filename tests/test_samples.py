@@ -128,3 +128,37 @@ def test_samples_are_released_with_the_next_profile():
     assert ref() is not None  # held by function_data of the last result
     profiler.profile(Act(), [((torch.randn(3),), {})], warmup_iterations=0)
     assert ref() is None
+
+
+class _Unhashable(float):
+    """A float whose ``__hash__`` raises something other than TypeError, as a hostile user type may."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("this float cannot be hashed")
+
+
+class LeakyLinear(nn.Module):
+    def __init__(self, slope: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.slope = slope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(self.linear(x), self.slope)
+
+
+def test_an_argument_whose_hash_raises_is_keyed_by_identity_and_gives_the_rows_of_a_plain_float():
+    samples = [((torch.randn(2, 4),), {}), ((torch.randn(2, 4),), {})]
+    columns = ["module_name", "module", "function_name", "op", "kernel"]
+    profiler, model = ModuleFunctionKernelProfiler(device="cpu"), LeakyLinear(0.1)
+    plain_df, plain_data = profiler.profile(model, samples, warmup_iterations=1)
+    model.slope = odd = _Unhashable(0.1)
+    odd_df, odd_data = profiler.profile(model, samples, warmup_iterations=1)
+    assert odd_df[columns].values.tolist() == plain_df[columns].values.tolist()
+    # the same object in both calls is one sample, counted twice, as the plain float is
+    assert [count for count, _ in odd_data["leaky_relu"]] == [count for count, _ in plain_data["leaky_relu"]] == [2]
+    ((_, (_, kwargs)),) = odd_data["leaky_relu"]
+    assert kwargs["negative_slope"] is odd
+    # an equal value in another object is another sample: the fallback key is the object's identity
+    assert sample_key(((odd,), {})) == sample_key(((odd,), {}))
+    assert sample_key(((odd,), {})) != sample_key(((_Unhashable(0.1),), {}))

@@ -184,7 +184,8 @@ def test_under_the_function_object_hooks_a_mode_left_entered_is_no_concern_of_ou
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             profiler = ModuleFunctionKernelProfiler(device="cpu", interception="objects")
-            profiling_df, _ = profiler.profile(unbalanced, [((torch.randn(2, 4),), {})], module=net, warmup_iterations=1)
+            data = [((torch.randn(2, 4),), {})]
+            profiling_df, _ = profiler.profile(unbalanced, data, module=net, warmup_iterations=1)
         assert {"linear", "relu"} <= set(profiling_df["function_name"])
         assert not [w for w in caught if "left entered" in str(w.message)]
         assert function_stack() == left and ours(function_stack()) == []

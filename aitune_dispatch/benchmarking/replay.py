@@ -28,6 +28,7 @@ from ..profiler import ModuleFunctionKernelProfiler
 from ..results import ProfileResult
 from ..results.views import roofline_samples
 from ..results.views.frames import with_strings
+from ..results.views.reasons import EMPTY_RESULT
 from ..schema import BENCHMARK_COLUMNS, ROOFLINE_COLUMNS
 from ..tracing import native
 from ..tracing.samples import call_key
@@ -241,7 +242,9 @@ def _time(
 ) -> tuple[list[float], list[Counter[str]]]:
     """The kernel time of each of the ``repeats`` timed calls, and each call's kernel names."""
     replay = _Replay(implementation, clone_exact(inputs), plan.warmup, plan.repeats, plan.flush)
-    replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
+    with warnings.catch_warnings():  # a replay is timed from its activity: its profiling_df is empty by design
+        warnings.filterwarnings("ignore", f"^{EMPTY_RESULT}", RuntimeWarning)
+        replayed = plan.profiler.profile_result(replay, warmup_iterations=0)
     names = {f"timed.{i}": i for i in range(plan.repeats)}
     per_call_us = [0.0] * plan.repeats
     kernels: list[Counter[str]] = [Counter() for _ in range(plan.repeats)]

@@ -6,5 +6,6 @@ observes kernel call sites, :mod:`.graphs` captured graph nodes, :mod:`.attribut
 """
 
 from .capture import ProvenanceCapture, stand_ins, uses_compile
+from .compile_backends import compile_backends
 
-__all__ = ["ProvenanceCapture", "stand_ins", "uses_compile"]
+__all__ = ["ProvenanceCapture", "compile_backends", "stand_ins", "uses_compile"]

@@ -25,6 +25,7 @@ from ..tracing.functional import wrapped_chain
 from ..tracing.unseen import calls_unseen
 from ..tracing.wrappers import reachable_wrappers, reaches_compiled_calls
 from .attribution import Attribution, attribute, captured_nodes
+from .compile_backends import non_inductor_warning
 from .graphs import GraphNodeObserver, loaded_decoder
 from .inductor import (
     ANOTHER_INSTANCE,
@@ -175,14 +176,23 @@ class ProvenanceCapture:
 
     ``source`` is where op and scope ids are pushed while warm-up passes capture graphs. Only where
     ``compiled`` (:func:`uses_compile`) are graphs of earlier ``profile()`` calls matched: an eager
-    run of the same model must not be attributed to its compiled graph's sites.
+    run of the same model must not be attributed to its compiled graph's sites. ``compile_backends``
+    (``compile_backends.compile_backends``) names the backends of that compiled code, for the warning
+    where one is not Inductor.
     """
 
     def __init__(
-        self, device: str, source: Any, backend: str, all_functions: bool = False, compiled: bool = True,
+        self,
+        device: str,
+        source: Any,
+        backend: str,
+        all_functions: bool = False,
+        compiled: bool = True,
+        compile_backends: tuple[str, ...] = (),
         interception: str = "mode",
     ) -> None:
         self._compiled = compiled
+        self._compile_backends = compile_backends
         self._interception = interception
         self._device = device
         self._source = source
@@ -330,7 +340,7 @@ class ProvenanceCapture:
         }
 
     def _warnings(self, result: Attribution, compiled: bool, shared: dict[str, list[str]]) -> tuple[str, ...]:
-        messages = []
+        messages = non_inductor_warning(self._compile_backends)
         for own, others in shared.items():
             names = ", ".join(repr(name) for name in others)
             messages.append(

@@ -46,7 +46,6 @@ IDLE_GAP_ROWS = 12  # the longest idle gaps shown; up to MORE_KERNEL_ROWS more b
 IDLE_GAP_MIN_US = 5.0  # shorter gaps are launch latency, not worth a row
 HOST_BOUND_BELOW = 0.5  # a device busy for less of the pass than this waited on the host most of it
 COMPUTE_BOUND_FROM = 0.9  # ... and one busy for at least this much was seldom kept waiting
-ALL_FUNCTIONS = 1 << 30
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6")
 GREY = "#b8bec7"
 
@@ -91,7 +90,7 @@ class Page:
     @classmethod
     def of(cls, result: ProfileResult, title: str) -> Page:
         """The page state of ``result``: its full summary and a unit fitting its largest function."""
-        summary = result.describe(top_k=ALL_FUNCTIONS)
+        summary = result.describe(top_k=None)
         largest = max([result.total_us - result.attributed_us, *summary["time_spent_us"].astype(float)], default=0.0)
         return cls(result, title, summary, time_unit(largest), function_colors(summary))
 

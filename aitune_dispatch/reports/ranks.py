@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ..results import views
 from ..results.views import ranks
 from .templating import render
 from .text import DEFAULT_WIDTH, Column, fixed_times, format_table
@@ -53,8 +54,10 @@ def ranks_section(result: ProfileResult) -> str:
     )
 
 
-def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
-    """The per-rank table and the top ``top`` functions across ranks, as terminal text; ``""`` unless merged."""
+def rank_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
+    """The per-rank table and the top ``top`` functions across ranks (None: every one), as terminal text;
+    ``""`` unless merged."""
+    top = views.check_top(top)
     if not ranks.is_merged(result):
         return ""
     summary = ranks.rank_summary(result)
@@ -82,7 +85,7 @@ def rank_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) 
         Column(f"collectives ({symbol})"),
     ]
     lines = [f"per rank ({len(summary)} ranks merged):", format_table(columns, rows, width)]
-    functions = ranks.function_ranks(result).head(top)
+    functions = views.first_rows(ranks.function_ranks(result), top)
     if len(functions):
         n = len(functions)
         symbol, times = fixed_times([float(v) for column in ("mean_us", "min_us", "max_us") for v in functions[column]])

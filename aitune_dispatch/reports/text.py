@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 DEFAULT_WIDTH = 100
 NO_VALUE = "-"
 KERNEL_CHARS = 120  # a kernel's name before the table cuts it: long enough to keep what tells kernels apart
-HIDDEN = "(rows hidden: --top 0)"  # a table asked for no rows says only that, never "nothing ran"
 GAP = "  "
 
 
@@ -217,8 +216,9 @@ def fixed_times(values: Sequence[float], signed: bool = False, like: str | None 
     return unit.symbol, [NO_VALUE if v != v else f"{v / unit.scale:{sign},.{decimals}f}" for v in values]
 
 
-def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WIDTH) -> str:
-    """``describe(top_k)`` as a table, shares over all kernel time, then the coverage line."""
+def summary_text(result: ProfileResult, top_k: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
+    """``describe(top_k)`` as a table, shares over all kernel time, then the coverage line (``top_k`` by
+    ``views.check_top``'s rule: None lists every function)."""
     summary = result.describe(top_k)
     total = result.total_us
     symbol, times = fixed_times([float(v) for v in summary["time_spent_us"]])
@@ -243,10 +243,7 @@ def summary_text(result: ProfileResult, top_k: int = 10, width: int = DEFAULT_WI
         Column("share"),
         Column("tensors (MB)"),
     ]
-    if top_k <= 0:
-        table = HIDDEN
-    else:
-        table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
+    table = format_table(columns, rows, width) if rows else "no functional call launched a kernel"
     return "\n".join([table, *textwrap.wrap(coverage_line(result), width, subsequent_indent="  ")])
 
 
@@ -260,7 +257,7 @@ def coverage_line(result: ProfileResult) -> str:
     return f"coverage {share}: {times} kernel time attributed ({rows})"
 
 
-def unattributed_text(result: ProfileResult, top: int = 3, width: int = DEFAULT_WIDTH) -> str:
+def unattributed_text(result: ProfileResult, top: int | None = 3, width: int = DEFAULT_WIDTH) -> str:
     """The largest unattributed ops, one line each, then a hint per reason; empty at full coverage."""
     table = views.unattributed_table(result, top=top)
     lines = []
@@ -280,14 +277,15 @@ def _named(value: object, missing: str) -> str:
     return value if isinstance(value, str) and value else missing  # a missing name is NaN in the one string dtype
 
 
-def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+def kernels_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
     """The ``top`` kernel names by total time (``kernel_rollup``), each with the functional call and the
     module pattern that spent most of its time (``views.origins.kernel_origins``); empty where nothing ran.
     """
+    top = views.check_top(top)
     rollup = views.kernel_rollup(result)
-    if rollup.empty or top <= 0:
+    if rollup.empty:
         return ""
-    shown = rollup.head(top)
+    shown = views.first_rows(rollup, top)
     origins = kernel_origins(result).set_index(["kernel", "kind"])
     totals, means = [float(v) for v in shown["total_us"]], [float(v) for v in shown["mean_us"]]
     symbol, times = fixed_times(totals + means)
@@ -312,12 +310,13 @@ def kernels_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDT
     return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
 
 
-def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+def gpu_time_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
     """Each device's (and stream's) busy time over the passes' wall time (``device_busy``), then the
     ``top`` longest stretches it ran nothing (``idle_gaps``) with the modules the host ran then.
 
     One line instead where the result has no device activity (the CPU source): no figure to show.
     """
+    top = views.check_top(top)
     busy = views.device_busy(result)
     if busy.empty:
         return f"GPU busy/idle: no GPU activity in this result ({result.source} activity source)"
@@ -350,16 +349,13 @@ def gpu_time_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WID
     ]
     title = f"GPU busy time in the profiled passes (wall time summed over {passes} pass{'es' if passes != 1 else ''}):"
     parts = [wrap_title(title, width), format_table(columns, rows, width)]
-    gaps = views.idle_gaps(result) if top > 0 else None
-    if gaps is not None:
-        parts += ["", _gaps_text(gaps, top, width)]
-    return "\n".join(parts)
+    return "\n".join([*parts, "", _gaps_text(views.idle_gaps(result), top, width)])
 
 
-def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
+def _gaps_text(gaps: pd.DataFrame, top: int | None, width: int) -> str:
     if gaps.empty:
         return "no GPU idle stretch of 5 µs or more in the passes"
-    shown = gaps.head(top)
+    shown = views.first_rows(gaps, top)
     symbol, times = fixed_times([float(v) for v in shown["start_us"]] + [float(v) for v in shown["gap_us"]])
     n = len(shown)
     rows = [
@@ -377,12 +373,13 @@ def _gaps_text(gaps: pd.DataFrame, top: int, width: int) -> str:
     return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
 
 
-def worth_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH) -> str:
+def worth_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
     """The ``top`` sampled calls by the time the GPU's limits say could be saved (``worth_optimizing``).
 
     Empty for a CPU-source result or one without samples; one line where the GPU's limits are unknown.
     """
-    if not result.function_data or top <= 0 or result.source == "cpu":
+    top = views.check_top(top)
+    if not result.function_data or result.source == "cpu":
         return ""
     limits = views.device_limits(result.metadata)
     if limits is None:
@@ -391,7 +388,7 @@ def worth_text(result: ProfileResult, top: int = 10, width: int = DEFAULT_WIDTH)
     ranked = result.worth_optimizing(top=None)
     if ranked.empty:
         return "worth optimizing: no sampled call's work is known here (counting FLOPs needs torch)"
-    shown = ranked.head(top)
+    shown = views.first_rows(ranked, top)
     symbol, times = fixed_times([float(v) for v in shown["kernel_us"]] + [float(v) for v in shown["worth_us"]])
     n = len(shown)
     rows = [
@@ -429,7 +426,8 @@ class TextRenderer(Renderer):
     Parameters
     ----------
     top_k:
-        The most functions listed (:func:`summary_text`).
+        The most rows per table (:func:`summary_text`, the kernels, idle stretches and samples worth
+        optimizing): a positive integer; None lists every row.
     width:
         The most characters per line.
     title:
@@ -438,8 +436,8 @@ class TextRenderer(Renderer):
 
     extension = ".txt"
 
-    def __init__(self, *, top_k: int = 10, width: int = DEFAULT_WIDTH, title: str | None = None) -> None:
-        self.top_k, self.width, self.title = top_k, width, title
+    def __init__(self, *, top_k: int | None = 10, width: int = DEFAULT_WIDTH, title: str | None = None) -> None:
+        self.top_k, self.width, self.title = views.check_top(top_k, "top_k"), width, title
 
     def render(self, result: ProfileResult) -> str:
         """The title, :func:`summary_text` and :func:`unattributed_text` (where there is any), one per line.
@@ -475,10 +473,12 @@ def _change(before: float, after: float) -> str:
     return "new" if after > 0 else NO_VALUE
 
 
-def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int = DEFAULT_WIDTH) -> str:
-    """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first."""
+def comparison_text(table: pd.DataFrame, level: str, top: int | None = 20, width: int = DEFAULT_WIDTH) -> str:
+    """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first
+    (the first ``top``; None: every row)."""
+    top = views.check_top(top)
     rows_of_level = table[table["level"] == level]
-    shown = rows_of_level.head(top)
+    shown = views.first_rows(rows_of_level, top)
     n = len(shown)
     symbol, times = fixed_times([float(v) for column in ("before_us", "after_us") for v in shown[column]])
     _, deltas = fixed_times([float(v) for v in shown["delta_us"]], signed=True, like=symbol)
@@ -498,8 +498,6 @@ def comparison_text(table: pd.DataFrame, level: str, top: int = 20, width: int =
         Column("change"),
     ]
     title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}):"
-    if top <= 0 and len(rows_of_level):
-        return f"{title}\n{HIDDEN}"
     return title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
 
 

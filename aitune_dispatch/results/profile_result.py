@@ -96,13 +96,13 @@ class ProfileResult:
         """
         return views.profiling_frame(self.activity, self.module_objects or (None,) * self.modules.num_rows)
 
-    def describe(self, top_k: int = 10, *, by: str | None = None, roofline: bool = False) -> pd.DataFrame:
+    def describe(self, top_k: int | None = 10, *, by: str | None = None, roofline: bool = False) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
 
         Parameters
         ----------
         top_k:
-            The most rows (per part when split).
+            The most rows (per part when split): a positive integer; None keeps every function.
         by:
             None: the spec's summary; ``"device"`` or ``"rank"``: one summary per part, stacked
             under that column.
@@ -118,8 +118,9 @@ class ProfileResult:
         Raises
         ------
         ValueError
-            ``roofline`` together with ``by``.
+            ``roofline`` together with ``by``, or a ``top_k`` that is neither None nor a positive integer.
         """
+        top_k = views.check_top(top_k, "top_k")  # before any work
         if by is not None:
             if roofline:
                 raise ValueError("describe(roofline=True) is per function over the whole run; leave by=None")
@@ -166,13 +167,19 @@ class ProfileResult:
         Parameters
         ----------
         top:
-            The most rows; None keeps all.
+            The most rows (a positive integer); None keeps all.
 
         Returns
         -------
         pandas.DataFrame
             ``views.WORTH_COLUMNS``, largest ``worth_us`` first (``kernel_us x (1 - fraction_of_bound)``).
+
+        Raises
+        ------
+        ValueError
+            ``top`` is neither None nor a positive integer.
         """
+        top = views.check_top(top)  # before the samples' work is counted
         return views.worth_optimizing(self.samples(roofline=True), top)
 
     def kernel_rollup(self, top: int | None = None) -> pd.DataFrame:
@@ -181,12 +188,17 @@ class ProfileResult:
         Parameters
         ----------
         top:
-            Keep only the first ``top`` rows; None keeps all.
+            Keep only the first ``top`` rows (a positive integer); None keeps all.
 
         Returns
         -------
         pandas.DataFrame
             ``kernel, kind, count, total_us, mean_us, min_us, max_us, share``.
+
+        Raises
+        ------
+        ValueError
+            ``top`` is neither None nor a positive integer.
         """
         return views.kernel_rollup(self, top)
 
@@ -220,12 +232,17 @@ class ProfileResult:
         min_gap_us:
             Leave out gaps shorter than this (µs).
         top:
-            Keep only the ``top`` longest; None keeps all.
+            Keep only the ``top`` longest (a positive integer); None keeps all.
 
         Returns
         -------
         pandas.DataFrame
             ``device, sample, start_us, end_us, gap_us, modules`` (``views.idle_gaps``).
+
+        Raises
+        ------
+        ValueError
+            ``top`` is neither None nor a positive integer.
         """
         return views.idle_gaps(self, min_gap_us, top)
 

@@ -140,10 +140,23 @@ _METADATA_APIS = frozenset(
 )
 
 
+def _unlisted_name(func: Callable[..., Any]) -> str:
+    """The name of an API ``torch.overrides`` does not list (it leaves out torch's private functions):
+    ``torch._foreach_add`` for a function of a torch module, as its public ones are named, rather than
+    the builtin's ``_VariableFunctionsClass._foreach_add``; the qualified name of anything else."""
+    qualname = getattr(func, "__qualname__", None)
+    if not isinstance(qualname, str) or not qualname:
+        return repr(func)
+    module, (owner, _, name) = getattr(func, "__module__", None), qualname.rpartition(".")
+    if isinstance(module, str) and module.split(".")[0] == "torch" and owner in ("", "_VariableFunctionsClass"):
+        return f"{module}.{name}"
+    return qualname
+
+
 @functools.lru_cache(maxsize=4096)
 def api_name(func: Callable[..., Any]) -> str | None:
     """``torch.addmm`` / ``torch.Tensor.__add__`` for a torch-level API; None for metadata reads."""
-    name = torch.overrides.resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
+    name = torch.overrides.resolve_name(func) or _unlisted_name(func)
     if name.endswith(".__get__"):
         name = name[: -len(".__get__")]
     if name.rpartition(".")[2] in _METADATA_APIS:

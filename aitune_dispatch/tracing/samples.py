@@ -49,6 +49,42 @@ def _dict_key(value: dict[Any, Any]) -> tuple[Any, ...]:
     return (dict, tuple([(key, sample_key(item)) for key, item in value.items()]))
 
 
+class _Identity:
+    """A value as its own object: equal only to itself, hashed by ``id``, never calling the value's
+    ``__hash__`` or ``__eq__``. It holds the value, so the ``id`` cannot be reused while the key lives."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value
+
+
+def _identity_key(value: Any) -> tuple[Any, ...]:
+    return (type(value), _Identity(value))
+
+
+def _opaque_key(value: Any) -> tuple[Any, ...]:
+    """The key of a value of no known type: itself where it hashes, its repr where it is unhashable, its
+    identity where hashing (or the repr) raises anything else, so a user's broken ``__hash__`` cannot stop
+    a profile."""
+    try:
+        hash(value)
+    except TypeError:
+        try:
+            return (type(value), repr(value))
+        except Exception:
+            return _identity_key(value)
+    except Exception:
+        return _identity_key(value)
+    return (type(value), value)
+
+
 _KEYS = {
     _Tensor: _tensor_key,
     torch.nn.Parameter: _tensor_key,
@@ -72,11 +108,7 @@ def sample_key(value: Any) -> Any:
         return _sequence_key(value)
     if isinstance(value, dict):
         return _dict_key(value)
-    try:
-        hash(value)
-    except TypeError:
-        return (type(value), repr(value))
-    return (type(value), value)
+    return _opaque_key(value)
 
 
 def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -26,7 +26,7 @@ from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .origins import ORIGIN_COLUMNS, kernel_origins
 from .ranks import collectives, compare_ranks, function_ranks, merge, rank_summary, select_rank
-from .reasons import FAST_PATH_OPS, HINTS, REASONS, unattributed_table
+from .reasons import FAST_PATH_OPS, HINTS, REASONS, empty_result_warning, unattributed_table
 from .rollup import ROLLUP_COLUMNS, kernel_rollup
 from .roofline import (
     MODULE_ROOFLINE_COLUMNS,
@@ -41,6 +41,7 @@ from .samples import sample_table
 from .split import describe_by
 from .summary import describe_results, profiling_frame
 from .timeline import op_times
+from .top import check_top, first_rows
 from .trace import call_spans, launch_threads, module_spans, op_spans
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "attributed_us",
     "bar_rows",
     "call_spans",
+    "check_top",
     "collectives",
     "compare",
     "compare_ranks",
@@ -74,8 +76,10 @@ __all__ = [
     "describe_by",
     "describe_results",
     "device_busy",
+    "first_rows",
     "graph_replays",
     "device_limits",
+    "empty_result_warning",
     "function_ranks",
     "headline",
     "roofline_functions",

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ... import schema
+from .top import check_top
 
 BAR_ROWS = 14
 UNATTRIBUTED = "(not attributed)"
@@ -233,7 +234,7 @@ class Headline:
     top_functions: tuple[tuple[str, float], ...]
 
 
-def _top_functions(rows: pa.Table, top: int) -> tuple[tuple[str, float], ...]:
+def _top_functions(rows: pa.Table, top: int | None) -> tuple[tuple[str, float], ...]:
     if rows.num_rows == 0:
         return ()
     sums = rows.group_by("function_name").aggregate([("kernel_us", "sum")]).to_pydict()
@@ -241,7 +242,7 @@ def _top_functions(rows: pa.Table, top: int) -> tuple[tuple[str, float], ...]:
     return tuple((str(name), float(us)) for name, us in pairs[:top])
 
 
-def headline(result: ResultTables, top: int = 3) -> Headline:
+def headline(result: ResultTables, top: int | None = 3) -> Headline:
     """The headline numbers of ``result``.
 
     Parameters
@@ -249,12 +250,18 @@ def headline(result: ResultTables, top: int = 3) -> Headline:
     result:
         A finished or loaded result.
     top:
-        How many functional calls ``top_functions`` names.
+        How many functional calls ``top_functions`` names (a positive integer); None: every one.
 
     Returns
     -------
     Headline
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     activity = result.activity
     kept = attributed(activity)
     total, kept_us = total_us(activity), total_us(kept)

@@ -20,6 +20,7 @@ from .accounting import ResultTables
 from .clock import activity_minus_host_ns
 from .frames import STRING_DTYPE
 from .modules import module_labels
+from .top import check_top
 
 BUSY_COLUMNS = ["device", "stream", "wall_us", "busy_us", "busy_share", "idle_us", "launches"]
 GAP_COLUMNS = ["device", "sample", "start_us", "end_us", "gap_us", "host_modules"]
@@ -202,7 +203,7 @@ def idle_gaps(result: ResultTables, min_gap_us: float = 5.0, top: int | None = N
     min_gap_us:
         Leave out gaps shorter than this (µs).
     top:
-        Keep only the ``top`` longest gaps; None keeps all.
+        Keep only the ``top`` longest gaps (a positive integer); None keeps all.
 
     Returns
     -------
@@ -211,7 +212,13 @@ def idle_gaps(result: ResultTables, min_gap_us: float = 5.0, top: int | None = N
         gap's start and end in µs after that pass began, its length, and ``host_modules``: the innermost
         modules the host ran during it (up to ``GAP_MODULES``, most time first, comma-separated).
         A pass's start before the device's first activity and its end after the last count as gaps.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     rows, windows = _device_rows(result), pass_windows(result)
     found: list[tuple[int, int, int, int]] = []  # (device, sample, start_ns, end_ns)
     for device, on_device in rows.groupby("device", sort=True):
@@ -225,7 +232,7 @@ def idle_gaps(result: ResultTables, min_gap_us: float = 5.0, top: int | None = N
                     found.append((int(device), sample, int(gap_start), int(gap_end)))
     found.sort(key=lambda gap: (-(gap[3] - gap[2]), gap[0], gap[1], gap[2]))
     if top is not None:
-        found = found[: int(top)]
+        found = found[:top]
     hosts = _InnermostModules(result) if found else None
     records = [
         (

@@ -9,6 +9,7 @@ from ...schema import KERNEL_COLUMNS
 from .accounting import ResultTables, total_us
 from .frames import empty_frame, with_strings
 from .modules import activity_frame, modules_frame, pattern_labels
+from .top import check_top, first_rows
 
 _STRINGS = ("kernel", "kind", "op", "function_name", "module")
 
@@ -21,14 +22,20 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     result:
         A finished (or loaded) result.
     top:
-        Keep only the first ``top`` rows; None keeps all.
+        Keep only the first ``top`` rows (a positive integer); None keeps all.
 
     Returns
     -------
     pandas.DataFrame
         ``KERNEL_COLUMNS``, one row per (kernel, op, functional call, layer pattern), attributed
         or not.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     frame = activity_frame(result)
     total = total_us(result.activity)
     if frame.empty:
@@ -48,6 +55,6 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     table["share"] = table["total_us"] / total if total > 0 else 0.0
     table = table.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable")
     table = table[KERNEL_COLUMNS].reset_index(drop=True)
-    return table if top is None else table.head(int(top))
+    return first_rows(table, top)
 
 

@@ -7,9 +7,10 @@ import pandas as pd
 
 from ... import encoded, schema
 from ...schema import UNATTRIBUTED_COLUMNS, looks_like_inductor
-from .accounting import ResultTables, total_us, unattributed
+from .accounting import ResultTables, attributed, total_us, unattributed
 from .frames import empty_frame, with_strings
 from .modules import modules_frame, pattern_labels
+from .top import check_top, first_rows
 
 # Ops that run a whole module's inference fast path in one fused C++ kernel sequence: no
 # torch.nn.functional call encloses them (nn.TransformerEncoderLayer, nn.MultiheadAttention).
@@ -34,8 +35,9 @@ REASONS = {
 }
 
 HINTS = {
-    "fast_path": "its kernels are counted on the module (module table); to see them per functional call, "
-    "profile with torch.backends.mha.set_fastpath_enabled(False)",
+    "fast_path": "its kernels are counted on the module (module table); profile with functions=\"all\" (CLI: "
+    "--functions all) to attribute them to the fused torch call (torch._transformer_encoder_layer_fwd), or with "
+    "torch.backends.mha.set_fastpath_enabled(False) to see them per functional call",
     "raw_op": 'profile with functions="all" (CLI: --functions all) to attribute it to the torch-level call',
     "raw_op_all": 'functions="all" was on: the op was called from C++ or through a path no torch-level call '
     "wraps; its kernels stay on the module",
@@ -66,7 +68,7 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     result:
         A finished (or loaded) result.
     top:
-        Keep only the first ``top`` rows; None keeps all.
+        Keep only the first ``top`` rows (a positive integer); None keeps all.
 
     Returns
     -------
@@ -78,7 +80,13 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
         captured where profile() could not see it), ``compiled`` (an Inductor kernel of a graph
         compiled where profile() could not see it) or ``outside_modules``; ``why`` says it in
         words and ``hint`` what to do. Empty when everything was attributed.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     rows = unattributed(result.activity)
     if rows.num_rows == 0:
         return empty_frame(UNATTRIBUTED_COLUMNS, {"kernels": np.int64}, ("reason", "op", "module", "why", "hint"))
@@ -99,6 +107,48 @@ def unattributed_table(result: ResultTables, top: int | None = None) -> pd.DataF
     table["hint"] = [HINTS["raw_op_all" if r == "raw_op" and all_mode else r] for r in table["reason"]]
     table = with_strings(table, ("reason", "op", "module", "why", "hint"))
     table = table.sort_values("total_us", ascending=False, kind="stable")[UNATTRIBUTED_COLUMNS].reset_index(drop=True)
-    return table if top is None else table.head(int(top))
+    return first_rows(table, top)
 
 
+
+
+REASONS_NAMED = 2  # the most reasons an empty result's warning names, most time first
+EMPTY_RESULT = "profiling_df is empty"  # how that warning begins (a filter for runs that read activity only)
+
+
+def _reason_lines(table: pd.DataFrame) -> list[str]:
+    """The largest reasons of an ``unattributed_table``, each with its share, first op and hint."""
+    named = {"share": ("share", "sum"), "op": ("op", "first"), "hint": ("hint", "first")}
+    reasons = table.groupby("reason", sort=False).agg(**named)
+    reasons = reasons.sort_values("share", ascending=False, kind="stable").head(REASONS_NAMED)
+    return [
+        f"{r.share:.0%} of their time {REASONS[str(reason)]} ({r.op if isinstance(r.op, str) else 'no op'}): "
+        f"{r.hint}"
+        for reason, r in reasons.iterrows()
+    ]
+
+
+def empty_result_warning(result: ResultTables) -> str | None:
+    """A message for a result whose ``profiling_df()`` is empty though its pass ran ops or kernels: why
+    (the largest reasons, :data:`REASONS`) and what to do (their :data:`HINTS`); None otherwise.
+
+    Parameters
+    ----------
+    result:
+        A finished result.
+
+    Returns
+    -------
+    str or None
+        One message naming the reasons for most of the time, or None where a row came out or nothing ran.
+    """
+    activity = result.activity
+    if activity.num_rows == 0 or attributed(activity).num_rows:
+        return None
+    what = "CPU ops" if result.source == "cpu" else "kernels, copies and sets"
+    parts = _reason_lines(unattributed_table(result))
+    return (
+        f"{EMPTY_RESULT} though the recorded pass ran {activity.num_rows:,} {what}: none ran inside both a "
+        f"profiled module and a functional call. {'; '.join(parts)}. last_result.unattributed() lists "
+        "them all"
+    )

@@ -13,6 +13,7 @@ import pandas as pd
 from ... import encoded
 from .accounting import ResultTables, total_us
 from .frames import STRING_DTYPE
+from .top import check_top, first_rows
 
 ROLLUP_COLUMNS = ["kernel", "kind", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
 
@@ -25,7 +26,7 @@ def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     result:
         A finished (or loaded) result.
     top:
-        Keep only the first ``top`` rows; None keeps all.
+        Keep only the first ``top`` rows (a positive integer); None keeps all.
 
     Returns
     -------
@@ -33,7 +34,13 @@ def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
         ``ROLLUP_COLUMNS``: the kernel's name and kind (``kernel``, ``memcpy``, ``memset``,
         ``cpu_op``), its launches (``count``, int64), their total, mean, shortest and longest time in µs,
         and ``share`` of all activity time of the run (0..1). Ties on the total go by name.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     activity = result.activity
     if activity.num_rows == 0:
         return _empty()
@@ -53,7 +60,7 @@ def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     for column in ("kernel", "kind"):
         table[column] = table[column].astype(STRING_DTYPE)
     table = table[ROLLUP_COLUMNS]
-    return table if top is None else table.head(int(top)).reset_index(drop=True)
+    return first_rows(table, top)
 
 
 def _empty() -> pd.DataFrame:

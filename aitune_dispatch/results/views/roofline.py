@@ -23,6 +23,7 @@ from ... import schema
 from ...schema import ROOFLINE_COLUMNS
 from ..limits import DeviceLimits, limits_for, peak_flops
 from .frames import STRING_DTYPE
+from .top import check_top, first_rows
 
 WORTH_COLUMNS = ["function_name", "sample", "signature", "calls", "kernel_us", "bound", "fraction_of_bound", "worth_us"]
 
@@ -171,17 +172,23 @@ def worth_optimizing(samples: pd.DataFrame, top: int | None = None) -> pd.DataFr
     samples:
         :func:`roofline_samples`' frame.
     top:
-        Keep the first ``top`` rows; None keeps all.
+        Keep the first ``top`` rows (a positive integer); None keeps all.
 
     Returns
     -------
     pandas.DataFrame
         :data:`WORTH_COLUMNS`; rows whose worth is unknown (no limits, no work) are left out.
+
+    Raises
+    ------
+    ValueError
+        ``top`` is neither None nor a positive integer.
     """
+    top = check_top(top)
     known = samples[samples["worth_us"].notna()]
     table = known.sort_values(["worth_us", "kernel_us"], ascending=False, kind="stable")[WORTH_COLUMNS]
     table = table.reset_index(drop=True)
-    return table if top is None else table.head(int(top))
+    return first_rows(table, top)
 
 
 MODULE_ROOFLINE_COLUMNS = [

@@ -16,13 +16,14 @@ from ...schema import FunctionData
 from ..values import iter_tensor_likes
 from .ranks import RankedResult, result_ranks, select_rank
 from .summary import describe_results, empty_summary
+from .top import check_top
 
 
 class SplitResult(RankedResult, Protocol):
     """What :func:`describe_by` reads of a ``ProfileResult``: a ranked result that describes itself."""
 
     def attributed(self) -> pa.Table: ...
-    def describe(self, top_k: int = 10) -> pd.DataFrame: ...
+    def describe(self, top_k: int | None = 10) -> pd.DataFrame: ...
 
 
 def sample_device(sample: Any) -> int | None:
@@ -58,7 +59,7 @@ def _attributed_frame(result: SplitResult) -> pd.DataFrame:
     )
 
 
-def _by_device(result: SplitResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+def _by_device(result: SplitResult, top_k: int | None) -> list[tuple[int, pd.DataFrame]]:
     frame = _attributed_frame(result)
     return [
         (
@@ -73,11 +74,11 @@ def _by_device(result: SplitResult, top_k: int) -> list[tuple[int, pd.DataFrame]
     ]
 
 
-def _by_rank(result: SplitResult, top_k: int) -> list[tuple[int, pd.DataFrame]]:
+def _by_rank(result: SplitResult, top_k: int | None) -> list[tuple[int, pd.DataFrame]]:
     return [(rank, select_rank(result, rank).describe(top_k)) for rank in result_ranks(result)]
 
 
-def describe_by(result: SplitResult, by: str, top_k: int = 10) -> pd.DataFrame:
+def describe_by(result: SplitResult, by: str, top_k: int | None = 10) -> pd.DataFrame:
     """The spec's summary once per device or per rank, stacked.
 
     Parameters
@@ -87,7 +88,7 @@ def describe_by(result: SplitResult, by: str, top_k: int = 10) -> pd.DataFrame:
     by:
         ``"device"`` or ``"rank"``.
     top_k:
-        The most rows per part.
+        The most rows per part (a positive integer); None keeps all.
 
     Returns
     -------
@@ -98,12 +99,11 @@ def describe_by(result: SplitResult, by: str, top_k: int = 10) -> pd.DataFrame:
     Raises
     ------
     ValueError
-        ``by`` is neither ``"device"`` nor ``"rank"``, or ``top_k`` is negative.
+        ``by`` is neither ``"device"`` nor ``"rank"``, or ``top_k`` is neither None nor a positive integer.
     """
     if by not in SPLITS:
         raise ValueError(f"by must be {one_of((None, *SPLITS))}; got {by!r}")
-    if top_k is None or int(top_k) < 0:
-        raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
+    top_k = check_top(top_k, "top_k")
     parts = _by_device(result, top_k) if by == "device" else _by_rank(result, top_k)
     frames = [summary.assign(**{by: key}) for key, summary in parts if not summary.empty]
     if not frames:

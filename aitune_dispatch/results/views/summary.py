@@ -5,7 +5,6 @@ result is summarised anywhere."""
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from ...schema import PROFILING_COLUMNS, SUMMARY_COLUMNS
 from ..values import iter_tensor_likes
 from .accounting import attributed
 from .frames import STRING_DTYPE, string_array
+from .top import check_top, first_rows
 
 BYTES_PER_MB = 1024 * 1024
 
@@ -123,7 +123,7 @@ def _check_arguments(profiling_df: Any, function_data: Any) -> None:
 
 
 def describe_results(
-    profiling_df: pd.DataFrame, function_data: Mapping[str, Sequence[tuple[int, Any]]], top_k: int = 10
+    profiling_df: pd.DataFrame, function_data: Mapping[str, Sequence[tuple[int, Any]]], top_k: int | None = 10
 ) -> pd.DataFrame:
     """The spec's summary: kernel time grouped by functional call, most expensive first.
 
@@ -134,7 +134,7 @@ def describe_results(
     function_data:
         ``profile()``'s second output: ``function_name -> [(count, sample), ...]``.
     top_k:
-        The most rows returned (a non-negative integer).
+        The most rows returned (a positive integer); None returns every function.
 
     Returns
     -------
@@ -145,11 +145,11 @@ def describe_results(
     Raises
     ------
     TypeError, ValueError
-        An argument that is not what ``profile()`` returns, or a ``top_k`` below 0 or not an integer.
+        An argument that is not what ``profile()`` returns, or a ``top_k`` that is neither None nor a
+        positive integer.
     """
     _check_arguments(profiling_df, function_data)
-    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
-        raise ValueError(f"top_k must be a non-negative integer, got {top_k!r}")
+    top_k = check_top(top_k, "top_k")
     if profiling_df.empty:
         return empty_summary()
     groups = profiling_df.groupby("function_name", sort=False)
@@ -169,7 +169,7 @@ def describe_results(
     )
     summary = summary.rename_axis("function_name").reset_index()
     summary["function_name"] = summary["function_name"].astype(STRING_DTYPE)
-    summary = summary.sort_values("time_spent_us", ascending=False, kind="stable").head(int(top_k))
+    summary = first_rows(summary.sort_values("time_spent_us", ascending=False, kind="stable"), top_k)
     summary["calls"] = _int_if_complete(summary["calls"])
     summary["num_distinct_samples"] = _int_if_complete(summary["num_distinct_samples"])
     return summary[SUMMARY_COLUMNS].reset_index(drop=True)
