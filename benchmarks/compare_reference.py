@@ -396,6 +396,45 @@ def correlation_paths(launch: pd.DataFrame, push: pd.DataFrame, limit: int = 20)
     }
 
 
+def gateless_names() -> frozenset[str]:
+    """The public functionals no TorchFunctionMode sees (no ``has_torch_function`` gate): what the
+    function-object hooks record and the mode cannot."""
+    from aitune_dispatch.tracing.functional import functional_registry, hook_registry
+
+    return frozenset(hook_registry().values()) - frozenset(functional_registry().values())
+
+
+def interception_paths(objects: pd.DataFrame, mode: pd.DataFrame, limit: int = 20) -> dict[str, Any]:
+    """Whether two activity frames (``interception="objects"`` and ``"mode"``) hold the same multiset of
+    (module, function, op, kernel, attribution) rows; where not, whether every difference is explained:
+    a kernel the hooks attribute to a gate-less functional (:func:`gateless_names`) that the mode gives
+    to the enclosing call or to none, the same kernels under the same module and op on both sides."""
+
+    def rows(frame: pd.DataFrame) -> Counter[tuple[str, ...]]:
+        return Counter(tuple(_label(value) for value in row) for row in frame[ROW_KEY].itertuples(index=False))
+
+    def without_function(counter: Counter[tuple[str, ...]]) -> Counter[tuple[str, ...]]:
+        where = ROW_KEY.index("function_name")
+        return Counter({key[:where] + key[where + 1 :]: n for key, n in counter.items()}) + Counter()
+
+    left, right = rows(objects), rows(mode)
+    only_objects, only_mode = left - right, right - left
+    gateless = gateless_names()
+    where = ROW_KEY.index("function_name")
+    explained = all(key[where] in gateless for key in only_objects) and without_function(
+        only_objects
+    ) == without_function(only_mode)
+    return {
+        "equal": not only_objects and not only_mode,
+        "explained": explained,
+        "gateless_rows": sorted({key[where] for key in only_objects if key[where] in gateless}),
+        "objects_rows": int(len(objects)),
+        "mode_rows": int(len(mode)),
+        "only_objects": [dict(zip(ROW_KEY, key), count=n) for key, n in list(only_objects.items())[:limit]],
+        "only_mode": [dict(zip(ROW_KEY, key), count=n) for key, n in list(only_mode.items())[:limit]],
+    }
+
+
 @dataclass
 class Ours:
     """Our results on one model, taken before any torch.profiler runs in the process (Kineto then keeps
@@ -407,10 +446,12 @@ class Ours:
     result: Any
     correlation: str
     paths: dict[str, Any] | None
+    interceptions: dict[str, Any] | None = None
 
 
 def profile_ours(name: str, device: str, size: str = "bench", repeat: int = 1, warmup: int = 1) -> Ours | dict:
-    """Profile one zoo model with our defaults (twice: start-up, then the compared run) and, on CUDA, with
+    """Profile one zoo model with our defaults (twice: start-up, then the compared run), with the other
+    interception (the TorchFunctionMode where the default hooks the function objects) and, on CUDA, with
     ``correlation="push"``; the skipped-model report where its package is missing."""
     from aitune_dispatch import ModuleFunctionKernelProfiler, schema
 
@@ -426,13 +467,27 @@ def profile_ours(name: str, device: str, size: str = "bench", repeat: int = 1, w
     ours = ModuleFunctionKernelProfiler(device=device)
     ours.profile(function, samples, module=model, warmup_iterations=warmup)  # start-up; the second is compared
     result = ours.profile_result(function, samples, module=model, warmup_iterations=warmup)
+    default = result.metadata.get(schema.META_INTERCEPTION, "?")
+    interceptions = None
+    if default == "objects":
+        mode = ModuleFunctionKernelProfiler(device=device, interception="mode")
+        by_mode = mode.profile_result(function, samples, module=model, warmup_iterations=warmup)
+        interceptions = interception_paths(result.to_pandas(), by_mode.to_pandas())
     paths = None
     if device == "cuda":
         push = ModuleFunctionKernelProfiler(device=device, correlation="push")
         pushed = push.profile_result(function, samples, module=model, warmup_iterations=warmup)
         paths = correlation_paths(result.to_pandas(), pushed.to_pandas())
         paths["default"] = result.metadata.get(schema.META_CORRELATION, "?")
-    return Ours(work, function, samples, result, result.metadata.get(schema.META_CORRELATION, "none"), paths)
+    return Ours(
+        work,
+        function,
+        samples,
+        result,
+        result.metadata.get(schema.META_CORRELATION, "none"),
+        paths,
+        {"default": default, **(interceptions or {})},
+    )
 
 
 # -- one model ------------------------------------------------------------------------------------------
@@ -470,6 +525,7 @@ def compare_model(
         seconds=time.perf_counter() - started,
         correlation=ours.correlation,
         correlation_paths=ours.paths,
+        interception_paths=ours.interceptions,
     )
     return report
 
@@ -521,12 +577,13 @@ def markdown(reports: Sequence[Mapping[str, Any]]) -> str:
     """One table row per model: agreement, op links, kernel-time ratio range, fidelity."""
     lines = [
         "| model | baseline rows | ours rows | agreement | op links (same op) | time ratio ours/baseline | "
-        "fidelity vs torch.profiler | fidelity vs bare CUPTI | launch callback rows = pushed-id rows |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "fidelity vs torch.profiler | fidelity vs bare CUPTI | launch callback rows = pushed-id rows "
+        "| function-object rows = mode rows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         if r.get("status") != "ok":
-            lines.append(f"| {r['model']} | {r.get('status')}: {r.get('reason', '')} ||||||||")
+            lines.append(f"| {r['model']} | {r.get('status')}: {r.get('reason', '')} |||||||||")
             continue
         a, o, t = r["agreement"], r["op_links"], r["kernel_time"]
         ratios = [row["ratio"] for row in t["per_function"]]
@@ -541,7 +598,8 @@ def markdown(reports: Sequence[Mapping[str, Any]]) -> str:
             f"| {r['model']} | {a['baseline_rows']} | {a['ours_rows']} | {a['matched']}/{a['baseline_rows']} "
             f"{_mark(a['ok'])} | {o['matched']}/{o['linked']} ({o['same_op']}) {_mark(o['ok'])} | {span} | "
             f"{_fidelity_cell(r['fidelity_torch_profiler'])} | {_fidelity_cell(cupti) if cupti else 'n/a'} | "
-            f"{_paths_cell(r.get('correlation_paths'), r.get('correlation'))} |"
+            f"{_paths_cell(r.get('correlation_paths'), r.get('correlation'))} | "
+            f"{_interception_cell(r.get('interception_paths'))} |"
         )
     return "\n".join(lines) + "\n\n" + _mapping_markdown(reports)
 
@@ -550,6 +608,16 @@ def _paths_cell(paths: Mapping[str, Any] | None, correlation: str | None) -> str
     if not paths:
         return "n/a"
     return f"{paths['launch_rows']} vs {paths['push_rows']} {_mark(paths['equal'])} (ours ran with {correlation})"
+
+
+def _interception_cell(paths: Mapping[str, Any] | None) -> str:
+    if not paths or "equal" not in paths:
+        return f"n/a (ours ran with {(paths or {}).get('default', '?')})"
+    cell = f"{paths['objects_rows']} vs {paths['mode_rows']} {_mark(paths['equal'])}"
+    if not paths["equal"]:
+        gateless = ", ".join(paths["gateless_rows"]) or "none"
+        cell += f"; {'explained' if paths['explained'] else '**NOT EXPLAINED**'}: gate-less {gateless}"
+    return cell
 
 
 def _fidelity_cell(report: Mapping[str, Any]) -> str:
@@ -659,6 +727,9 @@ def _passed(report: Mapping[str, Any], device: str) -> bool:
     if report.get("status") != "ok":
         return report.get("status") == "skipped"
     checks = [report["agreement"]["ok"], report["op_links"]["ok"], report["fidelity_torch_profiler"]["equal"]]
+    interceptions = report.get("interception_paths") or {}
+    if "equal" in interceptions:  # the default hooked the function objects: the mode's rows must agree
+        checks.append(interceptions["equal"] or interceptions["explained"])
     if device == "cuda":
         checks += [report["kernel_time"]["within_5pct"], report.get("fidelity_cupti", {}).get("equal", False)]
         paths = report.get("correlation_paths") or {}

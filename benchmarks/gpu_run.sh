@@ -98,9 +98,16 @@ except Exception as error:  # noqa: BLE001
 PY
 } 2>&1 | tee "$OUT/env.txt"
 
+# the function-object hooks' CPU tests on this machine's CPython and torch (CI's 3.11 takes the mode path)
+hooks_tests() {
+  echo "== the function-object hooks on this CPython and torch (tests/test_function_hooks.py, CPU)"
+  timeout 240 python3 -m pytest -v -rs tests/test_function_hooks.py -p no:cacheprovider 2>&1 | tee "$OUT/hooks_tests.log" | grep -E "FAILED|ERROR|SKIPPED|passed|failed" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+}
+
 # the short summaries, copied to $RUN_OUT itself after every part (a call cut short keeps them)
 summaries() {
-  for f in env.txt gpu_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md graph_observer/graph_observer.md capture_breakdown/capture_breakdown.md recorded_pass/recorded_pass.md hta/hta_rounding.md roofline/zoo_roofline.md; do
+  for f in env.txt gpu_tests.log hooks_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md graph_observer/graph_observer.md capture_breakdown/capture_breakdown.md recorded_pass/recorded_pass.md hta/hta_rounding.md roofline/zoo_roofline.md; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
   done
 }
@@ -112,11 +119,13 @@ for part in $PARTS; do
       echo "== every GPU test, the compiled ones included, in one pytest run (pytest -m 'gpu or gpu_compile')"
       timeout "${ALL_TESTS_TIMEOUT_S:-540}" python3 -m pytest -m "gpu or gpu_compile" -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      hooks_tests
       ;;
     tests)
       echo "== GPU tests (pytest -m 'gpu and not gpu_compile'; the compiled ones are the part 'compiled')"
       timeout 420 python3 -m pytest -m "gpu and not gpu_compile" -v -rs tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" | tail -60
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      hooks_tests
       ;;
     compare)
       echo "== agreement with the record_function reference, op links, fidelity"
@@ -187,7 +196,7 @@ for part in $PARTS; do
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     recorded_pass)
-      echo "== the recorded pass over the bare pass at R = 1 and 8: ours (launch callback, and pushed ids) against torch.profiler"
+      echo "== the recorded pass over the bare pass at R = 1 and 8: ours (function-object hooks and the mode; launch callback and pushed ids) against torch.profiler"
       timeout "${RECORDED_PASS_TIMEOUT_S:-540}" python3 -m benchmarks.recorded_pass --out "$OUT/recorded_pass" --passes "${RECORDED_PASS_PASSES:-5}" ${RECORDED_PASS_MODELS:+--models $RECORDED_PASS_MODELS} 2>&1 | tee "$OUT/recorded_pass.log" | tail -30
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;

@@ -5,7 +5,7 @@
 For each zoo model (bench size, the sample list repeated ``--repeat`` times) the pass runs, in one
 process, under each configuration: bare; an empty ``TorchFunctionMode``; two no-op global module
 hooks; our module hooks alone (native backend, no modes); our CUPTI activity source alone (no
-tracing, so no correlation ids); our tracing alone (hooks, native function mode, op recorder, no
+tracing, so no correlation ids); our tracing alone (hooks, functional calls as the default sees them, op recorder, no
 CUPTI), with and without sample keys; CUPTI and tracing without the correlation-id pushes; and
 everything, as ``profile()`` runs it. Each is the median of three passes after one warm one; the
 table gives seconds and the ratio to bare. Writes ``breakdown.md`` and ``breakdown.json``.
@@ -60,11 +60,16 @@ def _with_cupti(body: Callable[[Any], None]) -> None:
 
 
 def _tracing(model: Any, names: frozenset[str] | None, source: Any) -> Callable[[Callable[[], None]], None]:
+    """Our tracing as ``profile()`` installs it (functional calls seen where the default sees them)."""
+    from aitune_dispatch.backends import resolve_interception
     from aitune_dispatch.tracing import ModuleTracker, TraceSession, make_tracer
+
+    interception = resolve_interception(None, "native", False)
 
     def around(run: Callable[[], None]) -> None:
         modules = ModuleTracker(model)
-        with TraceSession(modules, make_tracer("native", modules.module_ids(), names, source, False)):
+        tracer = make_tracer("native", modules.module_ids(), names, source, False, interception=interception)
+        with TraceSession(modules, tracer):
             run()
 
     return around

@@ -1,4 +1,4 @@
-"""The recorded pass over the bare pass at R = 1 and R = 8, ours against torch.profiler, both correlation paths.
+"""The recorded pass over the bare pass at R = 1 and R = 8, ours against torch.profiler, both interceptions.
 
     python -m benchmarks.recorded_pass --out OUT [--models ...] [--repeats 1 8] [--passes 5]
 
@@ -6,10 +6,14 @@ For each zoo model (bench size; R repetitions of its sample list, or of its func
 such as ``llama_generate``, which runs with 8 new tokens a call) and each R, ``--passes`` rounds run in
 one process of its own. A round times, each right after a bare pass of its own: ours
 (``profile()``'s own ``seconds_pass``, one warm-up pass, launches linked to ops by the CUPTI launch
-callback), ours without samples (``function_names=set()``) and ours with ``correlation="push"`` (an
-id pushed to CUPTI per op and scope, the path before the launch callback), and at R=1 each mechanism
-of ours alone (``benchmarks/pass_breakdown.py``'s: an empty TorchFunctionMode, no-op global hooks,
-our CUPTI source alone, our tracing alone with no CUPTI); then, in the same
+callback, functional calls seen where the default puts them: at the function objects on CPython >= 3.12),
+ours with ``interception="mode"`` (the TorchFunctionMode, the path before the function-object hooks and
+still the one on 3.10/3.11), ours without samples (``function_names=set()``) and ours with
+``correlation="push"`` (an id pushed to CUPTI per op and scope, the path before the launch callback),
+and at R=1 each mechanism of ours alone (``benchmarks/pass_breakdown.py``'s: an empty
+TorchFunctionMode, no-op global hooks, our CUPTI source alone, our tracing alone with no CUPTI; and the
+function-object hooks alone: every functional call recorded with its samples, no module stack, no aten
+op, no CUPTI); then, in the same
 process, the rounds of the pass under ``torch.profiler`` (CPU and CUDA activities, its pass alone).
 torch.profiler comes last because its Kineto keeps CUPTI's one callback subscription once it has
 run, and ours then falls back to pushed ids (``docs/design.md``, "Coexistence with torch.profiler").
@@ -35,13 +39,13 @@ from .fixed_cost import PIPELINE_OVERRIDES, workload
 from .runners import timed
 
 MODELS = ("mlp", "resnet50", "sdpa_blocks", "vit_b_16", "efficientnet_b0", "gpt2", "llama_generate", "unet_sd15")
-OURS = ("ours", "ours, samples off", "ours, push")
+OURS = ("ours", "ours, mode", "ours, samples off", "ours, push")
 # where our pass goes, at R=1 (benchmarks/pass_breakdown.py's mechanisms, each on its own)
-MECHANISMS = ("empty function mode", "no-op global hooks", "cupti only", "tracing only")
+MECHANISMS = ("empty function mode", "function-object hooks alone", "no-op global hooks", "cupti only", "tracing only")
 CONFIGS = (*OURS, *MECHANISMS, "torch.profiler")
 COLUMNS = (
-    "| model | kernels | bare pass s | torch.profiler / bare R=1 | ours / bare R=1 | torch.profiler / bare R=8 "
-    "| ours / bare R=8 | ours, samples off / bare R=8 |"
+    "| model | kernels | bare pass s | torch.profiler / bare R=1 | ours, mode / bare R=1 | ours / bare R=1 "
+    "| torch.profiler / bare R=8 | ours, mode / bare R=8 | ours / bare R=8 | ours, samples off / bare R=8 |"
 )
 
 
@@ -54,11 +58,13 @@ class Passes:
         self.work = work
         self.profilers = {
             "ours": ModuleFunctionKernelProfiler(),
+            "ours, mode": ModuleFunctionKernelProfiler(interception="mode"),
             "ours, samples off": ModuleFunctionKernelProfiler(function_names=set()),
             "ours, push": ModuleFunctionKernelProfiler(correlation="push"),
         }
         self.kernels = 0
         self.correlation: dict[str, str] = {}
+        self.interception: dict[str, str] = {}
 
     def mechanism(self, config: str) -> float:
         """Seconds of one pass under one mechanism of ours alone (or an empty mode, or no-op hooks)."""
@@ -71,6 +77,9 @@ class Passes:
             return timed(lambda: _empty_mode(run))
         if config == "no-op global hooks":
             return timed(lambda: _noop_hooks(run))
+        if config == "function-object hooks alone":  # installed and removed outside the timed pass
+            _function_hooks(lambda: seconds.append(timed(run)))
+            return seconds[0]
         if config == "cupti only":  # started and stopped outside the timed pass, as profile() does
             _with_cupti(lambda source: seconds.append(timed(run)))
         else:  # hooks, function mode and op recorder, entered outside the timed pass; no CUPTI
@@ -87,7 +96,7 @@ class Passes:
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
                 seconds = timed(self.work.run)
             return seconds
-        from aitune_dispatch.schema import META_CORRELATION, seconds_key
+        from aitune_dispatch.schema import META_CORRELATION, META_INTERCEPTION, seconds_key
 
         profiler, work = self.profilers[config], self.work
         if work.function is not None:
@@ -97,15 +106,42 @@ class Passes:
         if config == "ours":
             self.kernels = result.activity.num_rows
         self.correlation[config] = result.metadata.get(META_CORRELATION, "?")
+        self.interception[config] = result.metadata.get(META_INTERCEPTION, "?")
         seconds = float(result.metadata[seconds_key("pass")])
         profiler.release()
         return seconds
 
 
+def _function_hooks(body: Callable[[], None]) -> None:
+    """``body()`` while the function-object hooks record every functional call, nothing else traced."""
+    from aitune_dispatch.tracing import native
+
+    tracer = native.load()
+    tracer.start(**native.NativePass.hooks_only().keywords())
+    try:
+        body()
+    finally:
+        tracer.stop()
+        tracer.take()
+
+
+def _interceptions(results: list[dict[str, Any]], config: str) -> str:
+    """What ``config`` ran with, as its runs' metadata say (one value, or each model's)."""
+    seen = {r.get("interception", {}).get(config, "?") for r in results if r.get("status") not in ("skipped", "error")}
+    return ", ".join(sorted(seen)) or "?"
+
+
 def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
     """Bare and configured pass seconds, paired, at every R."""
     base = zoo.build(name, "cuda", 1, **PIPELINE_OVERRIDES.get(name, {}))
-    out: dict[str, Any] = {"model": name, "repeats": list(repeats), "kernels": {}, "pairs": {}, "correlation": {}}
+    out: dict[str, Any] = {
+        "model": name,
+        "repeats": list(repeats),
+        "kernels": {},
+        "pairs": {},
+        "correlation": {},
+        "interception": {},
+    }
     with torch.no_grad():
         base.run()
         for ours in (True, False):  # Kineto last: it keeps CUPTI's callbacks once it has run
@@ -124,6 +160,7 @@ def measure(name: str, repeats: Sequence[int], passes: int) -> dict[str, Any]:
                 if "ours" in group:
                     out["kernels"][repeat] = configs.kernels
                     out["correlation"] = configs.correlation
+                    out["interception"] = configs.interception
                 torch.cuda.empty_cache()
     return out
 
@@ -155,18 +192,20 @@ def _cell(pairs: list[tuple[float, float]] | None) -> str:
 
 def render(results: list[dict[str, Any]]) -> str:
     """``## Recorded pass over bare pass`` and the two correlation paths side by side, as markdown."""
-    lines = ["## Recorded pass over bare pass", "", COLUMNS, "|---|---|---|---|---|---|---|---|"]
+    lines = ["## Recorded pass over bare pass", "", COLUMNS, "|---|---|---|---|---|---|---|---|---|---|"]
     pairs_of: Callable[[dict[str, Any], int, str], Any] = lambda r, rep, c: r["pairs"].get(rep, {}).get(c)  # noqa: E731
     for r in results:
         if r.get("status") in ("skipped", "error"):
-            lines.append(f"| {r['model']} | – | – | – | – | – | – | – |")
+            lines.append(f"| {r['model']} | – | – | – | – | – | – | – | – | – |")
             continue
         first = r["repeats"][0]
         bare = statistics.median(b for _, b in pairs_of(r, first, "ours"))
         cells = [
             _cell(pairs_of(r, 1, "torch.profiler")),
+            _cell(pairs_of(r, 1, "ours, mode")),
             _cell(pairs_of(r, 1, "ours")),
             _cell(pairs_of(r, 8, "torch.profiler")),
+            _cell(pairs_of(r, 8, "ours, mode")),
             _cell(pairs_of(r, 8, "ours")),
             _cell(pairs_of(r, 8, "ours, samples off")),
         ]
@@ -174,7 +213,12 @@ def render(results: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "Kernels and the bare pass are R=1's. Each ratio: median recorded pass over the median of the bare passes "
-        "paired with it; in brackets, the range of the per-pair ratios.",
+        "paired with it; in brackets, the range of the per-pair ratios. ours: functional calls seen where the "
+        "default sees them ("
+        + _interceptions(results, "ours")
+        + '); ours, mode: interception="mode" ('
+        + _interceptions(results, "ours, mode")
+        + ").",
         "",
         "### The two correlation paths",
         "",
@@ -191,9 +235,9 @@ def render(results: list[dict[str, Any]]) -> str:
         "",
         "### Where our recorded pass goes (R=1)",
         "",
-        "| model | empty function mode / bare | no-op global hooks / bare | cupti only / bare | tracing only / bare "
-        "| ours, samples off / bare | ours / bare |",
-        "|---|---|---|---|---|---|---|",
+        "| model | empty function mode / bare | function-object hooks alone / bare | no-op global hooks / bare "
+        "| cupti only / bare | tracing only / bare | ours, samples off / bare | ours / bare |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if r.get("status") in ("skipped", "error"):

@@ -273,8 +273,8 @@ def test_a_collective_goes_to_its_module_and_op(functions, op_tracer, tmp_path):
         1,
     )
     functional = set(result.profiling_df()["function_name"])
-    # no torch.nn.functional call encloses it; functions="all" names the torch.distributed call
-    assert functional == ({"linear"} if functions == "functional" else {"linear", "all_reduce"})
+    # no torch.nn.functional call encloses it; functions="all" names the torch.distributed call as users write it
+    assert functional == ({"linear"} if functions == "functional" else {"linear", "torch.distributed.all_reduce"})
 
 
 # -- the views, to the microsecond --------------------------------------------------------------------------

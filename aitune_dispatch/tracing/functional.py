@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -143,12 +144,19 @@ _METADATA_APIS = frozenset(
 def _unlisted_name(func: Callable[..., Any]) -> str:
     """The name of an API ``torch.overrides`` does not list (it leaves out torch's private functions):
     ``torch._foreach_add`` for a function of a torch module, as its public ones are named, rather than
-    the builtin's ``_VariableFunctionsClass._foreach_add``; the qualified name of anything else."""
+    the builtin's ``_VariableFunctionsClass._foreach_add``; the shortest torch package that exposes the
+    function under its name wins (``torch.distributed.all_reduce``, not ``...distributed_c10d.all_reduce``);
+    the qualified name of anything else."""
     qualname = getattr(func, "__qualname__", None)
     if not isinstance(qualname, str) or not qualname:
         return repr(func)
     module, (owner, _, name) = getattr(func, "__module__", None), qualname.rpartition(".")
     if isinstance(module, str) and module.split(".")[0] == "torch" and owner in ("", "_VariableFunctionsClass"):
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            package = ".".join(parts[:end])
+            if getattr(sys.modules.get(package), name, None) is func:
+                return f"{package}.{name}"
         return f"{module}.{name}"
     return qualname
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from types import ModuleType, TracebackType
 from typing import Any
 
@@ -98,7 +98,8 @@ class NativePass:
     ``take()["push_log"]`` instead (tests without a GPU); ``singletons`` are keyed by identity;
     ``running_before`` are idents of threads that are not the profiled function's; ``hook_objects``
     records the calls at the function objects of ``functions`` instead of through a mode (no mode is
-    pushed; ``all_functions`` must be False).
+    pushed; ``all_functions`` must be False); ``record_ops`` False leaves the aten-op callback out
+    (the mechanism rows of ``benchmarks/recorded_pass.py``).
     """
 
     correlation_kind: int | None
@@ -118,6 +119,7 @@ class NativePass:
     singletons: tuple[type, type, type]
     running_before: Sequence[int]
     hook_objects: bool = False
+    record_ops: bool = True
 
     def __post_init__(self) -> None:
         kind = self.correlation_kind
@@ -176,6 +178,24 @@ class NativePass:
             sample_key=None,
             singletons=_SINGLETON_TYPES,
             running_before=(),
+        )
+
+    @classmethod
+    def hooks_only(cls, sample_names: frozenset[str] | None = None) -> NativePass:
+        """The function-object hooks alone: each functional call recorded (with its samples), no module
+        stack, no aten op, no push (``benchmarks/recorded_pass.py``'s "function-object hooks alone")."""
+        return replace(
+            cls.stacks_only(()),
+            functions=hook_registry(),
+            sample_names=sample_names,
+            rearmed_copy=rearmed_copy,
+            api_name=api_name,
+            push_mode=torch._C._push_on_torch_function_stack,
+            pop_mode=torch._C._pop_torch_function_stack,
+            routing_mode_below=routing_mode_below,
+            sample_key=sample_pair_key,
+            hook_objects=True,
+            record_ops=False,
         )
 
     def keywords(self) -> dict[str, Any]:

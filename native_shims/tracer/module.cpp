@@ -163,13 +163,14 @@ struct StartArguments {
   PyObject* sample_key = nullptr;
   PyObject* singletons = nullptr;
   PyObject* running_before = nullptr;
+  int record_ops = 1;
   FunctionModeSettings mode;
 };
 
 const char* const kStartKeywords[] = {"correlation_kind", "correlation_push", "correlation_pop", "log_pushes",
                                       "modules", "functions", "sample_names", "all_functions", "rearmed_copy",
                                       "api_name", "push_mode", "pop_mode", "routing_mode_below", "sample_key",
-                                      "singletons", "running_before", "hook_objects", nullptr};
+                                      "singletons", "running_before", "hook_objects", "record_ops", nullptr};
 
 bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   if (PyTuple_GET_SIZE(args) != 0) {
@@ -178,12 +179,13 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   }
   int all_functions = 0;
   int hook_objects = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!Op", const_cast<char**>(kStartKeywords),
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!Opp", const_cast<char**>(kStartKeywords),
                                    &a->correlation_kind, &a->correlation_push, &a->correlation_pop, &a->log_pushes,
                                    &a->modules, &PyDict_Type, &a->mode.functions,
                                    &a->mode.sample_names, &all_functions, &a->mode.rearmed_copy, &a->mode.api_name,
                                    &a->mode.push_mode, &a->mode.pop_mode, &a->mode.routing_mode_below, &a->sample_key,
-                                   &PyTuple_Type, &a->singletons, &a->running_before, &hook_objects))
+                                   &PyTuple_Type, &a->singletons, &a->running_before, &hook_objects,
+                                   &a->record_ops))
     return false;
   a->mode.all_functions = all_functions != 0;
   a->mode.hook_objects = hook_objects != 0;
@@ -239,7 +241,7 @@ PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
   }
   named_thread_state();  // the starting thread is thread 0, as in the Python recorder
   PyObject* error = nullptr;
-  if (!start_op_tracer(&error)) {
+  if (a.record_ops && !start_op_tracer(&error)) {
     release_modules();
     function_mode_clear();
     samples_clear();
@@ -369,7 +371,8 @@ PyMethodDef methods[] = {
     {"start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_start)), METH_VARARGS | METH_KEYWORDS,
      "start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules, functions, sample_names, "
      "all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, "
-     "running_before, hook_objects): record a pass on this thread; correlation_kind (>= 0) pushes op and scope ids as external "
+     "running_before, hook_objects, record_ops=True): record a pass on this thread (record_ops=False: no aten op "
+     "callback, benchmarks/recorded_pass.py's mechanism rows); correlation_kind (>= 0) pushes op and scope ids as external "
      "correlation ids of that kind through the C functions at correlation_push / correlation_pop (the activity "
      "source's), None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},
     {"hooks_unsupported", py_hooks_unsupported, METH_NOARGS,
