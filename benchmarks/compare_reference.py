@@ -378,14 +378,16 @@ def bare_cupti_names(function: Callable[..., Any], data: Sequence[Any]) -> Count
 ROW_KEY = ["module_name", "function_name", "op", "kernel", "attribution"]
 
 
+def _rows(frame: pd.DataFrame) -> Counter[tuple[str, ...]]:
+    """The multiset of an activity frame's (module, function, op, kernel, attribution) rows."""
+    return Counter(tuple(_label(value) for value in row) for row in frame[ROW_KEY].itertuples(index=False))
+
+
 def correlation_paths(launch: pd.DataFrame, push: pd.DataFrame, limit: int = 20) -> dict[str, Any]:
     """Whether two activity frames (``correlation="launch"`` and ``"push"``) hold the same multiset of
     (module, function, op, kernel, attribution) rows; the differing rows, up to ``limit``."""
 
-    def rows(frame: pd.DataFrame) -> Counter[tuple[str, ...]]:
-        return Counter(tuple(_label(value) for value in row) for row in frame[ROW_KEY].itertuples(index=False))
-
-    left, right = rows(launch), rows(push)
+    left, right = _rows(launch), _rows(push)
     only_launch, only_push = left - right, right - left
     return {
         "equal": not only_launch and not only_push,
@@ -410,14 +412,11 @@ def interception_paths(objects: pd.DataFrame, mode: pd.DataFrame, limit: int = 2
     a kernel the hooks attribute to a gate-less functional (:func:`gateless_names`) that the mode gives
     to the enclosing call or to none, the same kernels under the same module and op on both sides."""
 
-    def rows(frame: pd.DataFrame) -> Counter[tuple[str, ...]]:
-        return Counter(tuple(_label(value) for value in row) for row in frame[ROW_KEY].itertuples(index=False))
-
     def without_function(counter: Counter[tuple[str, ...]]) -> Counter[tuple[str, ...]]:
         where = ROW_KEY.index("function_name")
         return Counter({key[:where] + key[where + 1 :]: n for key, n in counter.items()}) + Counter()
 
-    left, right = rows(objects), rows(mode)
+    left, right = _rows(objects), _rows(mode)
     only_objects, only_mode = left - right, right - left
     gateless = gateless_names()
     where = ROW_KEY.index("function_name")

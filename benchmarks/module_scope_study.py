@@ -26,6 +26,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from .pass_breakdown import _module_hooks, _noop_hooks
+
 CONFIGS = ("bare", "no-op global hooks", "our module hooks", "trampoline on _wrapped_call_impl")
 
 
@@ -37,37 +39,6 @@ def models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
     ).eval()
     mlp = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.LayerNorm(32)) for _ in range(24)]).eval()
     return {"conv_blocks": (blocks, torch.randn(1, 8, 8, 8)), "mlp_blocks": (mlp, torch.randn(4, 32))}
-
-
-def _noop_hooks(run: Callable[[], None]) -> None:
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
-    handles = [
-        register_module_forward_pre_hook(lambda module, args: None),
-        register_module_forward_hook(lambda module, args, output: None, always_call=True),
-    ]
-    try:
-        run()
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _our_hooks(model: nn.Module) -> Callable[[Callable[[], None]], None]:
-    from aitune_dispatch.tracing import ModuleTracker, native
-
-    def around(run: Callable[[], None]) -> None:
-        modules, tracer = ModuleTracker(model), native.load()
-        tracer.start(**replace(native.NativePass.stacks_only(modules.module_ids()), record_ops=False).keywords())
-        modules.install(tracer.enter_module, tracer.exit_module)
-        try:
-            run()
-        finally:
-            modules.remove()
-            tracer.stop()
-            tracer.take()
-
-    return around
 
 
 def _trampoline(run: Callable[[], None]) -> None:
@@ -99,7 +70,7 @@ def measure(rounds: int, calls: int) -> dict[str, dict[str, list[float]]]:
         arounds = {
             "bare": lambda r: r(),
             "no-op global hooks": _noop_hooks,
-            "our module hooks": _our_hooks(model),
+            "our module hooks": _module_hooks(model, record_ops=False),
             "trampoline on _wrapped_call_impl": _trampoline,
         }
         times: dict[str, list[float]] = {config: [] for config in CONFIGS}

@@ -100,14 +100,18 @@ def _noop_hooks(run: Callable[[], None]) -> None:
             handle.remove()
 
 
-def _module_hooks(model: Any) -> Callable[[Callable[[], None]], None]:
+def _module_hooks(model: Any, record_ops: bool = True) -> Callable[[Callable[[], None]], None]:
+    """Our module tracking alone (``record_ops`` False: without the aten op callback too)."""
+    from dataclasses import replace
+
     from aitune_dispatch.tracing import ModuleTracker, native
 
     def around(run: Callable[[], None]) -> None:
         modules = ModuleTracker(model)
         native_module = native.load()
         # the native stacks and columns without its modes: start, report forwards, stop
-        native_module.start(**native.NativePass.stacks_only(modules.module_ids()).keywords())
+        only = replace(native.NativePass.stacks_only(modules.module_ids()), record_ops=record_ops)
+        native_module.start(**only.keywords())
         modules.install(native_module.enter_module, native_module.exit_module)
         try:
             run()

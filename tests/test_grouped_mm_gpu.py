@@ -77,8 +77,9 @@ def moe() -> tuple[nn.Module, list]:
     return model, samples
 
 
-def rows(frame) -> collections.Counter:
-    return collections.Counter(map(tuple, frame[COLUMNS].astype(str).values.tolist()))
+def rows(frame, columns: list[str] = COLUMNS) -> collections.Counter:
+    """The multiset of ``columns`` over the frame's rows (no function: "")."""
+    return collections.Counter(map(tuple, frame[columns].fillna("").astype(str).values.tolist()))
 
 
 def test_an_moe_layers_grouped_mm_rows_match_the_reference(moe) -> None:
@@ -112,15 +113,11 @@ def test_the_mode_misses_what_the_hooks_see_and_nothing_else_changes(moe) -> Non
         )
     by_objects, by_mode = objects.to_pandas(), mode.to_pandas()
     # the same kernels ran (profiling changes nothing), under the same modules and ops
-    def where(frame, columns) -> collections.Counter:
-        return collections.Counter(map(tuple, frame[columns].fillna("").astype(str).values.tolist()))
-
-    assert where(by_objects, ["module_name", "op", "kernel"]) == where(by_mode, ["module_name", "op", "kernel"])
+    where = ["module_name", "op", "kernel"]
+    assert rows(by_objects, where) == rows(by_mode, where)
     assert "grouped_mm" not in set(mode.profiling_df()["function_name"])
     # every difference is a grouped GEMM kernel: named by the hooks, outside any functional for the mode
-    only_objects, only_mode = where(by_objects, COLUMNS) - where(by_mode, COLUMNS), where(by_mode, COLUMNS) - where(
-        by_objects, COLUMNS
-    )
+    only_objects, only_mode = rows(by_objects) - rows(by_mode), rows(by_mode) - rows(by_objects)
     assert only_objects and {function for _, function, _, _ in only_objects} == {"grouped_mm"}
     assert {op for _, _, op, _ in only_mode} == {"aten::_grouped_mm"}
     assert "grouped_mm" not in {function for _, function, _, _ in only_mode}

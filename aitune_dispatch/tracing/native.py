@@ -188,12 +188,7 @@ class NativePass:
             cls.stacks_only(()),
             functions=hook_registry(),
             sample_names=sample_names,
-            rearmed_copy=rearmed_copy,
-            api_name=api_name,
-            push_mode=torch._C._push_on_torch_function_stack,
-            pop_mode=torch._C._pop_torch_function_stack,
-            routing_mode_below=routing_mode_below,
-            sample_key=sample_pair_key,
+            **_mode_callables(),
             hook_objects=True,
             record_ops=False,
         )
@@ -201,6 +196,18 @@ class NativePass:
     def keywords(self) -> dict[str, Any]:
         """The fields as ``start()``'s keyword arguments."""
         return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def _mode_callables() -> dict[str, Callable[..., Any]]:
+    """The Python callables a recording pass hands ``start()`` (its function mode and samples call them)."""
+    return {
+        "rearmed_copy": rearmed_copy,
+        "api_name": api_name,
+        "push_mode": torch._C._push_on_torch_function_stack,
+        "pop_mode": torch._C._pop_torch_function_stack,
+        "routing_mode_below": routing_mode_below,
+        "sample_key": sample_pair_key,
+    }
 
 
 def _int64(data: bytes) -> pa.Array:
@@ -290,12 +297,7 @@ class NativeTracer:
             functions=hook_registry() if self._hook_objects else functional_registry(),
             sample_names=self._function_names,
             all_functions=self._all,
-            rearmed_copy=rearmed_copy,
-            api_name=api_name,
-            push_mode=torch._C._push_on_torch_function_stack,
-            pop_mode=torch._C._pop_torch_function_stack,
-            routing_mode_below=routing_mode_below,
-            sample_key=sample_pair_key,
+            **_mode_callables(),
             singletons=_SINGLETON_TYPES,
             running_before=list(
                 other_threads_running() if self._running_before is None else still_running(self._running_before)
