@@ -1,10 +1,13 @@
 """Build of the compiled CUPTI decoder ``aitune_dispatch.collection._cupti_native`` (``native_shims/``).
 
-Every other setting lives in pyproject.toml. The extension compiles against the CUPTI headers of
-the ``nvidia-cuda-cupti`` wheel and ``cuda.h`` of the ``nvidia-cuda-runtime`` wheel (both build
-requirements; ``nvidia/cu13/include`` once installed; no CUDA toolkit), never links libcupti, and is optional: where
-it cannot build, the package installs without it and the profiler falls back to cupti-python with
-a warning. ``AITUNE_DISPATCH_NATIVE=off`` skips it, ``=require`` makes a failed build an error;
+Every other setting lives in pyproject.toml. The extension compiles against CUPTI 12.6+ or 13.x
+headers: those of the ``nvidia-cuda-cupti`` wheel and ``cuda.h`` of the ``nvidia-cuda-runtime`` wheel
+(the build requirements; ``nvidia/cu13/include`` once installed), or of ``nvidia-cuda-cupti-cu12`` /
+``nvidia-cuda-runtime-cu12`` (``nvidia/cuda_cupti/include``, ``nvidia/cuda_runtime/include``), no CUDA
+toolkit needed. Either build decodes both CUPTI 12 and 13 (the record layout follows the libcupti
+loaded at run time, native_shims/README.md). It never links libcupti, and is optional: where it
+cannot build, the package installs without it and the profiler falls back to cupti-python with a
+warning. ``AITUNE_DISPATCH_NATIVE=off`` skips it, ``=require`` makes a failed build an error;
 ``CUPTI_INCLUDE_DIR`` / ``CUDA_HOME`` point at headers elsewhere.
 """
 
@@ -54,10 +57,19 @@ def _first_with(header: str, dirs: list[Path]) -> Path | None:
     return next((d for d in dirs if (d / header).is_file()), None)
 
 
-def _cupti_major(include: Path) -> int:
+MIN_API_VERSION_12 = 24  # CUPTI_API_VERSION of CUDA 12.6; 13.x headers count from 130000
+
+
+def _cupti_api_version(include: Path) -> int:
+    """``CUPTI_API_VERSION`` of the headers in ``include`` (0 where it cannot be read)."""
     text = (include / "cupti_version.h").read_text(errors="replace")
     match = re.search(r"#define\s+CUPTI_API_VERSION\s+(\d+)", text)
-    return int(match.group(1)) // 10000 if match else 0
+    return int(match.group(1)) if match else 0
+
+
+def _supported_headers(version: int) -> bool:
+    """CUPTI 12.6 to 12.x (API versions 24..9999) or 13.x (130000..139999): the layouts the decoder knows."""
+    return MIN_API_VERSION_12 <= version < 10000 or 130000 <= version < 140000
 
 
 def _include_dirs() -> tuple[list[str], str]:
@@ -65,12 +77,20 @@ def _include_dirs() -> tuple[list[str], str]:
     dirs = _candidates()
     cupti = _first_with("cupti_activity.h", dirs)
     if cupti is None:
-        return [], "cupti_activity.h not found: install nvidia-cuda-cupti 13.x or set CUPTI_INCLUDE_DIR"
-    if _cupti_major(cupti) != 13:
-        return [], f"{cupti} holds CUPTI headers of another major version than 13 (libcupti.so.13)"
+        return [], (
+            "cupti_activity.h not found: install nvidia-cuda-cupti 13.x (or nvidia-cuda-cupti-cu12 12.6+) "
+            "or set CUPTI_INCLUDE_DIR"
+        )
+    version = _cupti_api_version(cupti)
+    if not _supported_headers(version):
+        return [], (
+            f"{cupti} holds CUPTI headers of API version {version}; the decoder builds against CUPTI 12.6+ "
+            "(API version 24 and up) or 13.x: install nvidia-cuda-cupti 13.x or nvidia-cuda-cupti-cu12 12.6+, "
+            "or set CUPTI_INCLUDE_DIR"
+        )
     cuda = cupti if (cupti / "cuda.h").is_file() else _first_with("cuda.h", dirs)
     if cuda is None:
-        return [], "cuda.h not found: install nvidia-cuda-runtime 13.x or set CUDA_HOME"
+        return [], "cuda.h not found: install nvidia-cuda-runtime (13.x, or -cu12 for 12.x) or set CUDA_HOME"
     return list(dict.fromkeys([COMPAT, str(cupti), str(cuda)])), ""
 
 

@@ -15,15 +15,20 @@
  * is zeroed again on CUPTI's thread and goes back to the pool (beyond POOL_MAX it is unmapped).
  * A buffer requested when the pool is empty is a fresh mmap, zero too: the attribute always holds.
  *
- * libcupti is never linked: its functions are resolved at run time from the copy already in the
- * process (dlopen by soname with RTLD_NOLOAD, the one torch / cupti-python loaded), so importing
- * this module works on a machine without a GPU. cuptiFinalize is never called.
+ * libcupti is never linked: load() opens the path or soname Python hands it (collection/libcupti.py
+ * decides which: the copy already in the process, else the wheel of torch's CUDA major) and resolves
+ * its functions there, so importing this module works on a machine without a GPU. cuptiFinalize is
+ * never called.
  *
- * Record layouts: CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
- * CUpti_ActivityAPI (the CUPTI 13.0 records; later 13.x headers keep them in cupti_activity_deprecated.h and only append
- * fields to their successors, so the offsets read here are the same). Live buffers are walked with
+ * Record layouts: the decoder builds against CUPTI 12.6+ or 13.x headers and reads the kernel record
+ * through CUpti_ActivityKernel9 (12.x) or CUpti_ActivityKernel10 (13.x), then CUpti_ActivityMemcpy6,
+ * CUpti_ActivityMemset4, CUpti_ActivityExternalCorrelation and CUpti_ActivityAPI. Every field read
+ * sits at the same offset in Kernel9 and Kernel10 (asserted below against the explicit offsets
+ * KERNEL_START..KERNEL_GRAPH); only the record size differs (208 against 216 bytes), so the sizes come
+ * from the CUPTI major of the loaded libcupti (its soname; load()), not from the headers: a decoder built on
+ * 13.x headers is right on CUPTI 12 and the other way round. Live buffers are walked with
  * cuptiActivityGetNextRecord (always right for the running libcupti); decode_buffer() replays
- * buffers with our own walk, sized per kind, so tests run without a driver.
+ * buffers with our own walk, sized per kind for a CUPTI major, so tests run without a driver.
  *
  * Kernel, copy and set rows carry the CUDA graph they were replayed from (graphId, graphNodeId; 0
  * outside graphs). The graph observer, the per-thread id stack of launch correlation and the launch
@@ -34,6 +39,7 @@
 #include "cupti_shared.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,7 +58,44 @@
 #define RECORD_ALIGN ((size_t)8)
 #define KIND_SLOTS 128
 #define MAX_RECORD_BYTES ((size_t)1 << 16)
-#define CUPTI_SONAME "libcupti.so.13"
+
+/* The kernel record of the headers at hand: Kernel9 up to CUPTI 12.x, Kernel10 from 13.0 (13.x keeps
+ * it in cupti_activity_deprecated.h). CUPTI_API_VERSION: 24 for CUDA 12.6, ..., 28; 130000 and up for 13.x. */
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 KernelRecord;
+#define HEADER_MAJOR 13
+#elif CUPTI_API_VERSION >= 24
+typedef CUpti_ActivityKernel9 KernelRecord;
+#define HEADER_MAJOR 12
+#else
+#error "the native CUPTI decoder needs CUPTI 12.6+ or 13.x headers (CUPTI_API_VERSION 24 or later)"
+#endif
+
+/* Layouts by CUPTI major: only the kernel record's size differs between 12 (Kernel9) and 13
+ * (Kernel10). The offsets of every kernel field read, one table for both (cf. collection/native.py
+ * FIELD_LAYOUTS, which the tests compare with record_offsets() and cupti-python's dtypes). */
+#define MIN_MAJOR 12
+#define MAX_MAJOR 13
+#define MIN_VERSION_12 24 /* CUPTI_API_VERSION of CUDA 12.6 */
+#define KERNEL_BYTES_12 208 /* sizeof(CUpti_ActivityKernel9) */
+#define KERNEL_BYTES_13 216 /* sizeof(CUpti_ActivityKernel10) */
+static const size_t KERNEL_BYTES[MAX_MAJOR + 1] = {[12] = KERNEL_BYTES_12, [13] = KERNEL_BYTES_13};
+enum {
+    KERNEL_START = 16, KERNEL_END = 24, KERNEL_DEVICE = 40, KERNEL_STREAM = 48, KERNEL_CORRELATION = 92,
+    KERNEL_NAME = 104, KERNEL_GRAPH_NODE = 144, KERNEL_GRAPH = 156,
+};
+_Static_assert(offsetof(KernelRecord, start) == KERNEL_START, "kernel start moved");
+_Static_assert(offsetof(KernelRecord, end) == KERNEL_END, "kernel end moved");
+_Static_assert(offsetof(KernelRecord, deviceId) == KERNEL_DEVICE, "kernel deviceId moved");
+_Static_assert(offsetof(KernelRecord, streamId) == KERNEL_STREAM, "kernel streamId moved");
+_Static_assert(offsetof(KernelRecord, correlationId) == KERNEL_CORRELATION, "kernel correlationId moved");
+_Static_assert(offsetof(KernelRecord, name) == KERNEL_NAME, "kernel name moved");
+_Static_assert(offsetof(KernelRecord, graphNodeId) == KERNEL_GRAPH_NODE, "kernel graphNodeId moved");
+_Static_assert(offsetof(KernelRecord, graphId) == KERNEL_GRAPH, "kernel graphId moved");
+_Static_assert(sizeof(KernelRecord) == (HEADER_MAJOR == 12 ? KERNEL_BYTES_12 : KERNEL_BYTES_13), "kernel record size");
+/* the same in 12.6+ and 13.x */
+_Static_assert(sizeof(CUpti_ActivityMemcpy6) == 96 && sizeof(CUpti_ActivityMemset4) == 88, "copy / set records");
+_Static_assert(sizeof(CUpti_ActivityExternalCorrelation) == 24 && sizeof(CUpti_ActivityAPI) == 40, "link / API");
 
 /* records.KIND_KERNEL / KIND_MEMCPY / KIND_MEMSET */
 enum { ROW_KERNEL = 0, ROW_MEMCPY = 1, ROW_MEMSET = 2 };
@@ -70,6 +113,7 @@ enum { ROW_KERNEL = 0, ROW_MEMCPY = 1, ROW_MEMSET = 2 };
 typedef __typeof__(&cuptiActivityRegisterCallbacks) RegisterFn;
 typedef __typeof__(&cuptiActivityGetNextRecord) NextRecordFn;
 typedef __typeof__(&cuptiActivitySetAttribute) SetAttributeFn;
+typedef __typeof__(&cuptiGetVersion) VersionFn;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* columns                                                                                        */
@@ -272,7 +316,7 @@ static void decode_record(Collector *c, const CUpti_Activity *record) {
     switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)record;
+        const KernelRecord *k = (const KernelRecord *)record;
         push_row(c, k->correlationId, k->start, k->end, k->deviceId, k->streamId, ROW_KERNEL,
                  intern_kernel(c, k->name), k->graphId, k->graphNodeId);
         break;
@@ -340,10 +384,11 @@ static void walk_cupti(Collector *c, NextRecordFn next, uint8_t *buffer, size_t 
     }
 }
 
-static void default_record_sizes(size_t *sizes) {
+/** The record sizes of one CUPTI major (MIN_MAJOR..MAX_MAJOR) by activity kind. */
+static void default_record_sizes(size_t *sizes, int major) {
     memset(sizes, 0, sizeof(size_t) * KIND_SLOTS);
-    sizes[CUPTI_ACTIVITY_KIND_KERNEL] = sizeof(CUpti_ActivityKernel10);
-    sizes[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] = sizeof(CUpti_ActivityKernel10);
+    sizes[CUPTI_ACTIVITY_KIND_KERNEL] = KERNEL_BYTES[major];
+    sizes[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] = KERNEL_BYTES[major];
     sizes[CUPTI_ACTIVITY_KIND_MEMCPY] = sizeof(CUpti_ActivityMemcpy6);
     sizes[CUPTI_ACTIVITY_KIND_MEMSET] = sizeof(CUpti_ActivityMemset4);
     sizes[CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION] = sizeof(CUpti_ActivityExternalCorrelation);
@@ -356,8 +401,8 @@ static size_t bytes_read(uint32_t kind) {
     switch (kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-        return MAX2(MAX2(FIELD_END(CUpti_ActivityKernel10, name), FIELD_END(CUpti_ActivityKernel10, correlationId)),
-                    MAX2(FIELD_END(CUpti_ActivityKernel10, graphNodeId), FIELD_END(CUpti_ActivityKernel10, graphId)));
+        return MAX2(MAX2(FIELD_END(KernelRecord, name), FIELD_END(KernelRecord, correlationId)),
+                    MAX2(FIELD_END(KernelRecord, graphNodeId), FIELD_END(KernelRecord, graphId)));
     case CUPTI_ACTIVITY_KIND_MEMCPY:
         return MAX2(MAX2(FIELD_END(CUpti_ActivityMemcpy6, correlationId), FIELD_END(CUpti_ActivityMemcpy6, streamId)),
                     MAX2(FIELD_END(CUpti_ActivityMemcpy6, graphNodeId), FIELD_END(CUpti_ActivityMemcpy6, graphId)));
@@ -614,9 +659,59 @@ static PyObject *raw_records(const Collector *c) {
         column(c->graph_id, c->rows, sizeof(int64_t)), column(c->graph_node_id, c->rows, sizeof(int64_t)));
 }
 
-/** Record sizes by kind: the defaults, updated from a {kind: bytes} mapping (0 removes a kind). */
-static int parse_record_sizes(PyObject *mapping, size_t *sizes) {
-    default_record_sizes(sizes);
+/* The CUPTI the records come from, once load() opened it: its major (0 before), which picks the record
+ * layout of the live collector and the default one of decode_buffer(), and its API version where it
+ * was asked (cuptiGetVersion; 0 where not). */
+static int loaded_major;
+static uint32_t running_version;
+
+/** The CUPTI major of an API version (24..9999: 12.x, 130000..: 13.x and on); 0 where it is none of them. */
+static int major_of(uint32_t version) {
+    if (version >= 130000) return (int)(version / 10000);
+    return version >= 19 ? 12 : 0; /* 19: CUDA 12.0 (the versions before 130000 count 12.x releases) */
+}
+
+/** The major in a loaded library's DT_SONAME (libcupti.so.<major>), or -1 where it has none. Read from
+ * the ELF dynamic section, not asked of CUPTI: without a driver cuptiGetVersion fails (13.5) or
+ * crashes (13.2), while the soname is always there. */
+static int soname_major(void *handle) {
+    struct link_map *map = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map || !map->l_ld) return -1;
+    const char *strtab = NULL;
+    long soname = -1;
+    for (const ElfW(Dyn) *d = map->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_STRTAB) {
+            ElfW(Addr) at = d->d_un.d_ptr;
+            strtab = (const char *)(at < map->l_addr ? at + map->l_addr : at); /* unrelocated on some arches */
+        } else if (d->d_tag == DT_SONAME) {
+            soname = (long)d->d_un.d_val;
+        }
+    }
+    if (!strtab || soname < 0) return -1;
+    const char *suffix = strstr(strtab + soname, ".so.");
+    if (!suffix || suffix[4] < '0' || suffix[4] > '9') return -1;
+    return atoi(suffix + 4);
+}
+
+/** The layout used where none is asked for: the loaded libcupti's major, else the headers'. */
+static int running_major(void) { return loaded_major ? loaded_major : HEADER_MAJOR; }
+
+/** A CUPTI major from a Python int or None (the running one); -1 with a ValueError where no layout exists. */
+static int parse_major(PyObject *value) {
+    if (!value || value == Py_None) return running_major();
+    long major = PyLong_AsLong(value);
+    if (major == -1 && PyErr_Occurred()) return -1;
+    if (major < MIN_MAJOR || major > MAX_MAJOR) {
+        PyErr_Format(PyExc_ValueError, "cupti_major: no record layout for CUPTI %ld; the decoder knows %d to %d",
+                     major, MIN_MAJOR, MAX_MAJOR);
+        return -1;
+    }
+    return (int)major;
+}
+
+/** Record sizes by kind: the layout of a CUPTI major, updated from a {kind: bytes} mapping (0 removes a kind). */
+static int parse_record_sizes(PyObject *mapping, int major, size_t *sizes) {
+    default_record_sizes(sizes, major);
     if (!mapping || mapping == Py_None) return 1;
     if (!PyDict_Check(mapping)) {
         PyErr_SetString(PyExc_TypeError, "record_sizes must be a dict {activity kind: record bytes} or None");
@@ -644,10 +739,15 @@ static int parse_record_sizes(PyObject *mapping, size_t *sizes) {
     return 1;
 }
 
-static PyObject *py_record_sizes(PyObject *self, PyObject *unused) {
-    (void)self; (void)unused;
+static PyObject *py_record_sizes(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"cupti_major", NULL};
+    PyObject *requested = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:record_sizes", keywords, &requested)) return NULL;
+    int major = parse_major(requested);
+    if (major < 0) return NULL;
     size_t sizes[KIND_SLOTS];
-    default_record_sizes(sizes);
+    default_record_sizes(sizes, major);
     PyObject *result = PyDict_New();
     for (int kind = 0; result && kind < KIND_SLOTS; kind++) {
         if (!sizes[kind]) continue;
@@ -658,19 +758,48 @@ static PyObject *py_record_sizes(PyObject *self, PyObject *unused) {
     return result;
 }
 
+/** {field: offset} of every field read, by record, as the headers the module was built with place them. */
+static PyObject *py_record_offsets(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+#define AT(type, field) (unsigned long long)offsetof(type, field)
+    return Py_BuildValue(
+        "{s{sKsKsKsKsKsKsKsK}s{sKsKsKsKsKsKsKsKsKsK}s{sKsKsKsKsKsKsKsK}s{sKsKsK}s{sKsKsKsKsK}}",
+        "kernel", "start", AT(KernelRecord, start), "end", AT(KernelRecord, end), "device_id", AT(KernelRecord, deviceId),
+        "stream_id", AT(KernelRecord, streamId), "correlation_id", AT(KernelRecord, correlationId),
+        "name", AT(KernelRecord, name), "graph_node_id", AT(KernelRecord, graphNodeId),
+        "graph_id", AT(KernelRecord, graphId),
+        "memcpy", "copy_kind", AT(CUpti_ActivityMemcpy6, copyKind), "src_kind", AT(CUpti_ActivityMemcpy6, srcKind),
+        "dst_kind", AT(CUpti_ActivityMemcpy6, dstKind), "start", AT(CUpti_ActivityMemcpy6, start),
+        "end", AT(CUpti_ActivityMemcpy6, end), "device_id", AT(CUpti_ActivityMemcpy6, deviceId),
+        "stream_id", AT(CUpti_ActivityMemcpy6, streamId), "correlation_id", AT(CUpti_ActivityMemcpy6, correlationId),
+        "graph_node_id", AT(CUpti_ActivityMemcpy6, graphNodeId), "graph_id", AT(CUpti_ActivityMemcpy6, graphId),
+        "memset", "memory_kind", AT(CUpti_ActivityMemset4, memoryKind), "start", AT(CUpti_ActivityMemset4, start),
+        "end", AT(CUpti_ActivityMemset4, end), "device_id", AT(CUpti_ActivityMemset4, deviceId),
+        "stream_id", AT(CUpti_ActivityMemset4, streamId), "correlation_id", AT(CUpti_ActivityMemset4, correlationId),
+        "graph_node_id", AT(CUpti_ActivityMemset4, graphNodeId), "graph_id", AT(CUpti_ActivityMemset4, graphId),
+        "correlation", "external_kind", AT(CUpti_ActivityExternalCorrelation, externalKind),
+        "external_id", AT(CUpti_ActivityExternalCorrelation, externalId),
+        "correlation_id", AT(CUpti_ActivityExternalCorrelation, correlationId),
+        "api", "cbid", AT(CUpti_ActivityAPI, cbid), "start", AT(CUpti_ActivityAPI, start), "end", AT(CUpti_ActivityAPI, end),
+        "thread_id", AT(CUpti_ActivityAPI, threadId), "correlation_id", AT(CUpti_ActivityAPI, correlationId));
+#undef AT
+}
+
 static PyObject *py_decode_buffer(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *keywords[] = {"buffer", "external_kind", "record_sizes", NULL};
+    static char *keywords[] = {"buffer", "external_kind", "record_sizes", "cupti_major", NULL};
     Py_buffer view;
     int external_kind;
-    PyObject *sizes = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*i|O:decode_buffer", keywords, &view, &external_kind, &sizes))
+    PyObject *sizes = NULL, *requested = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*i|OO:decode_buffer", keywords, &view, &external_kind, &sizes,
+                                     &requested))
         return NULL;
     Collector c;
     memset(&c, 0, sizeof(c));
     c.external_kind = external_kind;
     PyObject *result = NULL;
-    if (parse_record_sizes(sizes, c.record_size)) {
+    int major = parse_major(requested);
+    if (major >= 0 && parse_record_sizes(sizes, major, c.record_size)) {
         const uint8_t *data = view.buf;
         void *copy = NULL;
         if ((uintptr_t)data % RECORD_ALIGN && view.len) { /* records are read in place: align them */
@@ -691,47 +820,103 @@ static PyObject *py_decode_buffer(PyObject *self, PyObject *args, PyObject *kwar
     return result;
 }
 
-static PyObject *load_error(const char *detail) {
+static PyObject *load_error(const char *path, const char *detail) {
     PyErr_Format(PyExc_OSError,
-                 "cannot use libcupti (%s): import torch with CUDA 13 (it loads " CUPTI_SONAME
-                 ") or install nvidia-cuda-cupti 13.x, or pass decoder='python'",
-                 detail ? detail : "unknown error");
+                 "cannot use libcupti %s (%s): import a torch built with CUDA 12.6+ or 13.x (it loads its libcupti) "
+                 "or install the CUPTI wheel of its CUDA major (nvidia-cuda-cupti-cu12 for CUDA 12, nvidia-cuda-cupti "
+                 "for 13), or pass decoder='python'",
+                 path, detail ? detail : "unknown error");
     return NULL;
 }
 
-/** Resolve the three CUPTI functions; return the library file they come from. */
+/** The path of the library a resolved function lives in, else `fallback`. */
+static PyObject *library_path(const char *fallback) {
+    Dl_info info;
+    if (dladdr((void *)p_register, &info) && info.dli_fname) return PyUnicode_DecodeFSDefault(info.dli_fname);
+    return PyUnicode_DecodeFSDefault(fallback);
+}
+
+static const char *loaded_from = "";
+
+/** Open the libcupti at `path` (a file or a soname, as collection/libcupti.py decided), check that its
+ * CUPTI major has a record layout here, resolve its functions; return its file. Once one is loaded,
+ * later calls return it and ignore `path`. */
 static PyObject *py_load(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"path", NULL};
     const char *path = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|z:load", keywords, &path)) return NULL;
-    if (!cupti_library) {
-        /* the copy already in the process; else the wheel's (what torch and cupti-python load, so
-           they find ours instead of a second copy); else whatever the loader finds by soname */
-        void *handle = dlopen(CUPTI_SONAME, RTLD_NOW | RTLD_NOLOAD);
-        if (!handle && path) handle = dlopen(path, RTLD_NOW);
-        if (!handle) handle = dlopen(CUPTI_SONAME, RTLD_NOW);
-        if (!handle) return load_error(dlerror());
-        RegisterFn reg = (RegisterFn)dlsym(handle, "cuptiActivityRegisterCallbacks");
-        NextRecordFn next = (NextRecordFn)dlsym(handle, "cuptiActivityGetNextRecord");
-        ResultStringFn text = (ResultStringFn)dlsym(handle, "cuptiGetResultString");
-        if (!reg || !next) { dlclose(handle); return load_error("cuptiActivityRegisterCallbacks not found"); }
-        p_register = reg; p_next_record = next; p_result_string = text;
-        /* optional: without them the graph observer says so when started */
-        p_subscribe = (SubscribeFn)dlsym(handle, "cuptiSubscribe");
-        p_unsubscribe = (UnsubscribeFn)dlsym(handle, "cuptiUnsubscribe");
-        p_enable_callback = (EnableCallbackFn)dlsym(handle, "cuptiEnableCallback");
-        p_graph_node_id = (GraphNodeIdFn)dlsym(handle, "cuptiGetGraphNodeId");
-        p_graph_id = (GraphIdFn)dlsym(handle, "cuptiGetGraphId");
-        p_push = (PushFn)dlsym(handle, "cuptiActivityPushExternalCorrelationId");
-        p_pop = (PopFn)dlsym(handle, "cuptiActivityPopExternalCorrelationId");
-        p_set_attribute = (SetAttributeFn)dlsym(handle, "cuptiActivitySetAttribute");
-        p_timestamp = (TimestampFn)dlsym(handle, "cuptiGetTimestamp");
-        cupti_library = handle;
+    if (cupti_library) return library_path(loaded_from);
+    if (!path) {
+        PyErr_SetString(PyExc_ValueError, "load() needs the libcupti to open: use collection.native.loaded_module()");
+        return NULL;
     }
-    Dl_info info;
-    if (dladdr((void *)p_register, &info) && info.dli_fname) return PyUnicode_DecodeFSDefault(info.dli_fname);
-    return PyUnicode_FromString(CUPTI_SONAME);
+    void *handle = dlopen(path, RTLD_NOW);
+    if (!handle) return load_error(path, dlerror());
+    RegisterFn reg = (RegisterFn)dlsym(handle, "cuptiActivityRegisterCallbacks");
+    NextRecordFn next = (NextRecordFn)dlsym(handle, "cuptiActivityGetNextRecord");
+    ResultStringFn text = (ResultStringFn)dlsym(handle, "cuptiGetResultString");
+    VersionFn get_version = (VersionFn)dlsym(handle, "cuptiGetVersion");
+    if (!reg || !next) { dlclose(handle); return load_error(path, "cuptiActivityRegisterCallbacks not found"); }
+    /* The major from the soname; the version is asked only of CUPTI 12 (whose 12.6 minimum it checks,
+       and which answers without a driver) or of a library without a soname. */
+    int major = soname_major(handle);
+    uint32_t version = 0;
+    if ((major < 0 || major == 12) && get_version && get_version(&version) != CUPTI_SUCCESS) version = 0;
+    if (major < 0) major = major_of(version);
+    if (major <= 0) {
+        dlclose(handle);
+        return load_error(path, "neither its soname (libcupti.so.<major>) nor cuptiGetVersion tells its CUPTI version");
+    }
+    if (major < MIN_MAJOR || major > MAX_MAJOR || (major == 12 && version && version < MIN_VERSION_12)) {
+        dlclose(handle);
+        PyErr_Format(PyExc_OSError,
+                     "libcupti %s is CUPTI %d (API version %u), whose record layout this decoder does not know (it "
+                     "reads CUPTI 12.6+, API version %d and up, and 13.x); use a torch built with CUDA 12.6+ or "
+                     "13.x, or pass decoder='python'",
+                     path, major, (unsigned)version, MIN_VERSION_12);
+        return NULL;
+    }
+    p_register = reg; p_next_record = next; p_result_string = text;
+    /* optional: without them the graph observer says so when started */
+    p_subscribe = (SubscribeFn)dlsym(handle, "cuptiSubscribe");
+    p_unsubscribe = (UnsubscribeFn)dlsym(handle, "cuptiUnsubscribe");
+    p_enable_callback = (EnableCallbackFn)dlsym(handle, "cuptiEnableCallback");
+    p_graph_node_id = (GraphNodeIdFn)dlsym(handle, "cuptiGetGraphNodeId");
+    p_graph_id = (GraphIdFn)dlsym(handle, "cuptiGetGraphId");
+    p_push = (PushFn)dlsym(handle, "cuptiActivityPushExternalCorrelationId");
+    p_pop = (PopFn)dlsym(handle, "cuptiActivityPopExternalCorrelationId");
+    p_set_attribute = (SetAttributeFn)dlsym(handle, "cuptiActivitySetAttribute");
+    p_timestamp = (TimestampFn)dlsym(handle, "cuptiGetTimestamp");
+    char *kept = strdup(path);
+    loaded_from = kept ? kept : "libcupti";
+    pthread_mutex_lock(&live_lock);
+    loaded_major = major;
+    running_version = version;
+    default_record_sizes(live.record_size, major);
+    pthread_mutex_unlock(&live_lock);
+    cupti_library = handle;
+    return library_path(loaded_from);
+}
+
+/** The file of the loaded libcupti, or None before load(). */
+static PyObject *py_library(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    if (!cupti_library) Py_RETURN_NONE;
+    return library_path(loaded_from);
+}
+
+/** The loaded libcupti's CUPTI API version (cuptiGetVersion), or None before load() or where not asked. */
+static PyObject *py_cupti_version(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    if (!running_version) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(running_version);
+}
+
+/** The CUPTI major whose record layout decodes by default: the loaded libcupti's, else the headers'. */
+static PyObject *py_cupti_major(PyObject *self, PyObject *unused) {
+    (void)self; (void)unused;
+    return PyLong_FromLong(running_major());
 }
 
 static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -741,7 +926,7 @@ static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *sizes = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|O:register", keywords, &external_kind, &sizes)) return NULL;
     size_t parsed[KIND_SLOTS];
-    if (!parse_record_sizes(sizes, parsed)) return NULL;
+    if (!parse_record_sizes(sizes, running_major(), parsed)) return NULL;
     if (!p_register) {
         PyErr_SetString(PyExc_RuntimeError, "libcupti is not loaded: call _cupti_native.load() first");
         return NULL;
@@ -838,12 +1023,14 @@ static PyObject *py_simulate_delivery(PyObject *self, PyObject *args, PyObject *
 
 static PyObject *py_reset(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *keywords[] = {"external_kind", "record_sizes", NULL};
+    static char *keywords[] = {"external_kind", "record_sizes", "cupti_major", NULL};
     int external_kind;
-    PyObject *sizes = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|O:_reset", keywords, &external_kind, &sizes)) return NULL;
+    PyObject *sizes = NULL, *requested = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|OO:_reset", keywords, &external_kind, &sizes, &requested))
+        return NULL;
     size_t parsed[KIND_SLOTS];
-    if (!parse_record_sizes(sizes, parsed)) return NULL;
+    int major = parse_major(requested);
+    if (major < 0 || !parse_record_sizes(sizes, major, parsed)) return NULL;
     lock_live();
     collector_clear(&live);
     live.external_kind = external_kind;
@@ -858,13 +1045,18 @@ static PyObject *py_reset(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 static PyMethodDef methods[] = {
     {"load", (PyCFunction)(void (*)(void))py_load, METH_VARARGS | METH_KEYWORDS,
-     "Resolve libcupti's functions from the copy in the process; return its path."},
+     "Open the libcupti at this path or soname, check its CUPTI version, resolve its functions; return its file."},
+    {"library", py_library, METH_NOARGS, "The file of the loaded libcupti, or None before load()."},
+    {"cupti_version", py_cupti_version, METH_NOARGS, "The loaded libcupti's CUPTI API version, or None."},
+    {"cupti_major", py_cupti_major, METH_NOARGS, "The CUPTI major whose layout decodes by default."},
+    {"record_offsets", py_record_offsets, METH_NOARGS, "Offsets of the fields read, by record, in the headers built with."},
     {"register", (PyCFunction)(void (*)(void))py_register, METH_VARARGS | METH_KEYWORDS,
      "Register this module's CUPTI buffer callbacks and forget older records."},
     {"take", py_take, METH_NOARGS, "Every record delivered since register(), as raw columns; resets them."},
     {"decode_buffer", (PyCFunction)(void (*)(void))py_decode_buffer, METH_VARARGS | METH_KEYWORDS,
      "Decode one activity buffer (replay, no CUPTI needed) into raw columns."},
-    {"record_sizes", py_record_sizes, METH_NOARGS, "Compiled record sizes by activity kind."},
+    {"record_sizes", (PyCFunction)(void (*)(void))py_record_sizes, METH_VARARGS | METH_KEYWORDS,
+     "Record sizes by activity kind of a CUPTI major's layout (default: the running one)."},
     {"stats", py_stats, METH_NOARGS, "Buffer counters of the live collector since register()."},
     {"prepare_buffers", py_prepare_buffers, METH_VARARGS,
      "Keep this many zeroed, faulted-in activity buffers ready (0 releases them); return how many are ready."},
@@ -892,12 +1084,12 @@ PyMODINIT_FUNC PyInit__cupti_native(void) {
     }
     if (PyModule_AddIntConstant(m, "BUFFER_BYTES", (long)BUFFER_BYTES) < 0
         || PyModule_AddIntConstant(m, "CUPTI_API_VERSION", CUPTI_API_VERSION) < 0
-        || PyModule_AddStringConstant(m, "CUPTI_SONAME", CUPTI_SONAME) < 0) {
+        || PyModule_AddIntConstant(m, "CUPTI_HEADER_MAJOR", HEADER_MAJOR) < 0) {
         Py_DECREF(m);
         return NULL;
     }
     pthread_mutex_lock(&live_lock);
-    if (!live.record_size[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) default_record_sizes(live.record_size);
+    if (!live.record_size[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL]) default_record_sizes(live.record_size, running_major());
     pthread_mutex_unlock(&live_lock);
     return m;
 }

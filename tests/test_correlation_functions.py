@@ -162,14 +162,11 @@ def test_a_pass_that_pushes_without_push_and_pop_is_refused():
     assert not tracer.running() and not torch._C._len_torch_function_stack()
 
 
-def _wheel_libcupti() -> Path | None:
-    import nvidia
+def _wheel_libcupti() -> str | None:
+    """The CUPTI wheel's libcupti of torch's CUDA major (of any supported major for a CPU torch)."""
+    from aitune_dispatch.collection import libcupti
 
-    for root in nvidia.__path__:
-        for sub in ("cu13/lib", "cuda_cupti/lib"):
-            if (Path(root) / sub / "libcupti.so.13").is_file():
-                return Path(root) / sub / "libcupti.so.13"
-    return None
+    return next(filter(None, (libcupti.wheel_libcupti(m) for m in libcupti.candidate_majors())), None)
 
 
 def test_the_cupti_source_hands_over_the_libcupti_already_loaded():
@@ -181,7 +178,7 @@ def test_the_cupti_source_hands_over_the_libcupti_already_loaded():
     except ImportError:
         path = None
     if path is None:
-        pytest.skip("no nvidia-cuda-cupti wheel here")
+        pytest.skip("no CUPTI wheel (nvidia-cuda-cupti, nvidia-cuda-cupti-cu12) here")
     script = textwrap.dedent(
         f"""
         import ctypes, types
@@ -197,12 +194,13 @@ def test_the_cupti_source_hands_over_the_libcupti_already_loaded():
             try:
                 cupti_source.libcupti_correlation_functions()
             except RuntimeError as error:
-                assert "libcupti.so.13 is not loaded" in str(error), error
+                assert "is loaded in this process" in str(error), error
             else:
                 raise AssertionError("resolved a libcupti that is not loaded")
             library = ctypes.CDLL({str(path)!r})
         else:
-            library = ctypes.CDLL("libcupti.so.13")
+            from aitune_dispatch.collection import libcupti
+            library = ctypes.CDLL(libcupti.loaded_libcupti())
         before = mapped()
         address = lambda name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value
         expected = (address("cuptiActivityPushExternalCorrelationId"), address("cuptiActivityPopExternalCorrelationId"))

@@ -8,6 +8,7 @@ The native cases skip, with the reason in the summary, only where the extension 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 import random
@@ -21,6 +22,7 @@ from fixture_models import NATIVE_MISSING, cupti_native, needs_native
 from aitune_dispatch.collection import native
 from aitune_dispatch.collection.cupti_source import callback_names
 from aitune_dispatch.collection.decoded import API_DRIVER, API_RUNTIME, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET
+from aitune_dispatch.collection.libcupti import cupti_python_version
 from aitune_dispatch.collection.native import NativeRecordSink, decode_buffer_py, to_decoded
 from aitune_dispatch.collection.python import PythonRecordSink
 
@@ -28,11 +30,14 @@ cupti = pytest.importorskip("cupti.cupti", reason="cupti-python provides the rec
 
 
 KINDS = cupti.ActivityKind
-KERNEL_DTYPE = cupti.activity_kernel10_dtype
-MEMCPY_DTYPE = cupti.activity_memcpy6_dtype
-MEMSET_DTYPE = cupti.activity_memset4_dtype
-LINK_DTYPE = cupti.activity_external_correlation_dtype
-API_DTYPE = cupti.activity_api_dtype
+# the installed cupti-python's records (Kernel9 in 12.x, Kernel10 in 13.x; either naming scheme)
+KERNEL_DTYPE = native.cupti_dtype(cupti, "kernel")
+MEMCPY_DTYPE = native.cupti_dtype(cupti, "memcpy")
+MEMSET_DTYPE = native.cupti_dtype(cupti, "memset")
+LINK_DTYPE = native.cupti_dtype(cupti, "external_correlation")
+API_DTYPE = native.cupti_dtype(cupti, "api")
+CUPTI_PYTHON_MAJOR = int(cupti_python_version().split(".")[0])
+MAJORS = sorted(native.RECORD_BYTES)  # every CUPTI record layout the decoders know: 12 and 13
 OURS = int(cupti.ExternalCorrelationKind.CUSTOM2)
 OTHER = int(cupti.ExternalCorrelationKind.CUSTOM0)
 HTOD, PINNED, DEVICE = 1, 2, 3  # CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind codes
@@ -43,11 +48,20 @@ RELU = ctypes.create_string_buffer(b"elementwise_relu")
 GEMM_AGAIN = ctypes.create_string_buffer(GEMM.value)  # same text at another address
 
 
+# The dtypes the builders below write records with: cupti-python's, or (for the duration of a test
+# the ``decode`` fixture runs in an explicit layout) those of native.record_dtype for CUPTI 12 or 13.
+DTYPES = {"kernel": KERNEL_DTYPE, "memcpy": MEMCPY_DTYPE, "memset": MEMSET_DTYPE, "correlation": LINK_DTYPE,
+          "api": API_DTYPE}  # fmt: skip
+LAYOUT: dict[str, int | None] = {"major": None}  # the CUPTI major of the buffers built now; None: cupti-python's
+
+
 def _record(dtype: np.dtype, kind: int, **fields: int) -> bytes:
+    """One record; fields the dtype lacks (an explicit layout names only those decoded) stay zero."""
     row = np.zeros(1, dtype)
     row["kind"] = kind
     for name, value in fields.items():
-        row[name] = value
+        if name in dtype.names:
+            row[name] = value
     return row.tobytes()
 
 
@@ -62,7 +76,7 @@ def kernel(
     """A concurrent-kernel record lasting 40 ns; ``graph`` = (graph id, graph node id) of a replay."""
     address = ctypes.addressof(name) if name is not None else 0
     return _record(
-        KERNEL_DTYPE,
+        DTYPES["kernel"],
         int(KINDS.CONCURRENT_KERNEL),
         correlation_id=correlation,
         start=start,
@@ -84,7 +98,7 @@ def memcpy(
     graph: tuple[int, int] = (0, 0),
 ) -> bytes:
     return _record(
-        MEMCPY_DTYPE,
+        DTYPES["memcpy"],
         int(KINDS.MEMCPY),
         correlation_id=correlation,
         start=start,
@@ -102,7 +116,7 @@ def memcpy(
 
 def memset(correlation: int, start: int, memory: int = DEVICE, graph: tuple[int, int] = (0, 0)) -> bytes:
     return _record(
-        MEMSET_DTYPE,
+        DTYPES["memset"],
         int(KINDS.MEMSET),
         correlation_id=correlation,
         start=start,
@@ -118,7 +132,7 @@ def memset(correlation: int, start: int, memory: int = DEVICE, graph: tuple[int,
 
 def link(correlation: int, op_id: int, external_kind: int = OURS) -> bytes:
     return _record(
-        LINK_DTYPE,
+        DTYPES["correlation"],
         int(KINDS.EXTERNAL_CORRELATION),
         external_kind=external_kind,
         external_id=op_id,
@@ -133,7 +147,7 @@ LAUNCH_KERNEL, MEMCPY_ASYNC, CU_LAUNCH_KERNEL = 211, 41, 307
 def api(correlation: int, driver: bool = False, start: int = 0, cbid: int = 0, thread: int = 4242) -> bytes:
     """A runtime (or driver) API record lasting 30 ns, by default cudaLaunchKernel / cuLaunchKernel."""
     return _record(
-        API_DTYPE,
+        DTYPES["api"],
         int(KINDS.DRIVER if driver else KINDS.RUNTIME),
         correlation_id=correlation,
         cbid=cbid or (CU_LAUNCH_KERNEL if driver else LAUNCH_KERNEL),
@@ -164,10 +178,25 @@ Decode = Callable[..., tuple]
 BACKENDS = [pytest.param("native", marks=needs_native), "python"]
 
 
+LAYOUTS = [None, *MAJORS]  # cupti-python's record dtypes, then the explicit CUDA 12 and CUDA 13 layouts
+
+
+@pytest.fixture(params=LAYOUTS, ids=lambda major: "cupti-python" if major is None else f"cuda{major}")
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
+    """Build this test's records in one layout: cupti-python's, or CUPTI 12's (Kernel9) or 13's (Kernel10)."""
+    major = request.param
+    if major is not None:
+        monkeypatch.setitem(LAYOUT, "major", major)
+        for record in DTYPES:
+            monkeypatch.setitem(DTYPES, record, native.record_dtype(record, major))
+    return major
+
+
 @pytest.fixture(params=BACKENDS)
-def decode(request: pytest.FixtureRequest) -> Decode:
-    """``decode_buffer`` of one backend: the extension, or its pure-Python twin."""
-    return cupti_native.decode_buffer if request.param == "native" else decode_buffer_py
+def decode(request: pytest.FixtureRequest, layout: int | None) -> Decode:
+    """``decode_buffer`` of one backend (the extension, or its pure-Python twin), reading ``layout``'s records."""
+    function = cupti_native.decode_buffer if request.param == "native" else decode_buffer_py
+    return function if layout is None else functools.partial(function, cupti_major=layout)
 
 
 def test_native_extension_is_built():
@@ -175,15 +204,17 @@ def test_native_extension_is_built():
         if os.environ.get("AITUNE_DISPATCH_NATIVE") == "require":
             pytest.fail(NATIVE_MISSING)
         pytest.skip(NATIVE_MISSING)
-    assert cupti_native.CUPTI_SONAME == "libcupti.so.13"
-    assert cupti_native.CUPTI_API_VERSION // 10000 == 13
+    version = cupti_native.CUPTI_API_VERSION  # the headers': 24..28 for CUDA 12.6+, 130000 and up for 13.x
+    assert cupti_native.CUPTI_HEADER_MAJOR == (13 if version >= 130000 else 12)
+    assert 24 <= version < 10000 or 130000 <= version < 140000
 
 
 @needs_native
 def test_compiled_record_sizes_match_cupti_python_dtypes():
     sizes = cupti_native.record_sizes()
     assert sizes == {kind: layout.size for kind, layout in native.record_layouts().items()}
-    assert sizes[int(KINDS.CONCURRENT_KERNEL)] == sizes[int(KINDS.KERNEL)] == KERNEL_DTYPE.itemsize == 216
+    kernel_bytes = {12: 208, 13: 216}[CUPTI_PYTHON_MAJOR]  # Kernel9 / Kernel10
+    assert sizes[int(KINDS.CONCURRENT_KERNEL)] == sizes[int(KINDS.KERNEL)] == KERNEL_DTYPE.itemsize == kernel_bytes
     assert sizes[int(KINDS.MEMCPY)] == MEMCPY_DTYPE.itemsize == 96
     assert sizes[int(KINDS.MEMSET)] == MEMSET_DTYPE.itemsize == 88
     assert sizes[int(KINDS.EXTERNAL_CORRELATION)] == LINK_DTYPE.itemsize == 24
@@ -342,10 +373,85 @@ def test_a_cut_record_is_counted(decode: Decode):
 
 def test_record_sizes_replay_a_newer_layout(decode: Decode):
     # CUPTI 13.5 appends fields: a kernel record is 248 bytes there, the fields we read stay put
-    newer = b"".join(kernel(i, 100 * i, GEMM) + bytes(248 - 216) for i in range(3)) + link(1, 7)
+    newer = b"".join(kernel(i, 100 * i, GEMM) + bytes(248 - DTYPES["kernel"].itemsize) for i in range(3)) + link(1, 7)
     records = to_decoded(decode(newer, OURS, {int(KINDS.CONCURRENT_KERNEL): 248}))
     assert records.start_ns.tolist() == [0, 100, 200] and records.ext_id.tolist() == [7]
     assert decode(newer, OURS)[10]["undecodable"] == 1  # with 13.0 sizes the walk lands mid-record
+
+
+def test_the_layouts_differ_only_in_the_kernel_record_size():
+    sizes = {major: native.record_layouts(major) for major in MAJORS}
+    kernels = (int(KINDS.KERNEL), int(KINDS.CONCURRENT_KERNEL))
+    assert [sizes[12][k].size for k in kernels] == [208, 208] and [sizes[13][k].size for k in kernels] == [216, 216]
+    for kind in sizes[12]:  # the fields read sit at the same offsets; the other records keep their size
+        assert sizes[12][kind].fields == sizes[13][kind].fields, kind
+        assert kind in kernels or sizes[12][kind].size == sizes[13][kind].size, kind
+
+
+def test_explicit_layout_tables_match_the_installed_cupti_python():
+    # the tables name CUPTI's kind codes and the dtype fields of the cupti-python of that major
+    assert {key: native.KINDS[key] for key in native.KINDS} == {
+        "kernel": int(KINDS.KERNEL), "concurrent_kernel": int(KINDS.CONCURRENT_KERNEL), "memcpy": int(KINDS.MEMCPY),
+        "memset": int(KINDS.MEMSET), "correlation": int(KINDS.EXTERNAL_CORRELATION), "runtime": int(KINDS.RUNTIME),
+        "driver": int(KINDS.DRIVER),
+    }  # fmt: skip
+    assert native.record_layouts() == native.record_layouts(CUPTI_PYTHON_MAJOR)
+    for record, dtype in {"kernel": KERNEL_DTYPE, "memcpy": MEMCPY_DTYPE, "memset": MEMSET_DTYPE,
+                          "correlation": LINK_DTYPE, "api": API_DTYPE}.items():  # fmt: skip
+        explicit = native.record_dtype(record, CUPTI_PYTHON_MAJOR)
+        assert explicit.itemsize == dtype.itemsize, record
+        assert {name: explicit.fields[name][:2] for name in explicit.names} == {
+            name: dtype.fields[name][:2] for name in explicit.names
+        }, record
+
+
+@needs_native
+@pytest.mark.parametrize("major", MAJORS)
+def test_compiled_layouts_match_the_explicit_tables(major: int):
+    # the headers the extension was built with (12.6+ or 13.x) place every field read where the tables do
+    offsets = cupti_native.record_offsets()
+    assert {record: set(fields) for record, fields in offsets.items()} == {
+        record: set(fields) for record, fields in native.FIELD_LAYOUTS.items()
+    }
+    assert {r: {f: o for f, (o, _) in fields.items()} for r, fields in native.FIELD_LAYOUTS.items()} == offsets
+    explicit = {kind: layout.size for kind, layout in native.record_layouts(major).items()}
+    assert cupti_native.record_sizes(major) == explicit
+    assert cupti_native.record_sizes() == cupti_native.record_sizes(cupti_native.cupti_major())
+    with pytest.raises(ValueError, match="no record layout for CUPTI 14"):
+        cupti_native.record_sizes(14)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("major", MAJORS)
+def test_a_buffer_of_one_layout_is_refused_in_the_other(backend: str, major: int, monkeypatch: pytest.MonkeyPatch):
+    function = cupti_native.decode_buffer if backend == "native" else decode_buffer_py
+    for record in DTYPES:
+        monkeypatch.setitem(DTYPES, record, native.record_dtype(record, major))
+    buffer = kernel(1, 10, GEMM) + kernel(2, 20, RELU) + link(2, 7)
+    right = to_decoded(function(buffer, OURS, cupti_major=major))
+    assert right.correlation_id.tolist() == [1, 2] and right.ext_id.tolist() == [7]
+    other = {12: 13, 13: 12}[major]  # 8 bytes off per kernel: the walk lands mid-record
+    wrong = function(buffer, OURS, cupti_major=other)
+    assert wrong[10]["undecodable"] == 1 and to_decoded(wrong).ext_id.tolist() == []
+    with pytest.raises(ValueError, match="no record layout for CUPTI 11"):
+        function(buffer, OURS, cupti_major=11)
+
+
+def test_cupti_dtype_finds_both_naming_schemes():
+    marker = np.dtype([("kind", "<i4")])
+    newer, older = np.dtype([("kind", "<i4"), ("x", "<u8")]), np.dtype([("kind", "<i4"), ("y", "<u4")])
+    cupti13 = types.SimpleNamespace(
+        activity_kernel9_dtype=older, activity_kernel10_dtype=newer, activity_cdp_kernel_dtype=marker,
+        activity_api_dtype=marker,
+    )  # fmt: skip
+    cupti12 = types.SimpleNamespace(
+        c_upti_activity_kernel8_dtype=newer, c_upti_activity_kernel9_dtype=older,
+        c_upti_activity_memcpy_pto_p4_dtype=marker, c_upti_activity_api_dtype=marker,
+    )  # fmt: skip
+    assert native.cupti_dtype(cupti13, "kernel") is newer and native.cupti_dtype(cupti12, "kernel") is older
+    assert native.cupti_dtype(cupti13, "api") is marker and native.cupti_dtype(cupti12, "api") is marker
+    with pytest.raises(AttributeError, match="publishes no activity_memset"):
+        native.cupti_dtype(cupti12, "memset")
 
 
 def test_record_sizes_are_validated(decode: Decode):
@@ -392,12 +498,11 @@ def test_twins_agree_on_random_buffers(seed: int):
 
 def as_cupti_python_objects(buffer: bytes) -> list[types.SimpleNamespace]:
     """The attributes PythonRecordSink reads, as cupti-python's activity objects carry them."""
-    layouts = native.record_layouts()
-    dtypes = {"kernel": KERNEL_DTYPE, "memcpy": MEMCPY_DTYPE, "memset": MEMSET_DTYPE, "correlation": LINK_DTYPE}
+    layouts = native.record_layouts(LAYOUT["major"])
     objects, offset = [], 0
     while offset < len(buffer):
         layout = layouts[int.from_bytes(buffer[offset : offset + 4], "little")]
-        row = np.frombuffer(buffer, dtypes.get(layout.role, API_DTYPE), count=1, offset=offset)[0]
+        row = np.frombuffer(buffer, DTYPES.get(layout.role, DTYPES["api"]), count=1, offset=offset)[0]
         fields = {name: int(row[name]) for name in row.dtype.names if row[name].shape == () and name != "cache_config"}
         if layout.role == "kernel":
             fields["name"] = ctypes.string_at(fields["name"]).decode() if fields["name"] else ""
@@ -486,8 +591,9 @@ def test_native_sink_take_wraps_the_live_columns(live: types.ModuleType):
     try:
         sink = NativeRecordSink(OURS)
     except OSError as error:
-        pytest.skip(f"libcupti.so.13 cannot be loaded here: {error}")
-    assert sink.name == "native" and sink.library.endswith("libcupti.so.13")
+        pytest.skip(f"no libcupti can be loaded here: {error}")
+    assert sink.name == "native" and sink.library == cupti_native.library()
+    assert os.path.basename(sink.library) == f"libcupti.so.{cupti_native.cupti_major()}"
     live._simulate_delivery(one_pass())
     records = sink.take()
     assert records.names == to_decoded(decode_buffer_py(one_pass(), OURS)).names
@@ -498,7 +604,7 @@ def test_native_sink_warns_about_an_unwalkable_buffer(live: types.ModuleType):
     try:
         sink = NativeRecordSink(OURS)
     except OSError as error:
-        pytest.skip(f"libcupti.so.13 cannot be loaded here: {error}")
+        pytest.skip(f"no libcupti can be loaded here: {error}")
     live._simulate_delivery(kernel(1, 10, GEMM) + _record(KERNEL_DTYPE, int(KINDS.MARKER)))
     with pytest.warns(RuntimeWarning, match="could not walk 1 buffer"):
         assert sink.take().correlation_id.tolist() == [1]

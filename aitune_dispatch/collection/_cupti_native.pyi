@@ -41,11 +41,26 @@ RawRecords = tuple[
 GraphRows = tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, dict[str, int]]
 
 BUFFER_BYTES: int
-CUPTI_API_VERSION: int
-CUPTI_SONAME: str
+CUPTI_API_VERSION: int  # of the headers built with: 24..28 for CUDA 12.6+, 130000 and up for 13.x
+CUPTI_HEADER_MAJOR: int  # 12 or 13
 
 def load(path: str | None = None) -> str:
-    """Resolve libcupti's functions from the copy in the process (else ``path``, else by soname); return its file."""
+    """Open the libcupti at ``path`` (a file or soname, from ``collection/libcupti.py``), check that its
+    CUPTI version (12.6+ or 13.x) has a record layout here, resolve its functions; return its file.
+
+    Once one is loaded, later calls return it and ignore ``path``; OSError where it cannot be used."""
+
+def library() -> str | None:
+    """The file of the loaded libcupti, or None before ``load()``."""
+
+def cupti_version() -> int | None:
+    """The loaded libcupti's CUPTI API version (``cuptiGetVersion``), or None before ``load()``."""
+
+def cupti_major() -> int:
+    """The CUPTI major whose record layout decodes by default: the loaded libcupti's, else the headers'."""
+
+def record_offsets() -> dict[str, dict[str, int]]:
+    """Offsets of the fields read, by record ("kernel", "memcpy", "memset", "correlation", "api"), in the headers."""
 
 def register(external_kind: int, record_sizes: dict[int, int] | None = None) -> None:
     """Register this module's CUPTI buffer callbacks and forget older records (``load()`` first)."""
@@ -53,11 +68,15 @@ def register(external_kind: int, record_sizes: dict[int, int] | None = None) -> 
 def take() -> RawRecords:
     """Every record delivered since ``register()``, as raw columns; the columns start empty again."""
 
-def decode_buffer(buffer: Buffer, external_kind: int, record_sizes: dict[int, int] | None = None) -> RawRecords:
-    """Decode one activity buffer with the sized walk (replay; no CUPTI needed)."""
+def decode_buffer(
+    buffer: Buffer, external_kind: int, record_sizes: dict[int, int] | None = None, cupti_major: int | None = None
+) -> RawRecords:
+    """Decode one activity buffer with the sized walk (replay; no CUPTI needed) in a CUPTI major's layout
+    (12 or 13; default ``cupti_major()``), its sizes updated from ``record_sizes``."""
 
-def record_sizes() -> dict[int, int]:
-    """Compiled record sizes in bytes by activity kind (CUPTI 13.0 layouts)."""
+def record_sizes(cupti_major: int | None = None) -> dict[int, int]:
+    """Record sizes in bytes by activity kind of a CUPTI major's layout (12: Kernel9, 13: Kernel10; default
+    ``cupti_major()``); ValueError for another major."""
 
 def stats() -> dict[str, int | str]:
     """Buffer counters of the live collector since ``register()`` and the walk it uses."""
@@ -76,7 +95,7 @@ def buffers_zeroed(zeroed: bool) -> bool:
 def _simulate_delivery(buffer: Buffer, foreign: bool = False) -> None:
     """Test hook: pass one buffer through the real buffer callbacks, as CUPTI would."""
 
-def _reset(external_kind: int, record_sizes: dict[int, int] | None = None) -> None:
+def _reset(external_kind: int, record_sizes: dict[int, int] | None = None, cupti_major: int | None = None) -> None:
     """Test hook: reset the live collector (sized walk) without registering with CUPTI."""
 
 def graph_observer_start(external_kind: int) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from .. import schema
 from ..schema import SCOPE_BASE
-from . import devices
+from . import devices, libcupti
 from .base import Activity, torch_profiler_active
 from .clock import HostClock, host_clock
 from .decoded import API_DRIVER, API_RUNTIME, DecodedRecords
@@ -42,7 +42,6 @@ PRIME_ID = 2**63 + 2  # the kernel start() launches once collection is on; its r
 _API_RECORDS_WE_NEED = re.compile(r"^(cuda|cu|cu64)(Launch|Memcpy|Memset|GraphLaunch)")
 BUFFER_BYTES = 8 * 1024 * 1024
 _VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cupti's "cudaLaunchKernel_v7000"; Kineto writes "cudaLaunchKernel"
-_LIBCUPTI_SONAMES = ("libcupti.so.13", "libcupti.so")
 
 
 class RecordSink(Protocol):
@@ -61,14 +60,20 @@ class RecordSink(Protocol):
 
 
 def load_cupti() -> Any:
-    """The ``cupti.cupti`` bindings, or a RuntimeError that says how to get them."""
+    """The ``cupti.cupti`` bindings, or a RuntimeError that says how to get them.
+
+    The installed cupti-python must be of torch's CUDA major (12.6+ or 13.x); that is checked before
+    it is imported, since one of the other major would load a second libcupti beside torch's."""
+    major = libcupti.torch_cuda_major()
+    problem = libcupti.cupti_python_problem(major, libcupti.cupti_python_version())
+    if problem is not None:
+        raise RuntimeError(f"the CUDA activity source cannot start: {problem}; or pass device='cpu'")
     try:
         from cupti import cupti
     except ImportError as error:  # missing wheel, or a libcupti that cannot load
         raise RuntimeError(
-            f"the CUDA activity source needs cupti-python ({error}); install it with "
-            "`pip install 'cupti-python>=13.0,<13.1'` matching your CUDA 13 torch, "
-            "or pass device='cpu'"
+            f"the CUDA activity source needs cupti-python of your torch's CUDA major ({error}); install it with "
+            f"{libcupti.install_hint(major)}, or pass device='cpu'"
         ) from error
     return cupti
 
@@ -76,22 +81,21 @@ def load_cupti() -> Any:
 def libcupti_correlation_functions() -> tuple[int, int]:
     """``(push, pop)``: ``cuptiActivityPush/PopExternalCorrelationId`` in the libcupti already loaded,
     for the native tracer; RuntimeError where none is loaded or it lacks them."""
-    for soname in _LIBCUPTI_SONAMES:
-        try:
-            # RTLD_NOLOAD: a handle only to a copy already loaded (it stays loaded by its owner)
-            library = ctypes.CDLL(soname, mode=os.RTLD_NOW | os.RTLD_NOLOAD)
-        except OSError:
-            continue
-        break
-    else:
-        raise RuntimeError("libcupti.so.13 is not loaded in this process; start the CUPTI activity source first")
+    soname = libcupti.loaded_libcupti()
+    if soname is None:
+        raise RuntimeError(
+            "no libcupti (libcupti.so.12 or libcupti.so.13) is loaded in this process; start the CUPTI activity "
+            "source first"
+        )
+    # RTLD_NOLOAD: a handle only to the copy already loaded (it stays loaded by its owner)
+    library = ctypes.CDLL(soname, mode=os.RTLD_NOW | os.RTLD_NOLOAD)
     try:
         push = ctypes.cast(library.cuptiActivityPushExternalCorrelationId, ctypes.c_void_p).value
         pop = ctypes.cast(library.cuptiActivityPopExternalCorrelationId, ctypes.c_void_p).value
     except AttributeError:
         push = pop = None
     if not push or not pop:
-        raise RuntimeError("libcupti lacks cuptiActivityPush/PopExternalCorrelationId")
+        raise RuntimeError(f"{soname} lacks cuptiActivityPush/PopExternalCorrelationId")
     return push, pop
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
 import operator
+import re
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import libcupti
 from .decoded import API_DRIVER, API_RUNTIME, KIND_MEMCPY, KIND_MEMSET, DecodedRecords, memcpy_name, memset_name
 
 try:
@@ -50,31 +50,23 @@ def native_module() -> ModuleType:
     if _native_module is None:
         raise ImportError(
             f"aitune_dispatch.collection._cupti_native is not built ({_NATIVE_IMPORT_ERROR}); reinstall with a C "
-            "compiler and the CUPTI headers present (pip install -e . with nvidia-cuda-cupti and "
-            "nvidia-cuda-runtime 13.x, see native_shims/README.md)"
+            "compiler and CUPTI 12.6+ or 13.x headers present (pip install -e . with nvidia-cuda-cupti and "
+            "nvidia-cuda-runtime 13.x, or nvidia-cuda-cupti-cu12 and nvidia-cuda-runtime-cu12 12.6+; see "
+            "native_shims/README.md)"
         )
     return _native_module
 
 
-@functools.lru_cache(maxsize=1)
-def _wheel_libcupti() -> str | None:
-    """libcupti.so.13 of the nvidia-cuda-cupti wheel: loaded only if no copy is in the process yet.
-
-    Looked up once per process: the namespace-package search would otherwise be paid by every source
-    built and every observed graph capture (a fraction of a millisecond each)."""
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cu13/lib", "cuda_cupti/lib"):
-            path = Path(root) / sub / "libcupti.so.13"
-            if path.is_file():
-                return str(path)
-    return None
+def _load(module: ModuleType) -> str:
+    """Open libcupti in the extension once (the one :mod:`.libcupti` picks); return its file."""
+    library = module.library()
+    return library if library is not None else module.load(libcupti.libcupti_path())
 
 
 def loaded_module() -> ModuleType:
     """The compiled extension with libcupti resolved; raises where it is not built or libcupti will not load."""
     module = native_module()
-    module.load(_wheel_libcupti())
+    _load(module)
     return module
 
 
@@ -89,7 +81,7 @@ class NativeRecordSink:
 
     def __init__(self, external_kind: int) -> None:
         self._native = native_module()
-        self.library: str = self._native.load(_wheel_libcupti())
+        self.library: str = _load(self._native)
         self._external_kind = int(external_kind)
         self.counters: dict[str, int] = {}
         self.warnings: tuple[str, ...] = ()  # what the last take() could not decode, in words
@@ -250,39 +242,95 @@ def _subset(dtype: np.dtype, names: tuple[str, ...]) -> np.dtype:
     )
 
 
-def _latest_dtype(cupti: Any, stem: str) -> np.dtype:
-    """``activity_<stem><N>_dtype`` with the highest N that cupti-python publishes."""
-    versions = [n[len(f"activity_{stem}") : -len("_dtype")] for n in dir(cupti) if n.startswith(f"activity_{stem}")]
-    return getattr(cupti, f"activity_{stem}{max(int(v) for v in versions if v.isdigit())}_dtype")
+def cupti_dtype(cupti: Any, stem: str) -> np.dtype:
+    """cupti-python's record dtype ``<stem><N>`` with the highest N (none for the unversioned ``api``):
+    ``activity_kernel10_dtype`` in cupti-python 13, ``c_upti_activity_kernel9_dtype`` in 12.x."""
+    pattern = re.compile(rf"^(?:c_upti_)?activity_{re.escape(stem)}(\d*)_dtype$")
+    found = {int(m.group(1) or 0): n for n in dir(cupti) if (m := pattern.match(n))}
+    if not found:
+        raise AttributeError(
+            f"cupti-python {libcupti.cupti_python_version()} publishes no activity_{stem}*_dtype record dtype; "
+            f"install the cupti-python of your torch's CUDA major: {libcupti.install_hint(libcupti.torch_cuda_major())}"
+        )
+    return getattr(cupti, found[max(found)])
+
+
+# CUpti_ActivityKind codes, the same in CUPTI 12 and 13 (tests/test_native_decoder.py checks them)
+KINDS = {"kernel": 3, "concurrent_kernel": 10, "memcpy": 1, "memset": 2, "correlation": 39, "runtime": 5, "driver": 4}
+# The fields read, at their offsets and formats, per record; the same in CUPTI 12.6+ and 13.x. The
+# compiled decoder asserts these offsets against the headers it was built with (KERNEL_START.. in
+# native_shims/cupti_decoder.c); the tests compare them with record_offsets() and cupti-python's dtypes.
+FIELD_LAYOUTS: dict[str, dict[str, tuple[int, str]]] = {
+    "kernel": {
+        "start": (16, "<u8"), "end": (24, "<u8"), "device_id": (40, "<u4"), "stream_id": (48, "<u4"),
+        "correlation_id": (92, "<u4"), "name": (104, "<i8"), "graph_node_id": (144, "<u8"), "graph_id": (156, "<u4"),
+    },
+    "memcpy": {
+        "copy_kind": (4, "|u1"), "src_kind": (5, "|u1"), "dst_kind": (6, "|u1"), "start": (16, "<u8"),
+        "end": (24, "<u8"), "device_id": (32, "<u4"), "stream_id": (40, "<u4"), "correlation_id": (44, "<u4"),
+        "graph_node_id": (64, "<u8"), "graph_id": (72, "<u4"),
+    },
+    "memset": {
+        "memory_kind": (50, "<u2"), "start": (16, "<u8"), "end": (24, "<u8"), "device_id": (32, "<u4"),
+        "stream_id": (40, "<u4"), "correlation_id": (44, "<u4"), "graph_node_id": (64, "<u8"), "graph_id": (72, "<u4"),
+    },
+    "correlation": {"external_kind": (4, "<i4"), "external_id": (8, "<u8"), "correlation_id": (16, "<u4")},
+    "api": {"cbid": (4, "<u4"), "start": (8, "<u8"), "end": (16, "<u8"), "thread_id": (28, "<u4"),
+            "correlation_id": (32, "<u4")},
+}  # fmt: skip
+# Whole-record sizes per CUPTI major: only the kernel record differs (Kernel9, 208 bytes, in 12.x;
+# Kernel10, 216, in 13.x).
+RECORD_BYTES: dict[int, dict[str, int]] = {
+    12: {"kernel": 208, "memcpy": 96, "memset": 88, "correlation": 24, "api": 40},
+    13: {"kernel": 216, "memcpy": 96, "memset": 88, "correlation": 24, "api": 40},
+}
+_ROLE_RECORD = {"kernel": "kernel", "memcpy": "memcpy", "memset": "memset", "correlation": "correlation",
+                "runtime": "api", "driver": "api"}  # fmt: skip
+_ROLE_KINDS = {"kernel": ("kernel", "concurrent_kernel"), "memcpy": ("memcpy",), "memset": ("memset",),
+               "correlation": ("correlation",), "runtime": ("runtime",), "driver": ("driver",)}  # fmt: skip
+
+
+def record_dtype(record: str, cupti_major: int) -> np.dtype:
+    """A whole record (``"kernel"``, ``"memcpy"``, ``"memset"``, ``"correlation"``, ``"api"``) of a CUPTI
+    major's layout with only the fields read named, for decoding and for building synthetic buffers."""
+    if cupti_major not in RECORD_BYTES:
+        raise ValueError(f"cupti_major: no record layout for CUPTI {cupti_major}; the decoder knows 12 and 13")
+    fields = {"kind": (0, "<i4"), **FIELD_LAYOUTS[record]}
+    return np.dtype(
+        {
+            "names": list(fields),
+            "formats": [fmt for _, fmt in fields.values()],
+            "offsets": [offset for offset, _ in fields.values()],
+            "itemsize": RECORD_BYTES[cupti_major][record],
+        }
+    )
 
 
 @functools.cache
-def record_layouts() -> dict[int, _Layout]:
-    """Record layouts by activity kind, from cupti-python's published record dtypes."""
-    from cupti import cupti
+def record_layouts(cupti_major: int | None = None) -> dict[int, _Layout]:
+    """Record layouts by activity kind: with ``cupti_major`` (12 or 13) from the explicit tables above,
+    else from the record dtypes of the installed cupti-python (named in either of its schemes)."""
+    if cupti_major is not None:
+        by_record = {record: record_dtype(record, cupti_major) for record in FIELD_LAYOUTS}
+        kinds = KINDS
+    else:
+        from cupti import cupti
 
-    kinds = cupti.ActivityKind
-    by_role = {
-        "kernel": _latest_dtype(cupti, "kernel"),
-        "memcpy": _latest_dtype(cupti, "memcpy"),
-        "memset": _latest_dtype(cupti, "memset"),
-        "correlation": cupti.activity_external_correlation_dtype,
-        "runtime": cupti.activity_api_dtype,
-        "driver": cupti.activity_api_dtype,
-    }
-    roles = {
-        kinds.KERNEL: "kernel",
-        kinds.CONCURRENT_KERNEL: "kernel",
-        kinds.MEMCPY: "memcpy",
-        kinds.MEMSET: "memset",
-        kinds.EXTERNAL_CORRELATION: "correlation",
-        kinds.RUNTIME: "runtime",
-        kinds.DRIVER: "driver",
-    }
-    return {
-        int(kind): _Layout(role, by_role[role].itemsize, _subset(by_role[role], _FIELDS[role]))
-        for kind, role in roles.items()
-    }
+        by_record = {
+            "kernel": cupti_dtype(cupti, "kernel"),
+            "memcpy": cupti_dtype(cupti, "memcpy"),
+            "memset": cupti_dtype(cupti, "memset"),
+            "correlation": cupti_dtype(cupti, "external_correlation"),
+            "api": cupti_dtype(cupti, "api"),
+        }
+        names = {"concurrent_kernel": "CONCURRENT_KERNEL", "correlation": "EXTERNAL_CORRELATION"}
+        kinds = {key: int(getattr(cupti.ActivityKind, names.get(key, key.upper()))) for key in KINDS}
+    layouts = {}
+    for role, record in _ROLE_RECORD.items():
+        dtype = by_record[record]
+        for key in _ROLE_KINDS[role]:
+            layouts[kinds[key]] = _Layout(role, dtype.itemsize, _subset(dtype, _FIELDS[role]))
+    return layouts
 
 
 def _record_sizes(layouts: Mapping[int, _Layout], record_sizes: Mapping[int, int] | None) -> dict[int, int]:
@@ -380,10 +428,15 @@ class _TwinColumns:
 
 
 def decode_buffer_py(
-    buffer: bytes | bytearray | memoryview, external_kind: int, record_sizes: dict[int, int] | None = None
+    buffer: bytes | bytearray | memoryview,
+    external_kind: int,
+    record_sizes: dict[int, int] | None = None,
+    cupti_major: int | None = None,
 ) -> RawRecords:
-    """Pure-Python twin of ``_cupti_native.decode_buffer``: the same sized walk, the same output."""
-    layouts = record_layouts()
+    """Pure-Python twin of ``_cupti_native.decode_buffer``: the same sized walk, the same output.
+
+    ``cupti_major`` (12 or 13) picks that CUPTI's record layout; None, the installed cupti-python's."""
+    layouts = record_layouts(cupti_major)
     sizes = _record_sizes(layouts, record_sizes)
     data = memoryview(buffer).cast("B").tobytes()
     columns = _TwinColumns(int(external_kind))
