@@ -124,6 +124,10 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
 /** Subscribe unless subscribed; 0 with a Python error set on failure. */
 static int subscribe_once(void) {
     if (subscribed) return 1;
+    if (!cuda_driver_present(1)) {
+        PyErr_SetString(PyExc_RuntimeError, NO_DRIVER);
+        return 0;
+    }
     CUpti_SubscriberHandle handle = NULL;
     CUptiResult status = p_subscribe(&handle, (CUpti_CallbackFunc)on_callback, NULL);
     if (status != CUPTI_SUCCESS) {
@@ -327,9 +331,11 @@ static int64_t this_os_thread(void) {
     return os_thread_id;
 }
 
+/** CUPTI's clock, or the host's (the same CLOCK_MONOTONIC on Linux) where no driver is loaded: a
+ * simulated launch (no driver) must not call into libcupti. */
 static uint64_t timestamp_now(void) {
     uint64_t stamp = 0;
-    if (!p_timestamp || p_timestamp(&stamp) != CUPTI_SUCCESS) {
+    if (!p_timestamp || !cuda_driver_present(0) || p_timestamp(&stamp) != CUPTI_SUCCESS) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         stamp = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
@@ -546,6 +552,7 @@ static PyObject *py_callbacks_unavailable(PyObject *self, PyObject *unused) {
     if (!callbacks_resolved())
         return PyUnicode_FromString("this libcupti lacks the callback functions (cuptiSubscribe, cuptiEnableCallback)");
     if (subscribed) Py_RETURN_NONE;
+    if (!cuda_driver_present(1)) return PyUnicode_FromString(NO_DRIVER);
     CUpti_SubscriberHandle handle = NULL;
     CUptiResult status = p_subscribe(&handle, (CUpti_CallbackFunc)on_callback, NULL);
     if (status != CUPTI_SUCCESS)

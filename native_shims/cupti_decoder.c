@@ -446,10 +446,26 @@ PopFn p_pop;
 TimestampFn p_timestamp;
 static SetAttributeFn p_set_attribute; /* optional: without it CUPTI zeroes every buffer itself */
 
+const char NO_DRIVER[] =
+    "no CUDA driver (libcuda.so.1) can be loaded in this process, and CUPTI cannot run without one "
+    "(libcupti 13.2 crashes when called without it): profile on a machine with an NVIDIA driver, "
+    "or pass device='cpu'";
+
+int cuda_driver_present(int may_load) {
+    static int present;
+    if (__atomic_load_n(&present, __ATOMIC_ACQUIRE)) return 1;
+    /* the handle is never closed: the driver stays mapped for as long as CUPTI may call it */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!driver && may_load) driver = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!driver) return 0;
+    __atomic_store_n(&present, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
 /** Text of a CUPTI status, for error messages. */
 const char *status_text(CUptiResult status) {
     const char *text = NULL;
-    if (!p_result_string || p_result_string(status, &text) != CUPTI_SUCCESS || !text) text = "no description";
+    if (!p_result_string || !cuda_driver_present(0) || p_result_string(status, &text) != CUPTI_SUCCESS || !text) text = "no description";
     return text;
 }
 
@@ -589,7 +605,7 @@ static PyObject *py_buffers_zeroed(PyObject *self, PyObject *args) {
     (void)self;
     int flag;
     if (!PyArg_ParseTuple(args, "p:buffers_zeroed", &flag)) return NULL;
-    if (!p_set_attribute) Py_RETURN_FALSE;
+    if (!p_set_attribute || !cuda_driver_present(1)) Py_RETURN_FALSE;
     uint8_t value = flag ? 1 : 0;
     size_t value_size = sizeof(value);
     CUptiResult status = p_set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &value_size, &value);
@@ -929,6 +945,10 @@ static PyObject *py_register(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (!parse_record_sizes(sizes, running_major(), parsed)) return NULL;
     if (!p_register) {
         PyErr_SetString(PyExc_RuntimeError, "libcupti is not loaded: call _cupti_native.load() first");
+        return NULL;
+    }
+    if (!cuda_driver_present(1)) {
+        PyErr_SetString(PyExc_RuntimeError, NO_DRIVER);
         return NULL;
     }
     lock_live();

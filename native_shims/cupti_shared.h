@@ -45,6 +45,14 @@ extern PushFn p_push;
 extern PopFn p_pop;
 extern TimestampFn p_timestamp;
 
+/** Whether the CUDA driver (libcuda.so.1) is in this process, loading it first where `may_load`.
+ * Every libcupti call needs it: without one libcupti 13.0 and 13.5 answer an error, but 13.2.86
+ * recurses inside its error path until the stack overflows (SIGSEGV), so no CUPTI function may be
+ * called before this says yes. A yes is kept; may_load = 0 maps nothing (the launch callback's clock). */
+int cuda_driver_present(int may_load);
+/** The message of the error raised where cuda_driver_present() says no. */
+extern const char NO_DRIVER[];
+
 /** Grow one array to hold `cap` elements; 0 on failure (the old array stays valid). */
 int grow(void **array, size_t element, size_t cap);
 /** `count` elements of `element` bytes as one bytes object (numpy wraps it without a copy per row). */

@@ -4,7 +4,7 @@
 ``cuptiActivityPush/PopExternalCorrelationId`` for the CUDA source), ``NativePass`` hands them to
 ``_tracer.start()``, and the C++ side calls them: the tracer links nothing of CUPTI's, so another
 source brings its own. Checked on CPU with ctypes callbacks standing in for CUPTI, and with the
-libcupti of the ``nvidia-cuda-cupti`` wheel loaded by hand (no driver needed).
+libcupti of the ``nvidia-cuda-cupti`` wheel loaded by hand (its push runs only where a driver is loaded).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _wheel_libcupti() -> str | None:
 def test_the_cupti_source_hands_over_the_libcupti_already_loaded():
     # in a fresh interpreter (a libcupti loaded here stays loaded): none loaded, the source refuses;
     # once one is, it hands that copy's push and pop (RTLD_NOLOAD: no second copy is mapped) and a
-    # native pass pushes into it (without a driver CUPTI answers each call with an error, ignored)
+    # native pass pushes into it where a driver is loaded (CUPTI needs one: without it the source refuses)
     try:
         path = _wheel_libcupti()
     except ImportError:
@@ -209,7 +209,19 @@ def test_the_cupti_source_hands_over_the_libcupti_already_loaded():
             activity_push_external_correlation_id=None,
             activity_pop_external_correlation_id=None,
         )
+        assert cupti_source.libcupti_correlation_functions() == expected
         source = cupti_source.CuptiSource(sink=None, cupti=fake)
+        if not cupti_source.cuda_driver_loaded():
+            # without a driver libcupti 13.2 overflows its stack in every call: the source refuses to hand them
+            try:
+                source.correlation_functions()
+            except RuntimeError as error:
+                assert "no CUDA driver" in str(error), error
+            else:
+                raise AssertionError("handed libcupti's push and pop over without a driver")
+            assert mapped() == before and len(before) == 1, (before, mapped())
+            print("ok")
+            raise SystemExit(0)
         assert source.correlation_functions() == expected, (source.correlation_functions(), expected)
         net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
         modules = ModuleTracker(net)

@@ -65,6 +65,7 @@ MODULE_STAGES = {
     "demo": "base",  # a model and its samples; imports nothing of ours
     "encoded": "base",  # dictionary-encoded string columns (schema.STRING): built, tested, decoded
     "tensors": "base",  # what is recorded of a tensor argument: shape, strides, nested parts
+    "torch_compat": "base",  # every difference between the torch versions supported, in one place
     "joining": "joining",
     "capture": "capture",
     "arguments": "capture",  # the profiler's and profile()'s arguments, checked before the capture

@@ -117,6 +117,32 @@ def test_decompositions_go_to_the_ops_they_dispatch():
     assert under_linear in ({"aten::t", "aten::mm"}, {"aten::t", "aten::addmm"}), under_linear
 
 
+@torch.library.custom_op("nc_test::scale", mutates_args=())
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    """A custom op with a Python kernel (torch 2.15 calls it through its PyObject fast path)."""
+    return x * 2
+
+
+def _fast_path_on() -> bool | None:
+    """Whether torch 2.15's custom-op fast path is on for ``nc_test::scale``; None on torches without it."""
+    enabled = getattr(_scale._opoverload, "_is_pyobj_dispatcher_enabled", None)
+    return None if enabled is None else enabled()
+
+
+@pytest.mark.parametrize("tracer", ["native", "python"])
+def test_a_custom_op_is_named_by_its_own_name(tracer):
+    class Scales(nn.Module):
+        def forward(self, x):
+            return _scale(x).sum()
+
+    before = _fast_path_on()
+    result = _profile(Scales(), [((torch.randn(2, 4),), {})], tracer)
+    ops = list(encoded.decoded(result.ops).to_pandas().op)
+    # the op itself, not the aten::mul of its kernel (which runs inside it, unseen)
+    assert "nc_test::scale" in ops and "aten::mul" not in ops, ops
+    assert _fast_path_on() == before  # the pass leaves torch's dispatch of custom ops as it found it
+
+
 def _bare_op_names(function, *args) -> collections.Counter:
     """Every op one bare call runs, as torch.profiler's RecordFunction events name them (no mode)."""
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

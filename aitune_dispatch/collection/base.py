@@ -63,9 +63,6 @@ class ActivitySource(Protocol):
 def torch_profiler_active() -> bool:
     """True while torch.profiler or the autograd profiler collects on this thread (``docs/design.md``,
     "Coexistence with torch.profiler")."""
-    import torch  # here: the reports read collection without torch installed
+    from ..torch_compat import profiler_enabled  # here: the reports read collection without torch installed
 
-    try:
-        return bool(torch._C._autograd._profiler_enabled())
-    except AttributeError:  # pragma: no cover - very old torch
-        return False
+    return profiler_enabled()

@@ -31,6 +31,7 @@ __all__ = [
     "CuptiSource",
     "HostClock",
     "RecordSink",
+    "cuda_driver_loaded",
     "host_clock",
     "libcupti_correlation_functions",
     "load_cupti",
@@ -78,9 +79,21 @@ def load_cupti() -> Any:
     return cupti
 
 
+def cuda_driver_loaded() -> bool:
+    """Whether the CUDA driver (``libcuda.so.1``) is mapped in this process, which any libcupti call
+    needs: without one libcupti 13.0 and 13.5 answer an error, but 13.2 overflows its stack (SIGSEGV).
+    Maps nothing (``RTLD_NOLOAD``); once torch has looked for a GPU the driver is mapped where there is one."""
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOW | os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    return True
+
+
 def libcupti_correlation_functions() -> tuple[int, int]:
     """``(push, pop)``: ``cuptiActivityPush/PopExternalCorrelationId`` in the libcupti already loaded,
-    for the native tracer; RuntimeError where none is loaded or it lacks them."""
+    for the native tracer; RuntimeError where none is loaded or it lacks them. Only resolves them
+    (nothing is called): calling them needs a driver (:func:`cuda_driver_loaded`)."""
     soname = libcupti.loaded_libcupti()
     if soname is None:
         raise RuntimeError(
@@ -210,6 +223,12 @@ class CuptiSource:
         with launch correlation, libcupti's own (:func:`libcupti_correlation_functions`) with push."""
         if self.correlation == "launch":
             return self._sink.correlation_functions()  # type: ignore[attr-defined]
+        if not cuda_driver_loaded():  # the tracer would call them for every op: a crash on libcupti 13.2
+            raise RuntimeError(
+                "no CUDA driver (libcuda.so.1) is loaded in this process, and libcupti's "
+                "cuptiActivityPushExternalCorrelationId cannot run without one: call torch.cuda.init() "
+                "on a machine with an NVIDIA driver first, or pass device='cpu'"
+            )
         return libcupti_correlation_functions()
 
     @property

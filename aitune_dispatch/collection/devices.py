@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import torch
 
 from .. import schema
+from ..torch_compat import primary_context_probe
 
 # CUPTI converts GPU timestamps to its clock with an error of a few microseconds
 CLOCK_TOLERANCE_NS = 100_000
@@ -22,7 +23,7 @@ def devices_in_use() -> tuple[int, ...]:
     if not torch.cuda.is_available():
         return ()
     current = int(torch.cuda.current_device())
-    has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+    has_context = primary_context_probe()
     if has_context is None:  # pragma: no cover - every CUDA build of torch >= 2.0 has it
         return (current,)
     others = [d for d in range(torch.cuda.device_count()) if d != current and has_context(d)]

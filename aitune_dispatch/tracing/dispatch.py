@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..torch_compat import skip_dynamo_frames
 from .buffers import TraceBuffers
 
 
@@ -29,19 +30,6 @@ def op_name(func: Any) -> str:
         return schema.name
     namespace, name = getattr(func, "namespace", None), getattr(func, "name", None)
     return f"{namespace}::{name()}" if isinstance(namespace, str) and callable(name) else str(func)
-
-
-def _skip_dynamo_frames(code: Any) -> bool:
-    """Tell Dynamo never to compile this code, at no per-call cost (``docs/design.md``, "torch.compile
-    and CUDA graphs"); False where this torch has no such switch."""
-    try:
-        from torch._C._dynamo import eval_frame
-
-        skip = eval_frame._FrameAction.SKIP
-        eval_frame.set_code_exec_strategy(code, eval_frame._FrameExecStrategy(skip, skip))
-    except (ImportError, AttributeError, TypeError, RuntimeError):
-        return False
-    return True
 
 
 class OpMode(TorchDispatchMode):
@@ -99,4 +87,4 @@ class OpMode(TorchDispatchMode):
             self._finished(op_id)
             self._end_op(op_id)
 
-    _frames_skipped = _skip_dynamo_frames(__torch_dispatch__.__code__)
+    _frames_skipped = skip_dynamo_frames(__torch_dispatch__.__code__)

@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import encoded, schema
 from ..schema import FunctionData
+from ..torch_compat import custom_ops_through_dispatcher
 from .buffers import other_threads_running, still_running
 from .contract import ThreadInfo, TraceTables
 from .functional import api_name, functional_registry, hook_registry, rearmed_copy, routing_mode_below
@@ -248,6 +249,7 @@ class NativeTracer:
         self._entered = False
         self.function_mode: NativeFunctionMode | None = None  # the mode it pushes, once entered
         self._taken: dict[str, Any] | None = None
+        self._restore_custom_ops: Callable[[], None] = _none
         self.module_entered = self._native.enter_module
         self.module_exited = self._native.exit_module
 
@@ -267,12 +269,15 @@ class NativeTracer:
             raise RuntimeError("the native tracer is already recording another pass; profile one thing at a time")
         native.start(**self._pass().keywords())
         self._entered = True
+        # the op tracer observes RecordFunction, which torch 2.15's custom-op fast path never runs
+        self._restore_custom_ops = custom_ops_through_dispatcher()
         if self._hook_objects:
             return self  # the function objects record their own calls
         self.function_mode = NativeFunctionMode()
         try:
             self.function_mode.__enter__()
         except BaseException:
+            self._restore_custom_ops()
             native.stop()
             raise
         return self
@@ -284,6 +289,7 @@ class NativeTracer:
             if self.function_mode is not None:  # also from beneath modes the profiled function left entered
                 exit_function_mode(self.function_mode, exc_type, exc, tb)
         finally:
+            self._restore_custom_ops()
             self._native.stop()
             self._taken = self._native.take()
 

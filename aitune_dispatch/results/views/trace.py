@@ -124,7 +124,9 @@ def op_spans(result: ResultTables) -> pa.Table:
     activity = result.activity
     is_cpu_op = pc.and_(pc.equal(activity["kind"], schema.KIND_CPU_OP), pc.is_valid(activity["op_id"]))
     is_cpu_op = pc.fill_null(is_cpu_op, False)
-    indices = pc.indices_nonzero(is_cpu_op).to_pylist()
+    # one array: pyarrow 25's indices_nonzero crashes (SIGSEGV) on a chunked array of no chunks
+    whole = pa.concat_arrays(is_cpu_op.chunks) if is_cpu_op.num_chunks else pa.array([], pa.bool_())
+    indices = pc.indices_nonzero(whole).to_pylist()
     cpu_row = dict(zip(pc.filter(activity["op_id"], is_cpu_op).to_pylist(), indices))  # the last row of each op
     rows = result.ops.select(["op_id", "op", "call_id", "module_id"]).to_pydict()
     ops = zip(rows["op_id"], rows["op"], rows["call_id"], rows["module_id"], _ranks(result.ops))
