@@ -19,8 +19,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 if "$PY" -c "import torch" >/dev/null 2>&1; then
-  kept=$("$PY" -c "import torch; print(torch.__version__)")
-  echo "setup: keeping the torch already installed ($kept, $("$PY" -c "import torch; c = torch.version.cuda; print(f'CUDA {c} build' if c else 'CPU build')"))"
+  echo "setup: keeping the torch already installed ($("$PY" -W ignore -c \
+    "import torch; c = torch.version.cuda; print(torch.__version__, f'CUDA {c} build' if c else 'CPU build', sep=', ')"))"
 else
   index=$("$PY" scripts/torch_choice.py index)  # says why on stderr
   from=()
@@ -36,8 +36,9 @@ else
   "$PY" -m pip install -q ${from[@]+"${from[@]}"} "torch==$TORCH_VERSION"
 fi
 
-# the torch present now stays: pip may not replace it while installing the package
-"$PY" -c "import torch; print(f'torch=={torch.__version__}')" >"$work/keep-torch.txt"
+# the torch present now stays: pip may not replace it while installing the package (the public
+# version: a constraint with a local label such as +cu132, which no index serves, makes pip give up)
+"$PY" -W ignore -c "import torch; print(f'torch=={torch.__version__.partition(\"+\")[0]}')" >"$work/keep-torch.txt"
 extras=$("$PY" scripts/torch_choice.py extras)
 echo "setup: installing aitune_dispatch with the extras [$extras]"
 # (where pyproject.toml has no such extra yet, pip warns "does not provide the extra" and goes on)
