@@ -90,8 +90,15 @@ run_entry() {
     >>"$log" 2>&1 || rc=$?
   test_s=$(($(date +%s) - start))
   summary=$(grep -E '^=* ?[0-9]+ (passed|failed|error|errors|skipped)|^=* ?no tests ran' "$log" | tail -n 1 | tr -d '=' \
-    | sed 's/^ *//; s/ *$//')
-  if [ "$rc" -gt 128 ]; then summary="crashed by signal $((rc - 128)) after: $(grep -E '^tests/' "$log" | tail -n 1)"; fi
+    | sed 's/^ *//; s/ *$//' || true)
+  if [ "$rc" -gt 128 ]; then  # a crash ends pytest before its summary: the progress so far, and faulthandler's test
+    summary="crashed (signal $((rc - 128))) in $(grep -A80 'Fatal Python error' "$log" \
+      | grep -m1 -oE 'tests/[^"]+", line [0-9]+ in [A-Za-z0-9_]+' | tr -d '"' || echo '(test not named)'); before it: $(
+      awk '/Fatal Python error/ { sub(/Fatal Python error.*/, ""); print; exit } { print }' "$log" \
+      | grep -E '^[.sFExX]+( +\[ *[0-9]+%\])?$' | sed 's/ *\[.*//' | tr -d '\n' \
+      | awk '{ n = split($0, c, ""); for (i = 1; i <= n; i++) k[c[i]]++ }
+             END { printf "%d passed, %d failed, %d errors, %d skipped", k["."], k["F"], k["E"], k["s"] }')"
+  fi
   echo "exit $rc: ${summary:-no summary}; setup ${setup_s}s, tests ${test_s}s ($(
     [ "$smoke" = 1 ] && echo smoke set || echo whole suite))" >"$result"
 }
