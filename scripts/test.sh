@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Quick start 2: set up, lint, and run the test suite (GPU tests skip cleanly without CUDA).
+# Under CI=true (or with AITUNE_DISPATCH_MATRIX=1) it then runs the CPU version matrix,
+# scripts/matrix.sh (AITUNE_DISPATCH_MATRIX=0 leaves it out); it fails when the suite or any entry fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,4 +19,9 @@ if [ "${CI:-}" = "true" ] && ! "$PY" -c "import hta.trace_analysis" >/dev/null 2
   "$PY" -m pip install -q HolisticTraceAnalysis psutil || echo "test: HTA could not be installed; the trace test will fail"
 fi
 "$PY" -m ruff check aitune_dispatch tests benchmarks
-exec "$PY" -m pytest -q "$@"
+rc=0
+"$PY" -m pytest -q "$@" || rc=$?
+if [ "${AITUNE_DISPATCH_MATRIX:-}" = 1 ] || { [ "${CI:-}" = "true" ] && [ "${AITUNE_DISPATCH_MATRIX:-}" != 0 ]; }; then
+  bash scripts/matrix.sh || rc=1
+fi
+exit "$rc"
