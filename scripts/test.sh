@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=${PYTHON:-python3}
+# the decoder's layout tests build their buffers from cupti-python's record dtypes: with a CPU build of
+# torch setup.sh installs nothing CUDA, so the test run adds the CUDA 13 bindings (a test tool here)
+if "$PY" -W ignore -c "import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null \
+  && ! "$PY" -c "import cupti.cupti" >/dev/null 2>&1; then
+  echo "test: CPU torch: installing cupti-python 13.0.x (the [cu13] extra) for the decoder's layout tests"
+  "$PY" -W ignore -c "import torch; print(f'torch=={torch.__version__.partition(\"+\")[0]}')" >build/keep-torch.txt
+  "$PY" -m pip install -q -c build/keep-torch.txt -e ".[test,cu13]"
+fi
 # CI (root, fresh machine) also installs Debian's chromium for the HTML report's browser tests and
 # HolisticTraceAnalysis (HTA, with psutil, which it imports without declaring) for the trace test;
 # under CI those tests fail when either is missing, elsewhere they skip.
