@@ -14,6 +14,22 @@ The supported range is torch 2.8 to 2.15 (CI: 2.8, 2.13, 2.15). What differs, an
   supported torch; :func:`profiler_enabled` answers False where a torch lacks it.
 * **Which devices have a CUDA context** (``torch._C._cuda_hasPrimaryContext``): in every CUDA build of
   torch >= 2.0, absent from CPU builds; :func:`primary_context_probe` is None there.
+* **What a Dynamo callback wraps** (the chain from a compile context's callback down to the backend
+  ``torch.compile`` was given): ``_torchdynamo_orig_backend`` on each link in later torches (2.13, 2.15),
+  ``_torchdynamo_orig_callable`` in torch 2.8 (where the later name is absent);
+  :func:`wrapped_backend` reads either.
+* **Inductor's provenance hook** (``torch._inductor.debug.set_kernel_post_grad_provenance_tracing``,
+  called once per kernel call site it generates): in torch 2.13 and 2.15. Torch 2.8 has it in
+  ``torch._inductor.utils`` but calls it only under ``config.trace.enabled`` (which writes Inductor's
+  debug trace to disk), so it is not observed there: compiled kernels stay on the module whose forward
+  was compiled (with a warning);
+  :func:`provenance_tracing_available` says which. :data:`PROVENANCE_HOOK` is its name.
+* **Which frame Dynamo compiles, and its cache** (``InstructionTranslator.current_tx()`` and
+  ``torch._C._dynamo.eval_frame._debug_get_cache_entry_list``): private; :func:`dynamo_frame_code` and
+  :func:`dynamo_cache_entries` answer None and ``[]`` where a torch lacks them.
+* **Compiling under a TorchDispatchMode** (``TorchDispatchMode.ignore_compile_internals``, in 2.13 and 2.15):
+  torch 2.8's Dynamo runs every frame eagerly while a non-infra dispatch mode is on the stack, so under
+  the pure-Python op tracer compiled code runs eagerly there; :func:`dispatch_mode_compiles` says which.
 * **Telling Dynamo to skip a code object** (``torch._C._dynamo.eval_frame.set_code_exec_strategy`` with
   ``_FrameExecStrategy``/``_FrameAction``, torch >= 2.6): :func:`skip_dynamo_frames` says False where
   the switch is missing or refuses.
@@ -31,7 +47,23 @@ from typing import Any
 
 import torch
 
-__all__ = ["custom_ops_through_dispatcher", "primary_context_probe", "profiler_enabled", "skip_dynamo_frames"]
+__all__ = [
+    "PROVENANCE_HOOK",
+    "custom_ops_through_dispatcher",
+    "dispatch_mode_compiles",
+    "dynamo_cache_entries",
+    "dynamo_frame_code",
+    "primary_context_probe",
+    "profiler_enabled",
+    "provenance_tracing_available",
+    "skip_dynamo_frames",
+    "wrapped_backend",
+]
+
+PROVENANCE_HOOK = "set_kernel_post_grad_provenance_tracing"  # in torch._inductor.debug (not in torch 2.8)
+
+# what each link of a Dynamo callback chain calls the link it wraps: newer torches first, then torch 2.8
+_BACKEND_LINKS = ("_torchdynamo_orig_backend", "_torchdynamo_orig_callable")
 
 
 def _nothing_to_restore() -> None:
@@ -88,3 +120,53 @@ def skip_dynamo_frames(code: CodeType) -> bool:
     except (ImportError, AttributeError, TypeError, RuntimeError):
         return False
     return True
+
+
+def wrapped_backend(attributes: dict[str, Any]) -> Any:
+    """The next link below a Dynamo callback or backend wrapper, from its instance ``attributes`` (so no
+    ``__getattr__`` runs): what it wraps, towards the backend ``torch.compile`` was given; None at the end."""
+    for name in _BACKEND_LINKS:
+        link = attributes.get(name)
+        if link is not None:
+            return link
+    return None
+
+
+def provenance_tracing_available() -> bool:
+    """Whether this torch's Inductor calls :data:`PROVENANCE_HOOK` for each kernel call site it generates
+    (what attributes compiled kernels to modules, functional calls and ops); imports Inductor's debug module."""
+    try:
+        import torch._inductor.debug as debug
+    except Exception:  # noqa: BLE001 - a torch whose Inductor cannot be imported here has no hook either
+        return False
+    return callable(getattr(debug, PROVENANCE_HOOK, None))
+
+
+def dispatch_mode_compiles() -> bool:
+    """Whether Dynamo compiles code while a TorchDispatchMode that declares ``ignore_compile_internals``
+    (the Python op tracer's) is active; False on torch 2.8, whose Dynamo then runs frames eagerly."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return callable(getattr(TorchDispatchMode, "ignore_compile_internals", None))
+
+
+def dynamo_frame_code() -> CodeType | None:
+    """The code object of the frame Dynamo is compiling on this thread; None outside Dynamo (Inductor
+    called directly) or on a torch without this introspection."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        return InstructionTranslator.current_tx().f_code
+    except Exception:  # noqa: BLE001 - not inside Dynamo, or another torch's internals
+        return None
+
+
+def dynamo_cache_entries(code: CodeType) -> list[Any]:
+    """Dynamo's cache entries for ``code`` (each holds a compiled code object and its compile id); ``[]``
+    where none, or on a torch without this introspection."""
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return list(_debug_get_cache_entry_list(code))
+    except Exception:  # noqa: BLE001 - another torch's internals: no instance is matched by path
+        return []

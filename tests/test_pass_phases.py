@@ -4,6 +4,7 @@ so that its rows are the recorded pass's alone."""
 from __future__ import annotations
 
 import collections
+import inspect
 import os
 import sys
 import types
@@ -51,6 +52,22 @@ _ONCE_PER_PASS = {"run_pass", "PhaseClock.reporter"}
 _FIRST_SIGHT = {"_Interner.id", "op_name"}
 
 
+def _qualname(frame: types.FrameType) -> str:
+    """The qualified name of the function ``frame`` runs: ``code.co_qualname`` (Python >= 3.11); on 3.10,
+    for a method, the class in the MRO of ``self`` or ``cls`` that defines it, joined to ``co_name``."""
+    code = frame.f_code
+    qualname = getattr(code, "co_qualname", None)
+    if qualname is not None:
+        return qualname
+    owner = frame.f_locals.get("self", frame.f_locals.get("cls"))
+    for klass in (owner if isinstance(owner, type) else type(owner)).__mro__ if owner is not None else ():
+        defined = klass.__dict__.get(code.co_name)
+        function = inspect.unwrap(getattr(defined, "__func__", defined))
+        if getattr(function, "__code__", None) is code:
+            return f"{klass.__qualname__}.{code.co_name}"
+    return code.co_name
+
+
 def _calls_inside_the_pass(samples: int) -> collections.Counter:
     """How often each function of the package ran between the end of the start phase and the pass's lap."""
     import torch.nn.functional as F
@@ -75,7 +92,7 @@ def _calls_inside_the_pass(samples: int) -> collections.Counter:
             elif event == "call" and phase == "pass":
                 inside[0] = False
         if inside[0] and event == "call" and f"{os.sep}aitune_dispatch{os.sep}" in code.co_filename:
-            seen[code.co_qualname] += 1
+            seen[_qualname(frame)] += 1
 
     model = Two().eval()
     profiler = ModuleFunctionKernelProfiler(device="cpu")

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 from torch import nn
 
-from .. import schema
+from .. import schema, torch_compat
 from ..collection.cupti_source import torch_profiler_active
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
 from ..tracing.functional import wrapped_chain
@@ -341,6 +342,14 @@ class ProvenanceCapture:
 
     def _warnings(self, result: Attribution, compiled: bool, shared: dict[str, list[str]]) -> tuple[str, ...]:
         messages = non_inductor_warning(self._compile_backends)
+        if self._compiled and self._backend == "python" and not torch_compat.dispatch_mode_compiles():
+            messages.append(
+                f"torch {torch.__version__}'s Dynamo does not compile while a TorchDispatchMode is active, so "
+                "under op_tracer='python' the compiled regions of this profile() ran eagerly: their kernels are "
+                "attributed as eager code's, not as the compiled graph's. Trace with op_tracer='native' (built "
+                "by python setup.py build_ext --inplace) to keep them compiled, or use torch 2.13 or newer, "
+                "whose Dynamo compiles under it"
+            )
         for own, others in shared.items():
             names = ", ".join(repr(name) for name in others)
             messages.append(

@@ -16,6 +16,8 @@ from typing import Any
 
 from torch import nn
 
+from ..torch_compat import wrapped_backend
+
 __all__ = ["INDUCTOR", "backend_of", "compile_backends", "non_inductor_warning"]
 
 INDUCTOR = "inductor"
@@ -56,7 +58,7 @@ def backend_of(compiled: Any) -> str | None:
                 break
             found = _dict(link).get("compiler_name") or getattr(type(link), "compiler_name", None)
             name = found if isinstance(found, str) else name
-            link = _dict(link).get("_torchdynamo_orig_backend")
+            link = wrapped_backend(_dict(link))
         if name is not None:
             return name
     return None

@@ -22,11 +22,11 @@ from typing import Any
 import pyarrow as pa
 from torch import nn
 
-from .. import schema
+from .. import schema, torch_compat
 from ..tracing.functional import api_name, functional_registry
 from ..tracing.import_watch import AfterImport, ImportWatch
 
-HOOK = "set_kernel_post_grad_provenance_tracing"
+HOOK = torch_compat.PROVENANCE_HOOK
 _INDUCTOR = "torch._inductor"
 _DEBUG = "torch._inductor.debug"
 # the caches that would load a compiled graph instead of generating it (and so hide its call sites)
@@ -346,25 +346,14 @@ def remember(programs: Iterable[Program], modules: Sequence[nn.Module], names: S
 
 def _frame_code() -> weakref.ref[CodeType] | None:
     """The code object of the frame Dynamo is compiling on this thread, None outside Dynamo."""
-    try:
-        from torch._dynamo.symbolic_convert import InstructionTranslator
-
-        return weakref.ref(InstructionTranslator.current_tx().f_code)
-    except Exception:  # noqa: BLE001 - not inside Dynamo (Inductor called directly), or another torch
-        return None
+    code = torch_compat.dynamo_frame_code()
+    return weakref.ref(code) if code is not None else None
 
 
 def _cache_entries(frame: weakref.ref[CodeType] | None) -> list[Any]:
     """Dynamo's cache entries of a frame's code (each holds a compiled code object and its compile id)."""
     code = frame() if frame is not None else None
-    if code is None:
-        return []
-    try:
-        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
-
-        return list(_debug_get_cache_entry_list(code))
-    except Exception:  # noqa: BLE001 - a torch without this introspection: no instance is matched by path
-        return []
+    return [] if code is None else torch_compat.dynamo_cache_entries(code)
 
 
 def _compiled_code(frame: weakref.ref[CodeType] | None, label: str) -> weakref.ref[CodeType] | None:
