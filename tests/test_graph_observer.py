@@ -80,6 +80,10 @@ def test_a_started_observer_unsubscribes_once():
 # -- the orchestration, driven without a GPU ---------------------------------------------------------------
 @needs_native
 def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatch):
+    from aitune_dispatch import torch_compat
+
+    if not torch_compat.provenance_tracing_available():
+        pytest.skip(f"this torch's Inductor has no {torch_compat.PROVENANCE_HOOK} outside its debug trace")
     import pyarrow as pa
     import torch
     import torch.nn.functional as F
@@ -134,6 +138,10 @@ def test_a_graph_captured_in_a_traced_warm_up_is_attributed_on_replay(monkeypatc
 
 
 def test_an_exception_in_a_warm_up_pass_unsubscribes_and_restores_inductor(monkeypatch):
+    from aitune_dispatch import torch_compat
+
+    if not torch_compat.provenance_tracing_available():
+        pytest.skip(f"this torch's Inductor has no {torch_compat.PROVENANCE_HOOK} outside its debug trace")
     import torch
     import torch._inductor.debug as debug
     from torch import nn
