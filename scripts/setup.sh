@@ -38,7 +38,7 @@ fi
 
 # the torch present now stays: pip may not replace it while installing the package (the public
 # version: a constraint with a local label such as +cu132, which no index serves, makes pip give up)
-"$PY" -W ignore -c "import torch; print(f'torch=={torch.__version__.partition(\"+\")[0]}')" >"$work/keep-torch.txt"
+"$PY" -W ignore scripts/torch_choice.py pin >"$work/keep-torch.txt"
 extras=$("$PY" scripts/torch_choice.py extras)
 echo "setup: installing aitune_dispatch with the extras [$extras]"
 # (where pyproject.toml has no such extra yet, pip warns "does not provide the extra" and goes on)

@@ -12,7 +12,7 @@ PY=${PYTHON:-python3}
 if "$PY" -W ignore -c "import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null \
   && ! "$PY" -c "import cupti.cupti" >/dev/null 2>&1; then
   echo "test: CPU torch: installing cupti-python 13.0.x (the [cu13] extra) for the decoder's layout tests"
-  "$PY" -W ignore -c "import torch; print(f'torch=={torch.__version__.partition(\"+\")[0]}')" >build/keep-torch.txt
+  "$PY" -W ignore scripts/torch_choice.py pin >build/keep-torch.txt
   "$PY" -m pip install -q -c build/keep-torch.txt -e ".[test,cu13]"
 fi
 # CI (root, fresh machine) also installs Debian's chromium for the HTML report's browser tests and

@@ -14,6 +14,8 @@
 ``python scripts/torch_choice.py extras``
     prints the extras to install the package with: ``test``, plus ``cu12``/``cu13`` where the
     torch of this interpreter is a CUDA build of that major version (nothing CUDA for a CPU build).
+``python scripts/torch_choice.py pin``
+    prints the pip constraint that keeps the torch of this interpreter (``torch==2.15.0``).
 """
 
 from __future__ import annotations
@@ -171,6 +173,12 @@ def extras(cuda: str | None) -> str:
     return f"test,cu{cuda.split('.')[0]}"
 
 
+def pin(version: str) -> str:
+    """The pip constraint that keeps the torch of ``version`` (``torch.__version__``): its public version,
+    since a local label such as ``+cu132``, which no index serves, makes pip give up."""
+    return f"torch=={version.partition('+')[0]}"
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else ""
     if command == "index":
@@ -186,6 +194,11 @@ def main(argv: list[str]) -> int:
         import torch
 
         print(extras(torch.version.cuda))
+        return 0
+    if command == "pin":
+        import torch
+
+        print(pin(torch.__version__))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

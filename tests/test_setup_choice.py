@@ -129,6 +129,12 @@ def test_extras_follow_the_cuda_major_of_torch():
     assert choice.extras("13.2") == "test,cu13"
 
 
+def test_the_pin_keeps_the_present_torch_by_its_public_version():
+    # a local label (+cu132) no index serves would make pip give up on the constraint
+    assert choice.pin("2.15.0+cu132") == "torch==2.15.0"
+    assert choice.pin("2.13.0") == "torch==2.13.0"
+
+
 def test_the_command_line_prints_the_index_and_says_why(closed_index):
     env = dict(os.environ, **{choice.INDEX_ENV: closed_index})
     done = subprocess.run([sys.executable, str(SCRIPT), "index"], env=env, capture_output=True, text=True, check=True)
