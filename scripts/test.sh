@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start 2: set up, lint, and run the test suite (GPU tests skip cleanly without CUDA).
 # Under CI=true (or with AITUNE_DISPATCH_MATRIX=1) it then runs the CPU version matrix,
-# scripts/matrix.sh on the entries of AITUNE_DISPATCH_MATRIX_ENTRIES (default 3.10:2.8.0; AITUNE_DISPATCH_MATRIX=0
+# scripts/matrix.sh on the entries of AITUNE_DISPATCH_MATRIX_ENTRIES (default 3.10:2.8.0 3.13:2.15.0; AITUNE_DISPATCH_MATRIX=0
 # leaves it out); it fails when the suite or any entry fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +31,7 @@ fi
 rc=0
 "$PY" -m pytest -q "$@" || rc=$?
 if [ "${AITUNE_DISPATCH_MATRIX:-}" = 1 ] || { [ "${CI:-}" = "true" ] && [ "${AITUNE_DISPATCH_MATRIX:-}" != 0 ]; }; then
-  # 3.13:2.15.0 is left out of CI's default for now: in a fresh venv 45 tests of the Python tracer fail
-  # after an earlier test of the same run (order-dependent; each file passes alone). Name it here to run it.
   # shellcheck disable=SC2086  # the entries are words
-  bash scripts/matrix.sh ${AITUNE_DISPATCH_MATRIX_ENTRIES:-3.10:2.8.0} || rc=1
+  bash scripts/matrix.sh ${AITUNE_DISPATCH_MATRIX_ENTRIES:-3.10:2.8.0 3.13:2.15.0} || rc=1
 fi
 exit "$rc"

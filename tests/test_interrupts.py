@@ -20,6 +20,8 @@ from torch import nn
 
 from aitune_dispatch import ModuleFunctionKernelProfiler, interrupts
 from aitune_dispatch.capture import _process_lock
+from aitune_dispatch.tracing import samples
+from aitune_dispatch.tracing.unseen import unseen
 
 pytestmark = pytest.mark.skipif(
     signal.getsignal(signal.SIGINT) is not signal.default_int_handler, reason="needs Python's own SIGINT handler"
@@ -179,6 +181,46 @@ def test_ctrl_c_at_any_line_of_profile_leaves_nothing_installed(tracing_backend)
     assert interrupted > 0
     profiling_df, _ = ModuleFunctionKernelProfiler(device="cpu").profile(model, [((x,), {})], warmup_iterations=0)
     assert "linear" in set(profiling_df["function_name"])
+
+
+@pytest.mark.single_backend
+def test_ctrl_c_at_any_line_of_our_code_run_unseen_leaves_torch_functions_enabled():
+    # our code inside the user's (sample keys) runs under DisableTorchFunction; a Ctrl-C on the line
+    # event between its block and its __exit__ skipped the exit and left every mode unseen afterwards.
+    # The Python tracer keys every sample in Python (the native one only values of types it does not know)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+    x = torch.randn(2, 16)
+    ours = {unseen.__code__, samples._pair_key.__code__, samples.sample_pair_key.__code__}
+    events = 0
+    for target in range(1, 60):
+        seen = 0
+
+        def trace(frame, event, arg):  # noqa: ANN001, ANN202
+            nonlocal seen
+            if event == "line" and frame.f_code in ours:
+                seen += 1
+                if seen == target:
+                    signal.raise_signal(signal.SIGINT)
+            return trace
+
+        before = global_state(), module_state(model)
+        sys.settrace(trace)
+        try:
+            ModuleFunctionKernelProfiler(device="cpu", op_tracer="python").profile(
+                model, [((x,), {})], warmup_iterations=0
+            )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert_nothing_left(model, before, target)
+        assert torch._C._is_torch_function_enabled(), target
+        if seen < target:  # every line of ours had its Ctrl-C
+            break
+        events += 1
+    assert events > 3  # the lines of unseen() and of the keyer were reached
+    profiling_df, _ = ModuleFunctionKernelProfiler(device="cpu", op_tracer="python").profile(model, [((x,), {})])
+    assert {"linear", "relu"} <= set(profiling_df["function_name"])
 
 
 def test_ctrl_c_at_every_line_of_the_fast_path_gate_leaves_the_mode_stack_whole(tracing_backend):

@@ -18,6 +18,8 @@ def global_state() -> dict:
         "hooks": dict(module_globals._global_forward_hooks),
         "module_call": nn.Module.__dict__["__call__"],
         "function_modes": torch._C._len_torch_function_stack(),
+        # DisableTorchFunction left entered: every later mode and __torch_function__ unseen
+        "torch_function_state": torch._C._get_torch_function_state(),
         "dispatch_mode": _get_current_dispatch_mode(),
         "functional": {name: value for name, value in vars(F).items()},
         # the gates that fast paths read are replaced for the pass only

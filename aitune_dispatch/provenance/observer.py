@@ -30,7 +30,7 @@ from torch import nn
 
 from .. import schema
 from ..tracing import ModuleTracker, TraceSession, TraceTables, make_tracer
-from ..tracing.unseen import calls_unseen
+from ..tracing.unseen import unseen
 from .graphs import GraphNodeObserver, graph_row_count, graph_rows_table, loaded_decoder
 from .inductor import InductorProvenance, Program, remember
 
@@ -334,9 +334,8 @@ class GraphCaptureObserver:
     # -- Inductor ------------------------------------------------------------------------------------
     def _resume_inductor(self) -> None:
         if self._inductor is None and self.active:
-            with calls_unseen():
-                inductor = InductorProvenance(self.all_functions)
-                inductor.__enter__()
+            inductor = unseen(InductorProvenance, self.all_functions)
+            unseen(inductor.__enter__)
             self._inductor = inductor
 
     def _suspend_inductor(self) -> None:
@@ -377,8 +376,7 @@ class GraphCaptureObserver:
                 return original(graph, *args, **kwargs)
             started = time.perf_counter()
             capture = _Capture(observer, graph)
-            with calls_unseen():
-                began = capture.begin(observer)
+            began = unseen(capture.begin, observer)
             observer.seconds["begin"] += time.perf_counter() - started
             if began:
                 observer._capture = capture
@@ -420,9 +418,8 @@ class GraphCaptureObserver:
 
     def _keep(self, capture: _Capture, keep: bool) -> None:
         """Close ``capture`` and, where it ended well and created nodes, keep its observation."""
-        with calls_unseen():
-            trace = capture.close()
-            nodes = capture.nodes.take_raw()
+        trace = unseen(capture.close)
+        nodes = unseen(capture.nodes.take_raw)
         if not keep or trace is None or graph_row_count(nodes) == 0:
             return
         programs = self._programs_so_far()

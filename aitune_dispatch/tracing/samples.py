@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..schema import FunctionData, Sample
 from ..tensors import nested_parts, tensor_strides
-from .unseen import calls_unseen
+from .unseen import unseen
 
 __all__ = ["FunctionData", "Sample", "SampleCollector", "call_key", "sample_key", "sample_pair_key"]
 
@@ -113,8 +113,11 @@ def sample_key(value: Any) -> Any:
 
 def sample_pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The key of one call's ``(args, kwargs)``, its metadata reads unseen by a user's mode or subclass."""
-    with calls_unseen():
-        return (sample_key(args), sample_key(kwargs))
+    return unseen(_pair_key, args, kwargs)
+
+
+def _pair_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return (sample_key(args), sample_key(kwargs))
 
 
 @functools.lru_cache(maxsize=1024)
