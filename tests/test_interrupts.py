@@ -195,7 +195,7 @@ def test_ctrl_c_at_any_line_of_our_code_run_unseen_leaves_torch_functions_enable
     for target in range(1, 60):
         seen = 0
 
-        def trace(frame, event, arg):  # noqa: ANN001, ANN202
+        def trace(frame, event, arg, target=target):  # noqa: ANN001, ANN202
             nonlocal seen
             if event == "line" and frame.f_code in ours:
                 seen += 1
