@@ -206,7 +206,11 @@ def post_process(
     trace = session.tables()
     provenance.recorded(trace)  # the graph nodes the recorded pass created, with its trace
     hooks_compiled = provenance.hooks_compiled(modules)  # no forward seen is then no mistake
-    trace_messages = trace_warnings(trace, modules, called=called, hooks_compiled=hooks_compiled)
+    # without Inductor's provenance (torch 2.8) a compiled module call looks like one that never ran
+    unknown = provenance.compiled_unknown(modules) if not hooks_compiled and not trace.module_calls.num_rows else None
+    trace_messages = trace_warnings(
+        trace, modules, called=called, hooks_compiled=hooks_compiled, compiled_unknown=unknown
+    )
     for message in trace_messages:
         warnings.warn(message, RuntimeWarning, stacklevel=6)  # profile()'s caller
     modules_table = session.modules_table()

@@ -27,6 +27,10 @@ The supported range is torch 2.8 to 2.15 (CI: 2.8, 2.13, 2.15). What differs, an
 * **Which frame Dynamo compiles, and its cache** (``InstructionTranslator.current_tx()`` and
   ``torch._C._dynamo.eval_frame._debug_get_cache_entry_list``): private; :func:`dynamo_frame_code` and
   :func:`dynamo_cache_entries` answer None and ``[]`` where a torch lacks them.
+* **Higher-order operators under a TorchDispatchMode** (eager ``flex_attention``): torch 2.13 and 2.15
+  hand them to a mode that declares ``supports_higher_order_operators``; torch 2.8 refuses any mode
+  without a rule registered for its type, so :func:`higher_order_operators_handed_to` registers one
+  for the Python op tracer's mode during its pass (and removes it after).
 * **Compiling under a TorchDispatchMode** (``TorchDispatchMode.ignore_compile_internals``, in 2.13 and 2.15):
   torch 2.8's Dynamo runs every frame eagerly while a non-infra dispatch mode is on the stack, so under
   the pure-Python op tracer compiled code runs eagerly there; :func:`dispatch_mode_compiles` says which.
@@ -41,6 +45,7 @@ compares version strings: each difference is found by what the running torch has
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import CodeType
 from typing import Any
@@ -54,6 +59,7 @@ __all__ = [
     "dispatch_mode_runs_higher_order_operators",
     "dynamo_cache_entries",
     "dynamo_frame_code",
+    "higher_order_operators_handed_to",
     "primary_context_probe",
     "profiler_enabled",
     "provenance_tracing_available",
@@ -158,6 +164,42 @@ def dispatch_mode_runs_higher_order_operators() -> bool:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     return hasattr(TorchDispatchMode, "supports_higher_order_operators")
+
+
+def higher_order_operators_handed_to(mode_type: type) -> Callable[[], None]:
+    """Let every higher-order operator defined so far run under a TorchDispatchMode of ``mode_type``,
+    handing each call to its ``__torch_dispatch__`` (as later torches do for a mode that declares
+    ``supports_higher_order_operators``); returns the function that removes exactly those rules.
+
+    Torch 2.8 refuses an operator under any mode without a rule registered for the mode's type
+    (NotImplementedError), so eager ``flex_attention`` broke the Python op tracer's pass; the rule
+    is what torch's own ``py_impl(mode_type)`` would register, called with the mode popped. A no-op
+    where the torch hands the operators over itself."""
+    if dispatch_mode_runs_higher_order_operators():
+        return _nothing_to_restore
+    try:
+        from torch._ops import _higher_order_ops
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return _nothing_to_restore
+    added = []
+    for operator in list(_higher_order_ops.values()):
+        table = getattr(operator, "python_key_table", None)
+        if isinstance(table, dict) and mode_type not in table:
+            table[mode_type] = functools.partial(_handed_to_mode, operator)
+            added.append(table)
+    if not added:
+        return _nothing_to_restore
+
+    def restore() -> None:
+        for table in added:
+            table.pop(mode_type, None)
+
+    return restore
+
+
+def _handed_to_mode(operator: Any, mode: Any, *args: Any, **kwargs: Any) -> Any:
+    """A higher-order operator's call as ``mode.__torch_dispatch__`` receives an op's (torch 2.8's rule)."""
+    return mode.__torch_dispatch__(operator, (), args, kwargs)
 
 
 def dynamo_frame_code() -> CodeType | None:

@@ -116,7 +116,13 @@ def test_the_launch_callback_gives_the_rows_and_launches_the_pushed_ids_give(nam
         (row["module_name"], row["module"], row["function_name"], row["op"], row["kernel"])
         for row in result.profiling_df().to_dict("records")
     ]
-    assert spec_rows(launch) == spec_rows(push)
+    if name == "threaded":
+        # the worker's and the forward's kernels interleave as the threads are scheduled, run to run: the
+        # order holds within each thread (its modules' rows), not across them
+        by_module = lambda rows: {m: [r for r in rows if r[0] == m] for m in {r[0] for r in rows}}  # noqa: E731
+        assert by_module(spec_rows(launch)) == by_module(spec_rows(push))
+    else:
+        assert spec_rows(launch) == spec_rows(push)
     # one launch row per API call, named alike: the callback records what the API records held
     names = lambda result: collections.Counter(result.launches.column("api_name").to_pylist())  # noqa: E731
     assert names(launch) == names(push)

@@ -63,7 +63,13 @@ def test_every_kernel_carries_its_op(name):
     assert len(activity) > 0
     assert activity["op_id"].notna().all(), activity[activity["op_id"].isna()]["kernel"].tolist()
     assert (activity["module_id"] >= 0).all()
-    assert result.dropped_records == 0 and not result.warnings
+    warned = list(result.warnings)
+    if name.startswith("mha") and result.metadata["interception"] == "objects":
+        # no mode is pushed, so the inference fast path runs as it runs bare (the mode's has_torch_function
+        # gate turns it off): one fused op, no functional call, and profile() says so
+        assert [w for w in warned if "inference fast path" in w], warned
+        warned = [w for w in warned if "inference fast path" not in w]
+    assert result.dropped_records == 0 and not warned
     assert (activity["kernel_us"] > 0).all()
 
 

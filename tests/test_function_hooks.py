@@ -74,6 +74,24 @@ class Indirect(nn.Module):
         return self.norm(y, (8,))
 
 
+class InPlace(nn.Module):
+    """torch's functionals that call an in-place builtin of torch.nn.functional's (``F.relu`` with
+    ``inplace=True`` calls ``torch.relu_``, which *is* ``F.relu_``), and a direct call of one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.acts = nn.Sequential(
+            nn.ReLU(inplace=True), nn.ELU(inplace=True), nn.LeakyReLU(inplace=True), nn.Hardtanh(inplace=True),
+            nn.ReLU6(inplace=True), nn.SELU(inplace=True), nn.CELU(inplace=True), nn.Threshold(0.1, 0.0, inplace=True),
+            nn.RReLU(inplace=True).eval(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.acts(self.fc(x))
+        return F.relu_(y + 1)
+
+
 def workloads() -> dict[str, tuple[nn.Module, list]]:
     torch.manual_seed(0)
     x = torch.randn(2, 5, 16)
@@ -121,6 +139,40 @@ def test_rows_match_the_reference_on_gate_less_functionals() -> None:
 
     model = GateLess()
     samples = [((torch.randn(16, 16),), {})]
+    with torch.no_grad():
+        ours, data = profile(model, samples, "objects")
+        theirs, their_data = ReferenceBaseline(device="cpu").profile(model, samples, warmup_iterations=1)
+    report = agreement(ours, theirs)
+    assert report.ok, report.to_dict()
+    assert set(data) == set(their_data)
+
+
+@needs_hooks
+def test_an_in_place_builtin_called_by_another_functional_is_part_of_that_call() -> None:
+    model = InPlace()
+    samples = [((torch.randn(4, 8),), {})]
+    with torch.no_grad():
+        objects, data = profile(model, samples, "objects")
+        mode, _ = profile(model, samples, "mode")
+    inside = objects[objects["module_name"].str.startswith("acts")]
+    # relu(x, inplace=True) is one call, "relu", as the mode records it; none of the nine is "<name>_"
+    assert rows(inside) == rows(mode[mode["module_name"].str.startswith("acts")])
+    assert not any(name.endswith("_") for name in inside["function_name"])
+    named = {"relu", "elu", "leaky_relu", "hardtanh", "selu", "celu", "threshold", "rrelu"}
+    assert named <= set(inside["function_name"])
+    # called by the user at the top of a call, the builtin is a call of its own, which the mode misses
+    direct = objects[objects["function_name"] == "relu_"]
+    assert set(direct["module_name"]) == {""} and set(direct["op"]) == {"aten::relu_"}
+    assert "relu_" in data and "relu_" not in set(mode["function_name"])
+
+
+@needs_hooks
+def test_rows_match_the_reference_on_in_place_activations() -> None:
+    from benchmarks.compare_reference import agreement
+    from benchmarks.reference_baseline import ReferenceBaseline
+
+    model = InPlace()
+    samples = [((torch.randn(4, 8),), {})]
     with torch.no_grad():
         ours, data = profile(model, samples, "objects")
         theirs, their_data = ReferenceBaseline(device="cpu").profile(model, samples, warmup_iterations=1)

@@ -82,6 +82,7 @@ def rows(frame, columns: list[str] = COLUMNS) -> collections.Counter:
     return collections.Counter(map(tuple, frame[columns].fillna("").astype(str).values.tolist()))
 
 
+@pytest.mark.kineto  # the reference runs torch.profiler, whose Kineto then keeps CUPTI's callback subscription
 def test_an_moe_layers_grouped_mm_rows_match_the_reference(moe) -> None:
     from benchmarks.compare_reference import agreement
     from benchmarks.reference_baseline import ReferenceBaseline

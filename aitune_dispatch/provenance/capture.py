@@ -257,6 +257,19 @@ class ProvenanceCapture:
         earlier = remembered_programs() if self._compiled else []
         return compiles_module_calls(tracker, hierarchy, self._inductor.programs(), earlier)
 
+    def compiled_unknown(self, tracker: ModuleTracker) -> str | None:
+        """Why :meth:`hooks_compiled` cannot answer, where it cannot and a forward of ``tracker``'s
+        hierarchy has code compiled by Dynamo (its cache holds entries for it); else None. Without
+        Inductor's provenance (torch 2.8) no compiled graph names the module whose call it is, so a
+        call compiled without a wrapper cannot be told from one that never ran."""
+        if torch_compat.provenance_tracing_available():
+            return None
+        codes = {id(code): code for module in tracker.modules for code in _forward_codes(module)}
+        if not any(torch_compat.dynamo_cache_entries(code) for code in codes.values()):
+            return None
+        hook = torch_compat.PROVENANCE_HOOK
+        return f"torch {torch.__version__}'s Inductor calls its {hook} only with its debug trace on"
+
     def recorded(self, trace: TraceTables) -> None:
         """The recorded pass has ended: keep the graph nodes it created, with its trace."""
         self._keep_captures(trace, capture=1)

@@ -46,10 +46,14 @@ def thread_warnings(trace: TraceTables) -> list[str]:
     return messages
 
 
-def never_ran_warning(trace: TraceTables, tracker: ModuleTracker, hooks_compiled: bool = False) -> list[str]:
+def never_ran_warning(
+    trace: TraceTables, tracker: ModuleTracker, hooks_compiled: bool = False, compiled_unknown: str | None = None
+) -> list[str]:
     """A message when no module of the hierarchy ran on any thread (:func:`thread_warnings` covers
     skipped threads), saying what to pass where a live compile wrapper was unreachable; none where
-    ``hooks_compiled`` (a module's call ran compiled, hooks and all: no forward can be seen)."""
+    ``hooks_compiled`` (a module's call ran compiled, hooks and all: no forward can be seen).
+    ``compiled_unknown``: why it cannot be known whether compiled code was a module's call (torch 2.8's
+    Inductor records no provenance), where compiled code was involved; the message then says so."""
     if trace.module_calls.num_rows or any(t.skipped_forwards for t in trace.threads if not t.traced):
         return []
     if getattr(tracker.modules[0], "_compiled_call_impl", None) is not None:
@@ -70,6 +74,17 @@ def never_ran_warning(trace: TraceTables, tracker: ModuleTracker, hooks_compiled
         ]
     if hooks_compiled:
         return []  # its call ran compiled, hooks and all (torch.compile(model.__call__)): no forward is seen
+    if compiled_unknown:
+        return [
+            f"module {root} (module=) never ran as itself during the recorded pass, and Dynamo holds code "
+            "compiled from a forward of its hierarchy: a module call compiled without a torch.compile wrapper "
+            "(torch.compile(model.__call__), as HF's generate() compiles its decoding step) runs its forward "
+            "hooks as no-ops, so no forward is seen, and whether that is what happened cannot be told here "
+            f"({compiled_unknown}), so its kernels are in no module and profiling_df is empty "
+            "(last_result.unattributed() lists them). Use torch 2.13 or newer, whose Inductor says where each "
+            "kernel came from, or compile through a wrapper created before profile() (compiled = "
+            "torch.compile(model)) and pass module=compiled"
+        ]
     return [
         f"module {root} (module=) never ran during the recorded pass: no forward of it or of its "
         "submodules was seen, so profiling_df is empty; pass module= the nn.Module that the profiled "
@@ -100,9 +115,14 @@ def scripted_warning(tracker: ModuleTracker) -> list[str]:
 
 
 def trace_warnings(
-    trace: TraceTables, tracker: ModuleTracker, *, called: bool = True, hooks_compiled: bool = False
+    trace: TraceTables,
+    tracker: ModuleTracker,
+    *,
+    called: bool = True,
+    hooks_compiled: bool = False,
+    compiled_unknown: str | None = None,
 ) -> list[str]:
     """Every message for one finished pass, in a stable order; ``called`` False for empty ``data``;
-    ``hooks_compiled`` as :func:`never_ran_warning` takes it."""
-    never_ran = never_ran_warning(trace, tracker, hooks_compiled) if called else []
+    ``hooks_compiled`` and ``compiled_unknown`` as :func:`never_ran_warning` takes them."""
+    never_ran = never_ran_warning(trace, tracker, hooks_compiled, compiled_unknown) if called else []
     return [*scripted_warning(tracker), *thread_warnings(trace), *never_ran]

@@ -109,7 +109,7 @@ def _public_functional(name: str, value: Any) -> bool:
     return (getattr(value, "__module__", None) or "") in _FUNCTIONAL_MODULES
 
 
-_hooked_for: list[tuple[dict[Callable[..., Any], str], dict[Callable[..., Any], str]]] = []
+_hooked_for: list[tuple[dict[Callable[..., Any], str], dict[Callable[..., Any], str], frozenset[Any]]] = []
 
 
 def hook_registry() -> dict[Callable[..., Any], str]:
@@ -126,8 +126,21 @@ def hook_registry() -> dict[Callable[..., Any], str]:
     for name, value in sorted(vars(F).items()):
         if name not in named and _public_functional(name, value):
             registry.setdefault(value, name)
-    _hooked_for[:] = [(base, registry)]
+    # the gate-free builtins are torch's in-place variants (relu_ is torch.relu_), which torch's own
+    # functionals call (relu(x, inplace=True)): inside another call they are part of it
+    outermost = frozenset(f for f in registry if f not in base and isinstance(f, types.BuiltinFunctionType))
+    _hooked_for[:] = [(base, registry, outermost)]
     return registry
+
+
+def hooked_outermost_only() -> frozenset[Any]:
+    """The objects of :func:`hook_registry` recorded only where no other functional call is open: the
+    in-place builtins without a ``has_torch_function`` gate (``relu_``, ``elu_``, ``hardtanh_``, ...).
+    ``F.relu_`` *is* ``torch.relu_``, which ``F.relu(x, inplace=True)`` calls; the mode never sees it and
+    the reference, which patches the names of ``torch.nn.functional``, sees it only where the user calls
+    ``F.relu_`` itself, so inside another functional call it is part of that call."""
+    hook_registry()
+    return _hooked_for[0][2]
 
 
 # torch-level APIs that only read metadata: never a call of their own under ``functions="all"``

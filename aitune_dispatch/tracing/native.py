@@ -21,7 +21,14 @@ from ..schema import FunctionData
 from ..torch_compat import custom_ops_through_dispatcher
 from .buffers import other_threads_running, still_running
 from .contract import ThreadInfo, TraceTables
-from .functional import api_name, functional_registry, hook_registry, rearmed_copy, routing_mode_below
+from .functional import (
+    api_name,
+    functional_registry,
+    hook_registry,
+    hooked_outermost_only,
+    rearmed_copy,
+    routing_mode_below,
+)
 from .mode_stack import exit_function_mode
 from .samples import sample_pair_key
 
@@ -100,7 +107,8 @@ class NativePass:
     ``running_before`` are idents of threads that are not the profiled function's; ``hook_objects``
     records the calls at the function objects of ``functions`` instead of through a mode (no mode is
     pushed; ``all_functions`` must be False); ``record_ops`` False leaves the aten-op callback out
-    (the mechanism rows of ``benchmarks/recorded_pass.py``).
+    (the mechanism rows of ``benchmarks/recorded_pass.py``); ``outermost_only`` are hooked objects that
+    are not a call of their own inside another recorded call (``functional.hooked_outermost_only``).
     """
 
     correlation_kind: int | None
@@ -121,6 +129,7 @@ class NativePass:
     running_before: Sequence[int]
     hook_objects: bool = False
     record_ops: bool = True
+    outermost_only: frozenset[Any] = frozenset()
 
     def __post_init__(self) -> None:
         kind = self.correlation_kind
@@ -192,6 +201,7 @@ class NativePass:
             **_mode_callables(),
             hook_objects=True,
             record_ops=False,
+            outermost_only=hooked_outermost_only(),
         )
 
     def keywords(self) -> dict[str, Any]:
@@ -309,6 +319,7 @@ class NativeTracer:
                 other_threads_running() if self._running_before is None else still_running(self._running_before)
             ),
             hook_objects=self._hook_objects,
+            outermost_only=hooked_outermost_only() if self._hook_objects else frozenset(),
         )
 
     def _columns(self) -> dict[str, Any]:

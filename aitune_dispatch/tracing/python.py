@@ -11,7 +11,7 @@ from types import TracebackType
 
 from torch import nn
 
-from .. import schema
+from .. import schema, torch_compat
 from ..schema import FunctionData
 from .buffers import TraceBuffers
 from .contract import CorrelationTarget, ThreadInfo, TraceTables
@@ -66,6 +66,7 @@ class PythonTracer:
         # the profiling thread is thread 0; threads running before profile() began are not traced
         self.buffers.begin_pass(self._running_before)
         with contextlib.ExitStack() as stack:
+            stack.callback(torch_compat.higher_order_operators_handed_to(OpMode))
             # each mode leaves its stack even where the profiled function left a mode of its own above it
             for mode, exit_mode in zip(self._modes, (exit_function_mode, exit_dispatch_mode)):
                 mode.__enter__()

@@ -11,7 +11,9 @@
 //     the function's version, so no call site inlines its frame while it is hooked (its version is
 //     assigned again once the original pointer is back).
 // The trampoline opens the functional call (row, stacks, scope id), runs the original and closes it,
-// errors included; the nested functional calls record themselves. The object is not replaced and
+// errors included; the nested functional calls record themselves, except those hooked "outermost
+// only": the in-place builtins (relu_) that torch's own functionals call (relu(x, inplace=True)) are
+// part of that call, as the mode and the reference see it, and a call of their own only at the top. The object is not replaced and
 // m_ml is not touched: its identity, hash and attributes are what Dynamo and the user see.
 //
 // A hook is installed for a pass and removed at stop(): a slot that another tool set on top of ours
@@ -35,6 +37,7 @@ struct Hook {
   bool sampled = false;
   bool active = false;                 // recording in the current pass
   bool builtin = false;
+  bool outermost_only = false;         // not a call of its own inside another recorded call
   bool left_in_chain = false;          // restored while another tool's pointer sat on top of ours
 };
 
@@ -104,9 +107,10 @@ PyObject* trampoline(PyObject* callable, PyObject* const* args, size_t nargsf, P
   if (!hook.active || !trace.running) return run_original(hook, callable, args, nargsf, kwnames, nullptr, nullptr);
   ThreadState& t = thread_state();
   // a thread that was running before the pass is not the profiled function's; a functional handed to
-  // a TorchFunctionMode (a user's, activate's) that calls it again, and a wrapper of a functional
-  // (functools.wraps, registered under the same name) calling what it wraps, are the same call
-  if (!t.traced || (!t.hooked.empty() && t.hooked.back() == hook.name_id))
+  // a TorchFunctionMode (a user's, activate's) that calls it again, a wrapper of a functional
+  // (functools.wraps, registered under the same name) calling what it wraps, and an outermost-only
+  // builtin called inside any recorded call are the same call
+  if (!t.traced || (!t.hooked.empty() && (hook.outermost_only || t.hooked.back() == hook.name_id)))
     return run_original(hook, callable, args, nargsf, kwnames, nullptr, nullptr);
   PyObject *tuple = nullptr, *dict = nullptr;
   int64_t sample = kNoSample;
@@ -186,7 +190,7 @@ const char* function_hooks_unsupported() {
 #endif
 }
 
-bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled) {
+bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled, PyObject* outermost_only) {
   if (const char* reason = function_hooks_unsupported()) {
     PyErr_SetString(PyExc_RuntimeError, reason);
     return false;
@@ -225,6 +229,12 @@ bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled) 
     Hook& hook = found->second;
     hook.name_id = int32_t(id);
     hook.sampled = size_t(id) < sampled.size() && sampled[size_t(id)];
+    int outermost = PySet_Contains(outermost_only, func);
+    if (outermost < 0) {
+      restore_all();
+      return false;
+    }
+    hook.outermost_only = outermost == 1;
     hook.active = true;
     vectorcallfunc current = slot(func, builtin);
     // never twice: a trampoline still in another tool's chain records again from inside it

@@ -388,6 +388,8 @@ void function_mode_clear() {
   clear_config();
 }
 
-bool function_mode_install_hooks() { return function_hooks_install(config.registry, config.sampled); }
+bool function_mode_install_hooks(PyObject* outermost_only) {
+  return function_hooks_install(config.registry, config.sampled, outermost_only);
+}
 
 }  // namespace aitune

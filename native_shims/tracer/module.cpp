@@ -170,7 +170,8 @@ struct StartArguments {
 const char* const kStartKeywords[] = {"correlation_kind", "correlation_push", "correlation_pop", "log_pushes",
                                       "modules", "functions", "sample_names", "all_functions", "rearmed_copy",
                                       "api_name", "push_mode", "pop_mode", "routing_mode_below", "sample_key",
-                                      "singletons", "running_before", "hook_objects", "record_ops", nullptr};
+                                      "singletons", "running_before", "hook_objects", "record_ops", "outermost_only",
+                                      nullptr};
 
 bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   if (PyTuple_GET_SIZE(args) != 0) {
@@ -179,20 +180,21 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
   }
   int all_functions = 0;
   int hook_objects = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!Opp", const_cast<char**>(kStartKeywords),
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOpOO!OpOOOOOOO!OppO!", const_cast<char**>(kStartKeywords),
                                    &a->correlation_kind, &a->correlation_push, &a->correlation_pop, &a->log_pushes,
                                    &a->modules, &PyDict_Type, &a->mode.functions,
                                    &a->mode.sample_names, &all_functions, &a->mode.rearmed_copy, &a->mode.api_name,
                                    &a->mode.push_mode, &a->mode.pop_mode, &a->mode.routing_mode_below, &a->sample_key,
                                    &PyTuple_Type, &a->singletons, &a->running_before, &hook_objects,
-                                   &a->record_ops))
+                                   &a->record_ops, &PyFrozenSet_Type, &a->mode.outermost_only))
     return false;
   a->mode.all_functions = all_functions != 0;
   a->mode.hook_objects = hook_objects != 0;
   PyObject* given[] = {a->correlation_kind, a->correlation_push, a->correlation_pop, Py_None, a->modules,
                        a->mode.functions, a->mode.sample_names, Py_None,
                        a->mode.rearmed_copy, a->mode.api_name, a->mode.push_mode, a->mode.pop_mode,
-                       a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before, Py_None};
+                       a->mode.routing_mode_below, a->sample_key, a->singletons, a->running_before, Py_None,
+                       Py_None, a->mode.outermost_only};
   for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); ++i) {
     if (given[i] == nullptr) {
       PyErr_Format(PyExc_TypeError, "start() is missing the keyword argument %s", kStartKeywords[i]);
@@ -204,7 +206,8 @@ bool parse_start(PyObject* args, PyObject* kwargs, StartArguments* a) {
 
 // start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules [(module, id)], functions,
 //       sample_names, all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below,
-//       sample_key, singletons, running_before [ident], hook_objects): tracing/native.py NativePass documents each
+//       sample_key, singletons, running_before [ident], hook_objects, record_ops, outermost_only):
+//       tracing/native.py NativePass documents each
 PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
   StartArguments a;
   int kind;
@@ -233,7 +236,7 @@ PyObject* py_start(PyObject*, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   if (!set_running_before(a.running_before) || !add_modules(a.modules) || !function_mode_configure(a.mode) ||
-      !samples_configure(a.sample_key, a.singletons) || (a.mode.hook_objects && !function_mode_install_hooks())) {
+      !samples_configure(a.sample_key, a.singletons) || (a.mode.hook_objects && !function_mode_install_hooks(a.mode.outermost_only))) {
     release_modules();
     function_mode_clear();
     samples_clear();
@@ -371,7 +374,7 @@ PyMethodDef methods[] = {
     {"start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_start)), METH_VARARGS | METH_KEYWORDS,
      "start(*, correlation_kind, correlation_push, correlation_pop, log_pushes, modules, functions, sample_names, "
      "all_functions, rearmed_copy, api_name, push_mode, pop_mode, routing_mode_below, sample_key, singletons, "
-     "running_before, hook_objects, record_ops=True): record a pass on this thread (record_ops=False: no aten op "
+     "running_before, hook_objects, record_ops, outermost_only): record a pass on this thread (record_ops=False: no aten op "
      "callback, benchmarks/recorded_pass.py's mechanism rows); correlation_kind (>= 0) pushes op and scope ids as external "
      "correlation ids of that kind through the C functions at correlation_push / correlation_pop (the activity "
      "source's), None pushes nothing, log_pushes=True logs them into take()'s push_log (tests)"},

@@ -172,16 +172,17 @@ struct FunctionModeSettings {
   PyObject* pop_mode = nullptr;            // torch._C._pop_torch_function_stack
   PyObject* routing_mode_below = nullptr;  // routing_mode_below() -> whether a mode below ours wants the call
   bool hook_objects = false;               // functions' objects record their own calls (no mode is pushed)
+  PyObject* outermost_only = nullptr;      // frozenset of hooked functions not recorded inside another call
 };
 bool function_mode_ready(PyObject* module);
 bool function_mode_configure(const FunctionModeSettings& settings);
 void function_mode_clear();    // also removes the function-object hooks
-bool function_mode_install_hooks();  // hooks the configured functions (settings.hook_objects)
+bool function_mode_install_hooks(PyObject* outermost_only);  // hooks the configured functions (settings.hook_objects)
 
 // -- function-object hooks (function_hooks.cpp) --------------------------------------------------
 const char* function_hooks_unsupported();  // nullptr where this CPython can be hooked, else why not
 // hooks every key of ids ({function object: name id}); sampled is by name id
-bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled);
+bool function_hooks_install(PyObject* ids, const std::vector<uint8_t>& sampled, PyObject* outermost_only);
 void function_hooks_remove();  // every slot that holds our trampoline gets its original back
 Py_ssize_t function_hooks_installed();
 bool function_hooked(PyObject* func);
