@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .graph_captures import observe_graph_captures
     from .profiler import ModuleFunctionKernelProfiler
     from .provenance.observer import GraphCaptureObserver
+    from .region import Recording, recording
     from .results import ProfileResult, ResultFormatError, TensorMeta, compare, describe_results, load, merge
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
@@ -38,6 +39,7 @@ __all__ = [
     "GraphCaptureObserver",
     "ModuleFunctionKernelProfiler",
     "ProfileResult",
+    "Recording",
     "ResultFormatError",
     "TensorMeta",
     "activate",
@@ -47,6 +49,7 @@ __all__ = [
     "load",
     "merge",
     "observe_graph_captures",
+    "recording",
 ]
 
 _LAZY = {
@@ -63,6 +66,8 @@ _LAZY = {
     "load": ".results",
     "merge": ".results",
     "observe_graph_captures": ".graph_captures",
+    "Recording": ".region",
+    "recording": ".region",
 }
 
 _RENAMED = {"__version__": "PACKAGE_VERSION"}  # where the attribute's name differs in its module

@@ -141,6 +141,55 @@ def record(
             return _recorded(config, function, samples, root, source, clock, provenance, running_before)
 
 
+@contextmanager
+def region(config: ProfileConfig, root: nn.Module) -> Iterator[list[ProfileResult]]:
+    """Record whatever the ``with`` block runs as one pass while ``root``'s hierarchy is observed; the
+    list yielded holds the result once the block has ended without an exception.
+
+    The public face is :func:`aitune_dispatch.region.recording`. Unlike :func:`record` there is no
+    warm-up and no ``torch.no_grad()`` (a training step's backward must run as written); compiles and
+    graph captures inside the block are seen as a recorded pass's. Ctrl-C is held while we install and
+    remove, delivered while the block runs; everything is removed on any exception from the block.
+    """
+    compiled = uses_compile(root, root)
+    compilers = compile_backends(root, root) if compiled else ()
+    config = backends.for_run(config, compiled)
+    done: list[ProfileResult] = []
+    with interrupts.held(), _one_capture():
+        running_before = other_threads_running()
+        source = collection.make_source(config)
+        clock = PhaseClock(None)
+        provenance = ProvenanceCapture(
+            config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers,
+            interception=str(config.interception),
+        )
+        with provenance:
+            modules = ModuleTracker(root, ())
+            tracer = make_tracer(
+                str(config.op_tracer), modules.module_ids(), config.function_names, source, config.all_functions,
+                running_before, str(config.interception),
+            )
+            session = TraceSession(modules, tracer)
+            if config.cuda:
+                torch.cuda.synchronize()
+            clock.restart()
+            with unseen.calls_unseen():
+                source.start()
+            try:
+                with session:
+                    clock.lap("start")
+                    with interrupts.delivered():
+                        yield done
+                    if config.cuda:
+                        torch.cuda.synchronize()
+                    clock.lap("pass")
+            finally:
+                with unseen.calls_unseen():
+                    source.stop()
+            clock.lap("flush")
+            done.append(post_process(config, session, source, clock, provenance))
+
+
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
     """Wrappers that stand for modules of the hierarchy, those a pipeline calls too; read again each pass."""
     return stand_ins(function, root)

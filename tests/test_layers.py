@@ -72,6 +72,7 @@ MODULE_STAGES = {
     "backends": "capture",  # the one place that picks the tracer and the decoder, native or pure Python
     "graph_captures": "capture",  # observe_graph_captures: the observer, built with profile()'s tracer and source
     "profiler": "profiler",
+    "region": "profiler",  # recording(): profile a region of the user's code, beside the spec's facade
     "cli": "cli",
     "progress": "cli",  # the CLI's progress bar and stage lines
 }
