@@ -3,6 +3,8 @@ harness's timed region) into the same :class:`ProfileResult` as ``profile()`` gi
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -10,48 +12,102 @@ from types import TracebackType
 import torch
 from torch import nn
 
-from . import arguments, capture
+from . import arguments, capture, schema
 from .config import ProfileConfig
 from .results import ProfileResult
 
 
 class Recording:
-    """One recorded region: a context manager, single-use; :attr:`result` once the block has ended.
+    """One recorded region: a context manager, single-use; :attr:`result` once the recording has ended.
 
-    Made by :func:`recording`; see there for what is recorded.
+    Made by :func:`recording`; see there for what is recorded and how :meth:`step` and the schedule work.
     """
 
-    def __init__(self, module: nn.Module, config: ProfileConfig) -> None:
+    def __init__(self, module: nn.Module, config: ProfileConfig, wait: int = 0, active: int | None = None) -> None:
         self._root = module
         self._config = config
+        self._first = wait  # the first recorded step
+        self._last = None if active is None else wait + active  # the step at which recording stops
+        self._entered = False
         self._region: AbstractContextManager[list[ProfileResult]] | None = None
         self._done: list[ProfileResult] = []
+        self._step = 0
+        self._bounds: list[int] = []
 
     def __enter__(self) -> Recording:
-        if self._region is not None:
+        if self._entered:
             raise RuntimeError("a Recording records one region; call aitune_dispatch.recording(...) again for another")
-        region = capture.region(self._config, self._root)
-        self._done = region.__enter__()
-        self._region = region
+        self._entered = True
+        if self._first == 0:
+            self._start()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        assert self._region is not None  # entered: __exit__ runs only after __enter__ returned
-        return self._region.__exit__(exc_type, exc, tb)
+        if self._region is None:
+            return None
+        if len(self._bounds) == 1:  # no step() while recording: the block is the one step
+            self._bounds.append(time.perf_counter_ns())
+        return self._stop(exc_type, exc, tb)  # after the last step(): rows in no step (steps() leaves them out)
+
+    def step(self) -> None:
+        """End the current step: recording starts at step ``wait`` (schedule's ``wait + warmup``) and
+        stops once ``active`` steps have ended; each recorded step's rows keep their step
+        (``result.steps()``). A step() after the recording stopped only counts.
+        """
+        if not self._entered:
+            raise RuntimeError("step() is called inside the recording's with block")
+        if self._region is not None:
+            self._bounds.append(time.perf_counter_ns())
+        self._step += 1
+        if self._region is not None and self._step == self._last:
+            self._stop(None, None, None)
+        elif self._region is None and self._step == self._first and not self._done:
+            self._start()
+
+    @property
+    def step_number(self) -> int:
+        """The number of the current step (0 until the first :meth:`step`)."""
+        return self._step
+
+    def _start(self) -> None:
+        region = capture.region(self._config, self._root)
+        self._done = region.__enter__()
+        self._region = region
+        self._bounds = [time.perf_counter_ns()]
+
+    def _stop(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        region, self._region = self._region, None
+        assert region is not None  # only a started recording stops
+        handled = region.__exit__(exc_type, exc, tb)
+        if self._done and len(self._bounds) > 2:  # steps: their bounds go with the result
+            bounds = ",".join(map(str, self._bounds))
+            steps = {schema.META_STEP_BOUNDS: bounds, schema.META_FIRST_STEP: str(self._first)}
+            metadata = {**self._done[0].metadata, **steps}
+            self._done[0] = dataclasses.replace(self._done[0], metadata=metadata)
+        return handled
 
     @property
     def result(self) -> ProfileResult:
-        """The region's :class:`ProfileResult`: ``profiling_df()`` and ``function_data`` are the spec's outputs.
+        """The recording's :class:`ProfileResult`: ``profiling_df()`` and ``function_data`` are the spec's
+        outputs, ``steps()`` the time per step.
 
         Raises
         ------
         RuntimeError
-            Before the ``with`` block has ended, or where it ended with an exception (nothing is kept then).
+            Before the recording has ended, where it ended with an exception (nothing is kept then), or
+            where the schedule's first recorded step never came.
         """
         if not self._done:
-            state = "has not ended yet" if self._region is not None else "has not been entered"
+            if self._entered and self._region is None and self._step < self._first:
+                raise RuntimeError(
+                    f"nothing was recorded: the schedule records from step {self._first} (wait + warmup), and "
+                    f"{self._step} step() call(s) ran; call rec.step() at the end of each step"
+                )
+            state = "has not ended yet" if self._entered else "has not been entered"
             raise RuntimeError(
                 f"the recording's with block {state}, or it ended with an exception: the result exists once "
                 "the block has run to its end"
@@ -69,6 +125,9 @@ def recording(
     op_tracer: str | None = None,
     correlation: str | None = None,
     interception: str | None = None,
+    wait: int = 0,
+    warmup: int = 0,
+    active: int | None = None,
 ) -> Recording:
     """Record every kernel the code inside ``with recording(module=model) as rec:`` runs, attributed as
     ``profile()`` attributes it; ``rec.result`` afterwards.
@@ -86,6 +145,13 @@ def recording(
         The ``nn.Module`` whose hierarchy names the rows (its submodules' paths, as ``profile()``'s).
     function_names, device, decoder, functions, op_tracer, correlation, interception:
         As for :class:`ModuleFunctionKernelProfiler`.
+    wait, warmup, active:
+        A step schedule, as torch.profiler's: with ``rec.step()`` called at the end of each step, steps
+        ``0 .. wait + warmup - 1`` run unrecorded (nothing is installed; warm-up steps are not traced
+        either), the next ``active`` steps are recorded (None: every step until the block ends), and
+        later steps run unrecorded again. Each recorded row keeps its step (``result.steps()``: the
+        median, min, max and spread over the steps); ``describe()`` and ``profiling_df()`` total every
+        recorded step.
 
     Returns
     -------
@@ -97,6 +163,10 @@ def recording(
     TypeError, ValueError
         ``module`` is not an ``nn.Module``, or an option is not accepted (the message names those that are).
     """
+    for name, value in (("wait", wait), ("warmup", warmup), ("active", 1 if active is None else active)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "active" else 0):
+            least = "1 or more (or None: every step)" if name == "active" else "0 or more"
+            raise ValueError(f"{name} must be an int, {least}; got {value!r}")
     if not isinstance(module, nn.Module):
         raise TypeError(
             f"recording(module=...) takes the nn.Module whose hierarchy names the rows; got {type(module).__name__}"
@@ -106,4 +176,4 @@ def recording(
         op_tracer=op_tracer, correlation=correlation, interception=interception,
     )  # fmt: skip
     arguments.warn_unknown_names(config.function_names)
-    return Recording(getattr(module, "_orig_mod", module), config)
+    return Recording(getattr(module, "_orig_mod", module), config, wait + warmup, active)

@@ -315,6 +315,12 @@ COMPARE_COLUMNS = [
     "after_kernels",
     "before_calls",  # functional calls those rows ran in, each counted once; 0 outside any call
     "after_calls",
+    # with recorded steps on both sides (recording(...).step()): the change of the mean time per step, its
+    # 95% bootstrap interval, and whether the interval leaves out 0; NaN / None with fewer than 2 steps a side
+    "step_delta_us",
+    "step_delta_low_us",
+    "step_delta_high_us",
+    "outside_noise",
 ]
 
 
@@ -524,6 +530,10 @@ COLUMN_UNITS: dict[str, tuple[str, str]] = {
 }
 
 # result metadata keys added by compiled / graphed attribution (values are short sentences)
+# recording() with steps: the host-clock (perf_counter_ns) bounds of the recorded steps, comma-separated
+# (step k of the recording runs from bound k to bound k+1), and the number of the first recorded step
+META_STEP_BOUNDS = "step_bounds_ns"
+META_FIRST_STEP = "first_step"
 META_INDUCTOR = "inductor_provenance"  # how compiled kernels were attributed, or why not
 META_GRAPH_CAPTURE = "graph_capture"  # whether CUDA graph captures were observed, or why not
 META_COMPILED_KERNELS = "compiled_kernels_attributed"  # activity rows attributed from Inductor provenance

@@ -782,7 +782,8 @@ def test_compare_keeps_kernels_that_share_a_prefix_apart(columns):
     )
     lines = comparison_text(table, "kernel", 20, columns).splitlines()
     assert all(len(line) <= columns for line in lines)
-    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[3:]]
+    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[3 : 3 + len(ELEMENTWISE)]]  # the table's rows
+    assert lines[3 + len(ELEMENTWISE)].startswith("no noise estimate")
     assert len(shown) == len(ELEMENTWISE) and any("\u2026" in name for name in shown)  # cut to fit ...
     assert len(set(shown)) == len(ELEMENTWISE), shown  # ... yet every kernel reads differently
 

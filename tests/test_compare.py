@@ -21,6 +21,7 @@ from aitune_dispatch.schema import COMPARE_COLUMNS
 STRING = pd.Series(["a"]).dtype  # the one string dtype of every frame
 
 NAN = math.nan
+NO_NOISE = (NAN, NAN, NAN, None)  # one step a side: no step interval, outside_noise unknown
 
 
 def _result(rows: list[tuple[str | None, str, float, int]]) -> ProfileResult:
@@ -58,20 +59,21 @@ def test_exact_differences_on_synthetic_results():
     expected = pd.DataFrame(
         [
             # level, function, kernel, before, after, delta, ratio, kernels, calls; largest |delta| first
-            ("function", "linear", None, 35.0, 17.0, -18.0, 17 / 35, 3, 2, 2, 1),  # 10+20+5 -> 12+5
-            ("function", "gelu", None, 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1),  # after only: ratio NaN
-            ("function", "relu", None, 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0),  # before only
-            ("function", None, None, 1.0, 3.0, 2.0, 3.0, 1, 2, 0, 0),  # no functional call: 1 -> 1+2
-            ("kernel", "linear", "gemm", 30.0, 12.0, -18.0, 0.4, 2, 1, 2, 1),
-            ("kernel", "gelu", "gelu_k", 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1),
-            ("kernel", "relu", "relu_k", 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0),
-            ("kernel", None, "memset", 0.0, 2.0, 2.0, NAN, 0, 1, 0, 0),
-            ("kernel", "linear", "bias", 5.0, 5.0, 0.0, 1.0, 1, 1, 1, 1),  # equal change: larger time first
-            ("kernel", None, "copy", 1.0, 1.0, 0.0, 1.0, 1, 1, 0, 0),
+            ("function", "linear", None, 35.0, 17.0, -18.0, 17 / 35, 3, 2, 2, 1, *NO_NOISE),  # 10+20+5 -> 12+5
+            ("function", "gelu", None, 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1, *NO_NOISE),  # after only: ratio NaN
+            ("function", "relu", None, 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0, *NO_NOISE),  # before only
+            ("function", None, None, 1.0, 3.0, 2.0, 3.0, 1, 2, 0, 0, *NO_NOISE),  # no functional call: 1 -> 1+2
+            ("kernel", "linear", "gemm", 30.0, 12.0, -18.0, 0.4, 2, 1, 2, 1, *NO_NOISE),
+            ("kernel", "gelu", "gelu_k", 0.0, 6.0, 6.0, NAN, 0, 1, 0, 1, *NO_NOISE),
+            ("kernel", "relu", "relu_k", 4.0, 0.0, -4.0, 0.0, 1, 0, 1, 0, *NO_NOISE),
+            ("kernel", None, "memset", 0.0, 2.0, 2.0, NAN, 0, 1, 0, 0, *NO_NOISE),
+            ("kernel", "linear", "bias", 5.0, 5.0, 0.0, 1.0, 1, 1, 1, 1, *NO_NOISE),  # equal change: larger time first
+            ("kernel", None, "copy", 1.0, 1.0, 0.0, 1.0, 1, 1, 0, 0, *NO_NOISE),
         ],
         columns=COMPARE_COLUMNS,
     )
-    expected = expected.astype({c: float for c in ("before_us", "after_us", "delta_us", "ratio")})
+    floats = ("before_us", "after_us", "delta_us", "ratio", "step_delta_us", "step_delta_low_us", "step_delta_high_us")
+    expected = expected.astype(dict.fromkeys(floats, float) | {"outside_noise": object})
     counts = ("before_kernels", "after_kernels", "before_calls", "after_calls")
     strings = ("level", "function_name", "kernel")
     expected = expected.astype(dict.fromkeys(counts, np.int64) | dict.fromkeys(strings, STRING))
@@ -157,3 +159,58 @@ def test_saved_results_compare_the_same(two_runs, tmp_path):
     loaded = compare(load(before.save(tmp_path / "a")), load(after.save(tmp_path / "b.parquet")))
     pd.testing.assert_frame_equal(loaded, compare(before, after))
     assert aitune_dispatch.compare is compare
+
+
+def _stepped(per_step: list[dict[str, float]]) -> ProfileResult:
+    """A result of recorded steps: step ``k`` runs ``per_step[k]``'s kernels (name -> us) inside ``linear``."""
+    rows = [(kernel, us) for step in per_step for kernel, us in step.items()]
+    activity = activity_table(
+        kernel=[kernel for kernel, _ in rows], kernel_us=[us for _, us in rows], function_name=["linear"] * len(rows)
+    )
+    bounds, at = [0], 0  # row i starts at 1000 i (activity_table): each step's rows end a step
+    for step in per_step:
+        at += 1000 * len(step)
+        bounds.append(at)
+    empty = pa.table({})
+    metadata = {"step_bounds_ns": ",".join(map(str, bounds)), "first_step": "3"}
+    return ProfileResult(activity, empty, empty, empty, empty, {}, "synthetic", metadata=metadata)
+
+
+def test_a_change_is_marked_only_outside_the_step_to_step_noise():
+    rng = np.random.default_rng(1)
+    before = _stepped([{"gemm": 10 + rng.normal(0, 1), "bias": 5 + rng.normal(0, 1)} for _ in range(8)])
+    after = _stepped([{"gemm": 20 + rng.normal(0, 1), "bias": 5 + rng.normal(0, 1)} for _ in range(8)])
+    table = compare(before, after).set_index(["level", "kernel"])
+    gemm, bias = table.loc[("kernel", "gemm")], table.loc[("kernel", "bias")]
+    assert gemm["outside_noise"] is True and 8 < gemm["step_delta_low_us"] < gemm["step_delta_us"] < 12
+    assert gemm["step_delta_us"] < gemm["step_delta_high_us"] < 12
+    assert bias["outside_noise"] is False and bias["step_delta_low_us"] < 0 < bias["step_delta_high_us"]
+    # the mean change per step is exact; the interval is seeded, so a comparison repeats
+    per_step = lambda result, name: [r["kernel_us"] for r in result.activity.to_pylist() if r["kernel"] == name]  # noqa: E731
+    assert gemm["step_delta_us"] == pytest.approx(np.mean(per_step(after, "gemm")) - np.mean(per_step(before, "gemm")))
+    pd.testing.assert_frame_equal(compare(before, after), compare(before, after))
+
+
+def test_with_one_step_a_side_there_is_no_noise_estimate_and_the_cli_says_so():
+    from aitune_dispatch.reports.text import comparison_text
+
+    table = compare(_result(BEFORE), _result(AFTER))
+    assert table["step_delta_us"].isna().all() and table["outside_noise"].isna().all()
+    assert "no noise estimate" in comparison_text(table, "function")
+    stepped = compare(_stepped([{"gemm": 10.0}, {"gemm": 11.0}]), _stepped([{"gemm": 20.0}, {"gemm": 21.0}]))
+    text = comparison_text(stepped, "kernel", width=120)
+    assert "per step, 95%" in text and "+10.0 [+9.0, +11.0] *" in text and "no noise estimate" not in text
+
+
+def test_the_steps_view_gives_each_kernels_spread_over_steps():
+    result = _stepped([{"gemm": 10.0, "bias": 1.0}, {"gemm": 14.0}, {"gemm": 12.0, "bias": 3.0}])
+    table = result.steps().set_index("kernel")
+    gemm = table.loc["gemm", ["steps", "median_us", "min_us", "max_us", "total_us"]]
+    assert gemm.tolist() == [3, 12.0, 10.0, 14.0, 36.0]
+    assert table.loc["gemm", "spread_pct"] == pytest.approx(100 * 4 / 12)
+    # a step that did not run bias counts 0 us there
+    assert table.loc["bias", ["steps", "median_us", "min_us", "max_us"]].tolist() == [2, 1.0, 0.0, 3.0]
+    assert list(table.index) == ["gemm", "bias"]  # most total time first
+    from aitune_dispatch.results.views import row_steps
+
+    assert row_steps(result).tolist() == [3, 3, 4, 5, 5]  # numbered from the schedule's first recorded step

@@ -168,9 +168,49 @@ def test_the_api_pages_region_example_runs():
 
     page = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
     section = page.split("## A region of your own code", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
     scope: dict = {}
-    exec(compile(block, "docs/api.md", "exec"), scope)  # noqa: S102 - our own page's example
+    exec(compile("\n".join(blocks), "docs/api.md", "exec"), scope)  # noqa: S102 - our own page's example
     assert set(scope["region_df"]["function_name"]) == {"linear", "gelu"}
     assert {"linear", "gelu"} <= set(scope["region_data"])
     assert len(scope["everything"]) > 0
+    per_kernel = scope["per_kernel"]
+    assert len(per_kernel) > 0 and set(per_kernel["steps"]) <= {5}
+    assert scope["stepped"].result.metadata["first_step"] == "2"
+
+
+def test_a_schedule_records_the_active_steps_only_and_keeps_each_rows_step():
+    model = mlp()
+    with aitune_dispatch.recording(model, device="cpu", wait=1, warmup=1, active=3) as rec:
+        for _ in range(7):
+            model(torch.randn(2, 8))
+            rec.step()
+        assert rec.step_number == 7
+    result = rec.result
+    assert result.metadata["first_step"] == "2"
+    steps = result.steps(by="function_name").set_index("function_name")
+    # three steps of two linear calls (aten::t and aten::addmm each) and one gelu, nothing of steps 0-1 or 5-6
+    assert steps.loc["linear", ["steps", "launches_per_step"]].tolist() == [3, 4.0]
+    assert steps.loc["gelu", ["steps", "launches_per_step"]].tolist() == [3, 1.0]
+    frame = result.profiling_df()
+    assert (frame["function_name"] == "linear").sum() == 3 * 2 * 2  # per call: aten::t and aten::addmm
+    from aitune_dispatch.results.views import row_steps
+
+    assert set(row_steps(result).tolist()) == {2, 3, 4}
+
+
+def test_a_schedule_whose_steps_never_come_says_so_and_bad_schedules_are_refused():
+    model = mlp()
+    state = global_state()
+    with aitune_dispatch.recording(model, device="cpu", wait=5) as rec:
+        model(torch.randn(2, 8))
+        rec.step()
+    assert global_state() == state  # nothing was installed
+    with pytest.raises(RuntimeError, match="records from step 5"):
+        _ = rec.result
+    for bad in ({"wait": -1}, {"warmup": 1.5}, {"active": 0}, {"active": True}):
+        with pytest.raises(ValueError, match="must be an int"):
+            aitune_dispatch.recording(model, device="cpu", **bad)
+    with pytest.raises(RuntimeError, match="inside the recording"):
+        aitune_dispatch.recording(model, device="cpu").step()

@@ -482,11 +482,14 @@ def comparison_text(table: pd.DataFrame, level: str, top: int | None = 20, width
     n = len(shown)
     symbol, times = fixed_times([float(v) for column in ("before_us", "after_us") for v in shown[column]])
     _, deltas = fixed_times([float(v) for v in shown["delta_us"]], signed=True, like=symbol)
+    noise = "step_delta_us" in shown and bool(shown["step_delta_us"].notna().any())
     rows = []
     for i, r in enumerate(shown.itertuples()):
         name = r.function_name if isinstance(r.function_name, str) else "(no functional call)"
         cells = [name] + ([short_kernel_name(str(r.kernel), KERNEL_CHARS)] if level == "kernel" else [])
         cells += [times[i], times[n + i], deltas[i], _change(r.before_us, r.after_us)]
+        if noise:
+            cells.append(_step_interval(r.step_delta_us, r.step_delta_low_us, r.step_delta_high_us, r.outside_noise))
         rows.append(cells)
     columns = [Column("function", numeric=False, flexible=True)]
     if level == "kernel":
@@ -497,8 +500,24 @@ def comparison_text(table: pd.DataFrame, level: str, top: int | None = 20, width
         Column(f"delta ({symbol})"),
         Column("change"),
     ]
+    if noise:
+        columns.append(Column("per step, 95% (us)"))
     title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}):"
-    return title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
+    text = title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
+    if rows and noise:
+        note = "* outside the noise: the step-to-step bootstrap interval of the change leaves out 0"
+        text += "\n" + wrap_title(note, width)
+    elif rows:
+        note = "no noise estimate: a side has one step (record several: recording(...) with rec.step())"
+        text += "\n" + wrap_title(note, width)
+    return text
+
+
+def _step_interval(delta: float, low: float, high: float, outside: object) -> str:
+    """The change of the mean per step with its interval, starred where outside the noise."""
+    if delta != delta:  # NaN: no steps for this row
+        return NO_VALUE
+    return f"{delta:+.1f} [{low:+.1f}, {high:+.1f}]" + (" *" if outside is True else "")
 
 
 def mismatch_warning(a: ProfileResult, b: ProfileResult) -> str | None:

@@ -96,6 +96,23 @@ class ProfileResult:
         """
         return views.profiling_frame(self.activity, self.module_objects or (None,) * self.modules.num_rows)
 
+    def steps(self, by: str = "kernel") -> pd.DataFrame:
+        """Time per recorded step (``recording(...).step()``): per kernel, ``function_name``, ``module_name``
+        or ``op``, the steps that ran it, its activity rows per step and the median, min, max and
+        spread of its per-step time (``views.step_table``). A result without steps is one step.
+
+        Parameters
+        ----------
+        by:
+            ``"kernel"`` (default), ``"function_name"``, ``"module_name"`` or ``"op"``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``by`` then ``views.STEP_COLUMNS``, most total time first.
+        """
+        return views.step_table(self, by)
+
     def describe(self, top_k: int | None = 10, *, by: str | None = None, roofline: bool = False) -> pd.DataFrame:
         """The spec's ``describe_results`` for this run; ``by="device"`` or ``"rank"`` splits it.
 

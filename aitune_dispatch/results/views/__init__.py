@@ -39,6 +39,7 @@ from .roofline import (
 )
 from .samples import sample_table
 from .split import describe_by
+from .steps import STEP_COLUMNS, row_steps, step_bounds, step_table
 from .summary import describe_results, profiling_frame
 from .timeline import op_times
 from .top import check_top, first_rows
@@ -52,6 +53,7 @@ __all__ = [
     "MODULE_ROOFLINE_COLUMNS",
     "ORIGIN_COLUMNS",
     "ROLLUP_COLUMNS",
+    "STEP_COLUMNS",
     "WORTH_COLUMNS",
     "FAST_PATH_OPS",
     "HINTS",
@@ -110,4 +112,7 @@ __all__ = [
     "unattributed",
     "unattributed_table",
     "worth_optimizing",
+    "row_steps",
+    "step_bounds",
+    "step_table",
 ]
