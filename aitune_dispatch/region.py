@@ -21,6 +21,17 @@ class Recording:
     """One recorded region: a context manager, single-use; :attr:`result` once the recording has ended.
 
     Made by :func:`recording`; see there for what is recorded and how :meth:`step` and the schedule work.
+
+    Parameters
+    ----------
+    module:
+        The root of the hierarchy that names the rows.
+    config:
+        The validated options (``arguments.resolved_config``).
+    wait:
+        The first recorded step (the schedule's ``wait + warmup``).
+    active:
+        How many steps are recorded; None: every step until the block ends.
     """
 
     def __init__(self, module: nn.Module, config: ProfileConfig, wait: int = 0, active: int | None = None) -> None:
@@ -55,6 +66,10 @@ class Recording:
         """End the current step: recording starts at step ``wait`` (schedule's ``wait + warmup``) and
         stops once ``active`` steps have ended; each recorded step's rows keep their step
         (``result.steps()``). A step() after the recording stopped only counts.
+
+        Returns
+        -------
+        None
         """
         if not self._entered:
             raise RuntimeError("step() is called inside the recording's with block")

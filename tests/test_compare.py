@@ -21,7 +21,7 @@ from aitune_dispatch.schema import COMPARE_COLUMNS
 STRING = pd.Series(["a"]).dtype  # the one string dtype of every frame
 
 NAN = math.nan
-NO_NOISE = (NAN, NAN, NAN, None)  # one step a side: no step interval, outside_noise unknown
+NO_NOISE = (NAN, NAN, NAN, pd.NA)  # one step a side: no step interval, outside_noise unknown
 
 
 def _result(rows: list[tuple[str | None, str, float, int]]) -> ProfileResult:
@@ -73,7 +73,7 @@ def test_exact_differences_on_synthetic_results():
         columns=COMPARE_COLUMNS,
     )
     floats = ("before_us", "after_us", "delta_us", "ratio", "step_delta_us", "step_delta_low_us", "step_delta_high_us")
-    expected = expected.astype(dict.fromkeys(floats, float) | {"outside_noise": object})
+    expected = expected.astype(dict.fromkeys(floats, float) | {"outside_noise": "boolean"})
     counts = ("before_kernels", "after_kernels", "before_calls", "after_calls")
     strings = ("level", "function_name", "kernel")
     expected = expected.astype(dict.fromkeys(counts, np.int64) | dict.fromkeys(strings, STRING))
@@ -182,9 +182,9 @@ def test_a_change_is_marked_only_outside_the_step_to_step_noise():
     after = _stepped([{"gemm": 20 + rng.normal(0, 1), "bias": 5 + rng.normal(0, 1)} for _ in range(8)])
     table = compare(before, after).set_index(["level", "kernel"])
     gemm, bias = table.loc[("kernel", "gemm")], table.loc[("kernel", "bias")]
-    assert gemm["outside_noise"] is True and 8 < gemm["step_delta_low_us"] < gemm["step_delta_us"] < 12
+    assert bool(gemm["outside_noise"]) and 8 < gemm["step_delta_low_us"] < gemm["step_delta_us"] < 12
     assert gemm["step_delta_us"] < gemm["step_delta_high_us"] < 12
-    assert bias["outside_noise"] is False and bias["step_delta_low_us"] < 0 < bias["step_delta_high_us"]
+    assert not bool(bias["outside_noise"]) and bias["step_delta_low_us"] < 0 < bias["step_delta_high_us"]
     # the mean change per step is exact; the interval is seeded, so a comparison repeats
     per_step = lambda result, name: [r["kernel_us"] for r in result.activity.to_pylist() if r["kernel"] == name]  # noqa: E731
     assert gemm["step_delta_us"] == pytest.approx(np.mean(per_step(after, "gemm")) - np.mean(per_step(before, "gemm")))

@@ -501,6 +501,8 @@ METADATA_WORDS: dict[str, tuple[str, Callable[[str], str]]] = {
     schema.GPU_DEVICES_KEY: ("GPUs used", str),
     schema.GPU_PROPERTIES_KEY: ("GPU per device", _per_device),
     schema.META_INDUCTOR: ("torch.compile (Inductor) kernels", str),
+    schema.META_STEP_BOUNDS: ("recorded steps", lambda v: f"{max(v.count(','), 1)} (recording(...).step())"),
+    schema.META_FIRST_STEP: ("first recorded step", str),
     schema.META_COMPILED_KERNELS: ("activity rows attributed from Inductor", str),
     schema.META_GRAPH_CAPTURE: ("CUDA graph captures", str),
     schema.META_GRAPH_KERNELS: ("activity rows replayed by CUDA graphs", str),

@@ -517,7 +517,7 @@ def _step_interval(delta: float, low: float, high: float, outside: object) -> st
     """The change of the mean per step with its interval, starred where outside the noise."""
     if delta != delta:  # NaN: no steps for this row
         return NO_VALUE
-    return f"{delta:+.1f} [{low:+.1f}, {high:+.1f}]" + (" *" if outside is True else "")
+    return f"{delta:+.1f} [{low:+.1f}, {high:+.1f}]" + (" *" if outside is not pd.NA and bool(outside) else "")
 
 
 def mismatch_warning(a: ProfileResult, b: ProfileResult) -> str | None:

@@ -82,11 +82,11 @@ def _level(
     rows = _totals(before, keys, "before").join(_totals(after, keys, "after"), how="outer")
     if min(steps) >= 2:
         rows = rows.join(_intervals(before, after, keys, steps))
-        rows["outside_noise"] = rows["outside_noise"].astype(object)
+        rows["outside_noise"] = rows["outside_noise"].astype("boolean")
     else:
         for column in ("step_delta_us", "step_delta_low_us", "step_delta_high_us"):
             rows[column] = np.nan
-        rows["outside_noise"] = None
+        rows["outside_noise"] = pd.array([pd.NA] * len(rows), dtype="boolean")
     rows = rows.reset_index()
     for side in ("before", "after"):
         rows[f"{side}_us"] = rows[f"{side}_us"].fillna(0.0).astype(float)
@@ -106,7 +106,7 @@ def _level(
 def empty_comparison() -> pd.DataFrame:
     """The comparison's columns and dtypes with no rows."""
     counts = {f"{side}_{counted}": np.int64 for side in ("before", "after") for counted in ("kernels", "calls")}
-    return empty_frame(COMPARE_COLUMNS, {**counts, "outside_noise": object}, _STRINGS)
+    return empty_frame(COMPARE_COLUMNS, {**counts, "outside_noise": "boolean"}, _STRINGS)
 
 
 def compare(a: ResultTables, b: ResultTables) -> pd.DataFrame:

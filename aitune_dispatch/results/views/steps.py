@@ -22,7 +22,18 @@ STEP_KEYS = ("kernel", "function_name", "module_name", "op")
 
 
 def step_bounds(result: ResultTables) -> np.ndarray:
-    """The host-clock bounds of the recorded steps (``len(steps) + 1`` values), or an empty array."""
+    """The host-clock bounds of the recorded steps.
+
+    Parameters
+    ----------
+    result:
+        A finished result.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``len(steps) + 1`` int64 values (``perf_counter_ns``), or none where the result has no steps.
+    """
     text = result.metadata.get(schema.META_STEP_BOUNDS, "")
     return np.array([int(v) for v in text.split(",") if v], dtype=np.int64)
 
@@ -33,8 +44,20 @@ def first_step(result: ResultTables) -> int:
 
 
 def row_steps(result: ResultTables) -> np.ndarray:
-    """The step number of every activity row (``first_step`` counts from the recording's first step), or
-    -1 for a row outside every step; all ``first_step`` where the result has no step bounds."""
+    """The step number of every activity row.
+
+    Parameters
+    ----------
+    result:
+        A finished result.
+
+    Returns
+    -------
+    numpy.ndarray
+        One int64 per activity row: its step (numbered from the recording's first step, the schedule's
+        ``wait + warmup``), -1 for a row outside every step (after the last ``step()``); all the first
+        step where the result has no step bounds.
+    """
     rows = result.activity.num_rows
     bounds = step_bounds(result)
     if len(bounds) < 2:
