@@ -214,3 +214,14 @@ def test_a_schedule_whose_steps_never_come_says_so_and_bad_schedules_are_refused
             aitune_dispatch.recording(model, device="cpu", **bad)
     with pytest.raises(RuntimeError, match="inside the recording"):
         aitune_dispatch.recording(model, device="cpu").step()
+
+
+@pytest.mark.kineto  # runs torch.profiler, whose Kineto keeps CUPTI's callback subscription on a GPU machine
+def test_a_recording_while_torch_profiler_collects_is_refused_as_profile_is():
+    model = mlp()
+    state = global_state()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with pytest.raises(RuntimeError, match="torch.profiler is collecting"):
+            with aitune_dispatch.recording(model, device="cpu"):
+                model(torch.randn(2, 8))
+    assert global_state() == state
