@@ -28,6 +28,7 @@ from .results import ProfileResult, views
 from .schema import Sample
 from .tracing import (
     ModuleTracker,
+    Tracer,
     TraceSession,
     TraceTables,
     make_tracer,
@@ -125,17 +126,12 @@ def record(
     The warm-up passes are traced with their rows discarded. RuntimeError where another capture runs,
     CUDA is unavailable or another CUPTI client took the callbacks; the message says what to do.
     """
-    compiled = uses_compile(function, root)
-    compilers = compile_backends(function, root, stand_ins(function, root)) if compiled else ()
-    config = backends.for_run(config, compiled)
+    config, compiled, compilers = _run_config(config, function, root)
     with interrupts.held(), _one_capture():  # no Ctrl-C half-way through installing or removing
         running_before = other_threads_running()
         source = collection.make_source(config)
         clock = PhaseClock(on_progress)
-        provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers,
-            interception=str(config.interception),
-        )
+        provenance = _provenance(config, source, compiled, compilers)
         with unseen.no_grad(), provenance:  # no_grad as the spec says, its switching unseen by a user's mode
             _warm_up(function, samples, warmup_iterations, clock, root, provenance)
             return _recorded(config, function, samples, root, source, clock, provenance, running_before)
@@ -151,43 +147,52 @@ def region(config: ProfileConfig, root: nn.Module) -> Iterator[list[ProfileResul
     graph captures inside the block are seen as a recorded pass's. Ctrl-C is held while we install and
     remove, delivered while the block runs; everything is removed on any exception from the block.
     """
-    compiled = uses_compile(root, root)
-    compilers = compile_backends(root, root) if compiled else ()
-    config = backends.for_run(config, compiled)
+    config, compiled, compilers = _run_config(config, root, root)
     done: list[ProfileResult] = []
     with interrupts.held(), _one_capture():
         running_before = other_threads_running()
         source = collection.make_source(config)
         clock = PhaseClock(None)
-        provenance = ProvenanceCapture(
-            config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers,
-            interception=str(config.interception),
-        )
+        provenance = _provenance(config, source, compiled, compilers)
         with provenance:
             modules = ModuleTracker(root, ())
-            tracer = make_tracer(
-                str(config.op_tracer), modules.module_ids(), config.function_names, source, config.all_functions,
-                running_before, str(config.interception),
-            )
-            session = TraceSession(modules, tracer)
-            if config.cuda:
-                torch.cuda.synchronize()
-            clock.restart()
-            with unseen.calls_unseen():
-                source.start()
-            try:
-                with session:
-                    clock.lap("start")
-                    with interrupts.delivered():
-                        yield done
-                    if config.cuda:
-                        torch.cuda.synchronize()
-                    clock.lap("pass")
-            finally:
-                with unseen.calls_unseen():
-                    source.stop()
-            clock.lap("flush")
+            session = TraceSession(modules, _tracer(config, modules, source, running_before))
+            with _recording(session, source, clock, config.cuda, passes=1), interrupts.delivered():
+                yield done
             done.append(post_process(config, session, source, clock, provenance))
+
+
+def _run_config(
+    config: ProfileConfig, function: Callable[..., Any], root: nn.Module
+) -> tuple[ProfileConfig, bool, tuple[str, ...]]:
+    """The config for this run (its backends chosen knowing whether compiled code is involved), whether
+    it is, and the backends of that compiled code."""
+    compiled = uses_compile(function, root)
+    compilers = compile_backends(function, root, stand_ins(function, root)) if compiled else ()
+    return backends.for_run(config, compiled), compiled, compilers
+
+
+def _provenance(
+    config: ProfileConfig, source: collection.ActivitySource, compiled: bool, compilers: tuple[str, ...]
+) -> ProvenanceCapture:
+    """The run's compile and graph-capture observation (``provenance/``)."""
+    return ProvenanceCapture(
+        config.device, source, str(config.op_tracer), config.all_functions, compiled, compilers,
+        interception=str(config.interception),
+    )  # fmt: skip
+
+
+def _tracer(
+    config: ProfileConfig,
+    modules: ModuleTracker,
+    source: collection.ActivitySource,
+    running_before: dict[int, threading.Thread | None],
+) -> Tracer:
+    """The recorded pass's tracer, of the config's backend, pushing ids to ``source``."""
+    return make_tracer(
+        str(config.op_tracer), modules.module_ids(), config.function_names, source, config.all_functions,
+        running_before, str(config.interception),
+    )  # fmt: skip
 
 
 def _aliases(function: Callable[..., Any], root: nn.Module) -> tuple[nn.Module, ...]:
@@ -229,12 +234,7 @@ def _recorded(
     running_before: dict[int, threading.Thread | None],
 ) -> ProfileResult:
     modules = ModuleTracker(root, _aliases(function, root))
-    backend = str(config.op_tracer)
-    tracer = make_tracer(
-        backend, modules.module_ids(), config.function_names, source, config.all_functions, running_before,
-        str(config.interception),
-    )
-    session = TraceSession(modules, tracer)
+    session = TraceSession(modules, _tracer(config, modules, source, running_before))
     _traced_pass(function, samples, session, source, clock, config.cuda)
     return post_process(config, session, source, clock, provenance, called=samples != [])
 
@@ -318,6 +318,16 @@ def _traced_pass(
     cuda: bool,
 ) -> None:
     """The recorded pass, timed as the user's calls alone (``docs/design.md``, "What a pass pays once")."""
+    with _recording(session, source, clock, cuda, passes=1 if samples is None else len(samples)):
+        run_pass(function, samples, clock.reporter("pass"))
+
+
+@contextmanager
+def _recording(
+    session: TraceSession, source: collection.ActivitySource, clock: PhaseClock, cuda: bool, passes: int
+) -> Iterator[None]:
+    """The source started and the session entered around the block (the recorded pass), each phase timed
+    and announced; the source stops also on an exception from the block."""
     if cuda:
         torch.cuda.synchronize()
     clock.tell("start", 0)
@@ -325,10 +335,10 @@ def _traced_pass(
     with unseen.calls_unseen():
         source.start()
     try:
-        clock.tell("pass", 0, 1 if samples is None else len(samples))
+        clock.tell("pass", 0, passes)  # outside the session: on_progress is not the user's profiled code
         with session:
             clock.lap("start")
-            run_pass(function, samples, clock.reporter("pass"))
+            yield
             if cuda:
                 torch.cuda.synchronize()
             clock.lap("pass")

@@ -133,12 +133,14 @@ def test_gate_less_functionals_are_calls_of_their_own() -> None:
 
 
 @needs_hooks
-def test_rows_match_the_reference_on_gate_less_functionals() -> None:
+@pytest.mark.parametrize("model_type, shape", [(GateLess, (16, 16)), (InPlace, (4, 8))], ids=["gate_less", "in_place"])
+def test_rows_match_the_reference(model_type: type[nn.Module], shape: tuple[int, int]) -> None:
+    """Gate-less functionals, and in-place builtins called by torch's own functionals and by the user."""
     from benchmarks.compare_reference import agreement
     from benchmarks.reference_baseline import ReferenceBaseline
 
-    model = GateLess()
-    samples = [((torch.randn(16, 16),), {})]
+    model = model_type()
+    samples = [((torch.randn(*shape),), {})]
     with torch.no_grad():
         ours, data = profile(model, samples, "objects")
         theirs, their_data = ReferenceBaseline(device="cpu").profile(model, samples, warmup_iterations=1)
@@ -164,21 +166,6 @@ def test_an_in_place_builtin_called_by_another_functional_is_part_of_that_call()
     direct = objects[objects["function_name"] == "relu_"]
     assert set(direct["module_name"]) == {""} and set(direct["op"]) == {"aten::relu_"}
     assert "relu_" in data and "relu_" not in set(mode["function_name"])
-
-
-@needs_hooks
-def test_rows_match_the_reference_on_in_place_activations() -> None:
-    from benchmarks.compare_reference import agreement
-    from benchmarks.reference_baseline import ReferenceBaseline
-
-    model = InPlace()
-    samples = [((torch.randn(4, 8),), {})]
-    with torch.no_grad():
-        ours, data = profile(model, samples, "objects")
-        theirs, their_data = ReferenceBaseline(device="cpu").profile(model, samples, warmup_iterations=1)
-    report = agreement(ours, theirs)
-    assert report.ok, report.to_dict()
-    assert set(data) == set(their_data)
 
 
 @needs_hooks

@@ -18,7 +18,7 @@ from ... import encoded
 from ...schema import COMPARE_COLUMNS
 from .accounting import ResultTables, is_result
 from .frames import empty_frame, with_strings
-from .steps import first_step, row_steps, step_bounds
+from .steps import first_step, row_steps, step_count
 
 RESAMPLES = 2000  # bootstrap resamples per row
 CONFIDENCE = 0.95
@@ -34,11 +34,6 @@ def _activity(result: ResultTables, name: str) -> pd.DataFrame:
     frame["function_name"] = frame["function_name"].astype(object).fillna(_NO_FUNCTION)
     frame["step"] = row_steps(result) - first_step(result)
     return frame
-
-
-def step_count(result: ResultTables) -> int:
-    """How many recorded steps ``result`` has (1 without step bounds)."""
-    return max(len(step_bounds(result)) - 1, 1)
 
 
 def _per_step(activity: pd.DataFrame, keys: list[str], steps: int) -> pd.DataFrame:

@@ -38,6 +38,11 @@ def step_bounds(result: ResultTables) -> np.ndarray:
     return np.array([int(v) for v in text.split(",") if v], dtype=np.int64)
 
 
+def step_count(result: ResultTables) -> int:
+    """How many recorded steps ``result`` has (1 without step bounds)."""
+    return max(len(step_bounds(result)) - 1, 1)
+
+
 def first_step(result: ResultTables) -> int:
     """The number of the first recorded step (a schedule's ``wait + warmup``), 0 without steps."""
     return int(result.metadata.get(schema.META_FIRST_STEP, "0") or 0)
@@ -107,23 +112,22 @@ def step_table(result: ResultTables, by: str = "kernel") -> pd.DataFrame:
         }
     )
     frame = frame[frame["step"] >= 0]
-    bounds = step_bounds(result)
-    count = max(len(bounds) - 1, 1)
     if frame.empty:
         return with_strings(pd.DataFrame(columns=[by, *STEP_COLUMNS]), [by])
+    count, first = step_count(result), first_step(result)
     per_step = frame.groupby([by, "step"], dropna=False)["kernel_us"].agg(["sum", "size"]).reset_index()
     rows = []
     for key, group in per_step.groupby(by, dropna=False, sort=False):
         times = np.zeros(count)
-        calls = np.zeros(count)
-        where = (group["step"].to_numpy() - first_step(result)).clip(0, count - 1)
+        launches = np.zeros(count)
+        where = (group["step"].to_numpy() - first).clip(0, count - 1)
         times[where] = group["sum"].to_numpy()
-        calls[where] = group["size"].to_numpy()
+        launches[where] = group["size"].to_numpy()
         median = float(np.median(times))
         spread = (times.max() - times.min()) / median * 100.0 if median > 0 else float("nan")
         rows.append(
-            (key, int((calls > 0).sum()), float(np.median(calls)), median, float(times.min()), float(times.max()),
-             spread, float(times.sum()))
+            (key, int((launches > 0).sum()), float(np.median(launches)), median, float(times.min()),
+             float(times.max()), spread, float(times.sum()))
         )  # fmt: skip
     table = pd.DataFrame(rows, columns=[by, *STEP_COLUMNS]).sort_values("total_us", ascending=False, kind="stable")
     return with_strings(table.reset_index(drop=True), [by])
