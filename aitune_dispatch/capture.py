@@ -138,16 +138,20 @@ def record(
 
 
 @contextmanager
-def region(config: ProfileConfig, root: nn.Module) -> Iterator[list[ProfileResult]]:
-    """Record whatever the ``with`` block runs as one pass while ``root``'s hierarchy is observed; the
-    list yielded holds the result once the block has ended without an exception.
+def region(config: ProfileConfig, root: nn.Module | None) -> Iterator[list[ProfileResult]]:
+    """Record whatever the ``with`` block runs as one pass while ``root``'s hierarchy is observed (None:
+    every outermost module call is a root, ``tracing.ModuleTracker``); the list yielded holds the result
+    once the block has ended without an exception.
 
     The public face is :func:`aitune_dispatch.region.recording`. Unlike :func:`record` there is no
     warm-up and no ``torch.no_grad()`` (a training step's backward must run as written); compiles and
     graph captures inside the block are seen as a recorded pass's. Ctrl-C is held while we install and
     remove, delivered while the block runs; everything is removed on any exception from the block.
     """
-    config, compiled, compilers = _run_config(config, root, root)
+    if root is None:  # nothing to look at before the block: its code is taken for eager
+        config, compiled, compilers = backends.for_run(config, False), False, ()
+    else:
+        config, compiled, compilers = _run_config(config, root, root)
     done: list[ProfileResult] = []
     with interrupts.held(), _one_capture():
         running_before = other_threads_running()

@@ -16,6 +16,8 @@ from . import arguments, capture, schema
 from .config import ProfileConfig
 from .results import ProfileResult
 
+_active: list[Recording] = []  # the recording whose with block runs now (one per process: capture's lock)
+
 
 class Recording:
     """One recorded region: a context manager, single-use; :attr:`result` once the recording has ended.
@@ -25,7 +27,7 @@ class Recording:
     Parameters
     ----------
     module:
-        The root of the hierarchy that names the rows.
+        The root of the hierarchy that names the rows; None: every outermost module call is a root.
     config:
         The validated options (``arguments.resolved_config``).
     wait:
@@ -34,7 +36,9 @@ class Recording:
         How many steps are recorded; None: every step until the block ends.
     """
 
-    def __init__(self, module: nn.Module, config: ProfileConfig, wait: int = 0, active: int | None = None) -> None:
+    def __init__(
+        self, module: nn.Module | None, config: ProfileConfig, wait: int = 0, active: int | None = None
+    ) -> None:
         self._root = module
         self._config = config
         self._first = wait  # the first recorded step
@@ -51,11 +55,14 @@ class Recording:
         self._entered = True
         if self._first == 0:
             self._start()
+        _active.append(self)  # after a start that may be refused: a refused recording is not active
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
+        if self in _active:
+            _active.remove(self)
         if self._region is None:
             return None
         if len(self._bounds) == 1:  # no step() while recording: the block is the one step
@@ -130,8 +137,31 @@ class Recording:
         return self._done[0]
 
 
+def step() -> None:
+    """End the current step of the recording whose ``with`` block runs now (its :meth:`Recording.step`);
+    with none, do nothing, so a script may call it at the end of every step whether or not it is recorded
+    (``python -m aitune_dispatch run --steps A:B script.py`` records its steps A..B-1).
+
+    Returns
+    -------
+    None
+    """
+    if _active:
+        _active[-1].step()
+
+
+def active_recording() -> Recording | None:
+    """The recording whose ``with`` block runs now, or None.
+
+    Returns
+    -------
+    Recording or None
+    """
+    return _active[-1] if _active else None
+
+
 def recording(
-    module: nn.Module,
+    module: nn.Module | None = None,
     *,
     function_names: Iterable[str] | None = None,
     device: str | torch.device | None = None,
@@ -145,7 +175,8 @@ def recording(
     active: int | None = None,
 ) -> Recording:
     """Record every kernel the code inside ``with recording(module=model) as rec:`` runs, attributed as
-    ``profile()`` attributes it; ``rec.result`` afterwards.
+    ``profile()`` attributes it; ``rec.result`` afterwards. Without a module (``with recording() as rec:``)
+    every outermost module call in the block is a root of the hierarchy, named by its class.
 
     The block runs as written: no warm-up, no ``torch.no_grad()`` (``profile()`` adds both), so a
     training step with its backward and optimizer, or a ``generate()`` loop, is recorded as it runs.
@@ -158,6 +189,10 @@ def recording(
     ----------
     module:
         The ``nn.Module`` whose hierarchy names the rows (its submodules' paths, as ``profile()``'s).
+        None (the default): each module called while no module already known runs is a root, named by
+        its class (``MLP``), further roots of that class numbered in order of first call (``MLP_1``,
+        ``MLP_2``); its submodules are named below it (``MLP.fc1``). The same module called again is the
+        same root; a root that a later root holds becomes that root's submodule (``MLP.fc1``).
     function_names, device, decoder, functions, op_tracer, correlation, interception:
         As for :class:`ModuleFunctionKernelProfiler`.
     wait, warmup, active:
@@ -176,19 +211,22 @@ def recording(
     Raises
     ------
     TypeError, ValueError
-        ``module`` is not an ``nn.Module``, or an option is not accepted (the message names those that are).
+        ``module`` is neither an ``nn.Module`` nor None, or an option is not accepted (the message names
+        those that are).
     """
     for name, value in (("wait", wait), ("warmup", warmup), ("active", 1 if active is None else active)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "active" else 0):
             least = "1 or more (or None: every step)" if name == "active" else "0 or more"
             raise ValueError(f"{name} must be an int, {least}; got {value!r}")
-    if not isinstance(module, nn.Module):
+    if module is not None and not isinstance(module, nn.Module):
         raise TypeError(
-            f"recording(module=...) takes the nn.Module whose hierarchy names the rows; got {type(module).__name__}"
+            "recording(module=...) takes the nn.Module whose hierarchy names the rows, or None to take every "
+            f"outermost module call for a root; got {type(module).__name__}"
         )
     config = arguments.resolved_config(
         function_names=function_names, device=device, decoder=decoder, functions=functions,
         op_tracer=op_tracer, correlation=correlation, interception=interception,
     )  # fmt: skip
     arguments.warn_unknown_names(config.function_names)
-    return Recording(getattr(module, "_orig_mod", module), config, wait + warmup, active)
+    root = None if module is None else getattr(module, "_orig_mod", module)
+    return Recording(root, config, wait + warmup, active)

@@ -39,6 +39,9 @@ def enter_module(module: Any) -> None:
 def exit_module(module: Any) -> None:
     """A forward of a profiled module ended."""
 
+def add_modules(modules: Sequence[tuple[Any, int]]) -> None:
+    """Modules discovered during the running pass join the hierarchy (RuntimeError outside a pass)."""
+
 def take() -> dict[str, Any]:
     """The recorded pass: every column as bytes, the name lists, samples, threads and push counters."""
 

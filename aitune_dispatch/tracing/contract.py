@@ -3,7 +3,7 @@ tables a tracing backend hands back after a pass (``docs/design.md``, "Correlati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -81,6 +81,10 @@ class Tracer(Protocol):
 
     def module_exited(self, module: nn.Module) -> None:
         """A forward of ``module`` ended (returned or raised) on this thread."""
+
+    def modules_added(self, modules: Sequence[tuple[nn.Module, int]]) -> None:
+        """``(module, module_id)`` pairs discovered during the pass (a root of ``recording()`` without
+        a module) join those the tracer was made with."""
 
     def tables(self) -> TraceTables:
         """The pass as Arrow tables, once it has ended."""

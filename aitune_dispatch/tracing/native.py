@@ -263,6 +263,12 @@ class NativeTracer:
         self.module_entered = self._native.enter_module
         self.module_exited = self._native.exit_module
 
+    def modules_added(self, modules: Sequence[tuple[nn.Module, int]]) -> None:
+        """Modules discovered during the pass join the hierarchy (``_tracer.add_modules``)."""
+        pairs = list(modules)
+        self._native.add_modules(pairs)
+        self._modules += pairs
+
     @classmethod
     def ended(cls, modules: Iterable[tuple[nn.Module, int]], taken: dict[str, Any]) -> NativeTracer:
         """A tracer decoding ``taken`` (what ``_tracer.take()`` returned) without a pass

@@ -92,6 +92,10 @@ class PythonTracer:
         if module_id is not None:
             self.buffers.exit_module(module_id)
 
+    def modules_added(self, modules: Iterable[tuple[nn.Module, int]]) -> None:
+        """Modules discovered during the pass join the hierarchy."""
+        self._ids.update((id(module), module_id) for module, module_id in modules)
+
     def later_tables(self) -> Callable[[], TraceTables]:
         """The tables, built now (the buffers are small next to what converting them later would keep)."""
         tables = self.tables()

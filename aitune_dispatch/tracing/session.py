@@ -25,7 +25,8 @@ class TraceSession:
         if self._stack is not None:
             raise RuntimeError("a TraceSession is single-use and not reentrant")
         with contextlib.ExitStack() as stack:
-            self.modules.install(self.tracer.module_entered, self.tracer.module_exited)
+            tracer = self.tracer
+            self.modules.install(tracer.module_entered, tracer.module_exited, tracer.modules_added)
             stack.callback(self.modules.remove)
             stack.enter_context(self.tracer)
             # fast paths gated on has_torch_function take the path they take without our mode

@@ -294,6 +294,18 @@ PyObject* py_exit_module(PyObject*, PyObject* module) {
   Py_RETURN_NONE;
 }
 
+// add_modules([(module, module_id)]): modules discovered during the pass (a recording() without a
+// module finds its roots as they are called) join the hierarchy; the caller holds the GIL, as
+// enter_module / exit_module do, the only readers of module_ids
+PyObject* py_add_modules(PyObject*, PyObject* modules) {
+  if (!trace.running) {
+    PyErr_SetString(PyExc_RuntimeError, "add_modules() adds to a running pass: call start() first");
+    return nullptr;
+  }
+  if (!add_modules(modules)) return nullptr;
+  Py_RETURN_NONE;
+}
+
 template <typename T>
 PyObject* as_bytes(const std::vector<T>& column) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(column.data()), Py_ssize_t(column.size() * sizeof(T)));
@@ -386,6 +398,8 @@ PyMethodDef methods[] = {
     {"running", py_running, METH_NOARGS, "running() -> bool"},
     {"enter_module", py_enter_module, METH_O, "enter_module(module): a forward of a profiled module begins"},
     {"exit_module", py_exit_module, METH_O, "exit_module(module): a forward of a profiled module ended"},
+    {"add_modules", py_add_modules, METH_O,
+     "add_modules([(module, module_id)]): modules discovered during the running pass join the hierarchy"},
     {"take", py_take, METH_NOARGS, "take() -> {column: bytes, ...}: the recorded pass; clears the rows"},
     {"sample_key_bytes", py_sample_key_bytes, METH_O,
      "sample_key_bytes(value) -> bytes, or None where the Python keyer decides"},
