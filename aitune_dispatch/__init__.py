@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .graph_captures import observe_graph_captures
     from .profiler import ModuleFunctionKernelProfiler
     from .provenance.observer import GraphCaptureObserver
-    from .region import Recording, recording
+    from .region import Recording, recording, step
     from .results import ProfileResult, ResultFormatError, TensorMeta, compare, describe_results, load, merge
     from .schema import PACKAGE_VERSION as __version__  # noqa: F401 - lazy below
 
@@ -50,6 +50,7 @@ __all__ = [
     "merge",
     "observe_graph_captures",
     "recording",
+    "step",
 ]
 
 _LAZY = {
@@ -68,6 +69,7 @@ _LAZY = {
     "observe_graph_captures": ".graph_captures",
     "Recording": ".region",
     "recording": ".region",
+    "step": ".region",
 }
 
 _RENAMED = {"__version__": "PACKAGE_VERSION"}  # where the attribute's name differs in its module

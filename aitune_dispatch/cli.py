@@ -5,6 +5,9 @@
       [--write FILE ...] [--quiet]
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu]
       [same options as demo]
+  aitune-dispatch run [--steps A:B] [--device auto|cuda|cpu] [--top N]
+      [--functions functional|all] [--out DIR [--with-tensors]]
+      [--write FILE ...] [--quiet] SCRIPT.py [script args ...]
   aitune-dispatch report RESULT [--top N] [--html FILE.html]
       [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv]
@@ -29,6 +32,11 @@ count and an ETA for the warm-up passes, the recorded samples and bench's replay
 line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
 status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
 it).
+
+run runs SCRIPT.py as __main__ (its arguments after it, ours before it) inside
+aitune_dispatch.recording() without a module: every outermost module call is a root, named by
+its class. --steps A:B records steps A..B-1 of a script that calls aitune_dispatch.step() at the
+end of each step; without it the whole script is one step. It prints and writes what profile does.
 
 bench replays every distinct sample of a saved result in isolation (aitune_dispatch.benchmark;
 with the saved tensors where the result kept them, else random inputs of the recorded shapes) on
@@ -370,6 +378,78 @@ def cmd_profile(args: argparse.Namespace) -> int:
     device = _pick_device(args.device)
     workload = _workload(_call_factory(factory, device, args.target), args.target)
     return _profile_and_print(workload, device, args, args.target)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a script inside a recording without a module, print the summary table and write the outputs."""
+    from .script import ScriptError, run_script
+
+    device = _pick_device(args.device)
+    progress = Progress(args.quiet)
+    names = getattr(args, "function_names", None)
+    try:
+        with progress:
+            progress.line(f"running {args.script} (recorded on {device})")
+            result = run_script(
+                args.script, args.script_args, steps=args.steps, device=device, functions=args.functions,
+                function_names=names,
+            )  # fmt: skip
+    except (ScriptError, FileNotFoundError) as error:
+        raise CliError(str(error)) from error
+    except RuntimeError as error:  # refused, or the steps asked for never came
+        raise CliError(f"recording {args.script} failed: {_one_line(error)}") from error
+    progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
+    title = f"{args.script} on {device} ({result.source} activity source; shares of all kernel time)"
+    _print_summary(result, args.top, title)
+    if args.out is not None:
+        _save(result, args.out / "result", args.with_tensors)
+    _write_requested(result, args)
+    return 0
+
+
+def _steps(text: str) -> tuple[int, int]:
+    from .script import parse_steps
+
+    try:
+        return parse_steps(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _add_run(commands: Any, common: argparse.ArgumentParser) -> None:
+    run = _subcommand(
+        commands,
+        "run",
+        common,
+        "run a script and record what it runs",
+        "SCRIPT.py runs as __main__ inside aitune_dispatch.recording() without a module, every outermost "
+        "module call a root. Our options come before SCRIPT.py, the script's own after it.",
+    )
+    run.add_argument(
+        "--steps", type=_steps, metavar="A:B",
+        help="record steps A..B-1 of a script calling aitune_dispatch.step() (default: the whole script)",
+    )  # fmt: skip
+    run.add_argument(
+        "--device",
+        choices=["auto", *config.DEVICES],
+        default="auto",
+        help="the activity source's device (default: auto, i.e. cuda when available, else cpu)",
+    )
+    run.add_argument(
+        "--function-names", type=_names, metavar="NAMES", help="collect samples of these functions only (linear,relu)"
+    )
+    _add_top(run, 10, "rows per table")
+    run.add_argument(
+        "--functions",
+        choices=list(config.FUNCTIONS),
+        default="functional",
+        help="all: also attribute ops outside functional calls to torch-level calls (default: functional)",
+    )
+    _add_outputs(run, saves=True)
+    run.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+    run.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments")
+    run.set_defaults(run=cmd_run)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -779,6 +859,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_top(comparison, 20, "rows per level")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
     comparison.set_defaults(run=cmd_compare)
+    _add_run(commands, common)
     _add_ranks(commands, common)
     _add_bench(commands, common)
     return parser

@@ -73,6 +73,7 @@ MODULE_STAGES = {
     "graph_captures": "capture",  # observe_graph_captures: the observer, built with profile()'s tracer and source
     "profiler": "profiler",
     "region": "profiler",  # recording(): profile a region of the user's code, beside the spec's facade
+    "script": "profiler",  # run_script(): a script run as __main__ inside a recording() without a module
     "cli": "cli",
     "progress": "cli",  # the CLI's progress bar and stage lines
 }

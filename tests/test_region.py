@@ -169,7 +169,7 @@ def test_the_api_pages_region_example_runs():
     page = (Path(__file__).parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
     section = page.split("## A region of your own code", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     scope: dict = {}
     exec(compile("\n".join(blocks), "docs/api.md", "exec"), scope)  # noqa: S102 - our own page's example
     assert set(scope["region_df"]["function_name"]) == {"linear", "gelu"}
@@ -178,6 +178,9 @@ def test_the_api_pages_region_example_runs():
     per_kernel = scope["per_kernel"]
     assert len(per_kernel) > 0 and set(per_kernel["steps"]) <= {5}
     assert scope["stepped"].result.metadata["first_step"] == "2"
+    assert scope["roots"]["module_name"].to_pylist() == ["Linear", "Linear_1"]
+    assert len(scope["rooted"].result.steps(by="module_name")) == 2  # both roots, in each of the 3 steps
+    assert set(scope["rooted"].result.steps(by="module_name")["steps"]) == {3}
 
 
 def test_a_schedule_records_the_active_steps_only_and_keeps_each_rows_step():
