@@ -796,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--html",
         type=_HTML,
         metavar="FILE.html",
-        help="write the comparison page to this file (with steps on both sides: each change's 95%% interval)",
+        help="write the comparison page to this file (with steps on both sides: the interval of each change)",
     )
     comparison.set_defaults(run=cmd_compare)
     _add_ranks(commands, common)

@@ -346,3 +346,24 @@ def test_pandas_missing_values_render_as_dashes():
     assert gelu.cells[4].text == "new" and gelu.cells[4].key is None  # sorted last, not as 0
     none = next(row for row in rows if row.cells[0].key == "")
     assert none.cells[0].text == "(no functional call)"
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None  # any `import torch` now raises ImportError
+from aitune_dispatch.cli import main
+print("code", main(["compare", *sys.argv[1:3], "-q", "--html", sys.argv[3]]))
+"""
+
+
+def test_cli_compare_writes_the_page_without_torch(saved, tmp_path):
+    import subprocess
+    import sys
+
+    a, b = saved
+    page = tmp_path / "compare.html"
+    run = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, str(a), str(b), str(page)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0 and "code 0" in run.stdout, run.stderr[-2000:]
+    assert page.read_text(encoding="utf-8") == ComparisonRenderer(labels=(str(a), str(b))).render(load(a), load(b))
