@@ -10,7 +10,7 @@
       [--write FILE ...] [--quiet] SCRIPT.py [script args ...]
   aitune-dispatch report RESULT [--top N] [--html FILE.html]
       [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...]
-  aitune-dispatch compare A B [--top N] [--csv FILE.csv]
+  aitune-dispatch compare A B [--top N] [--csv FILE.csv] [--html FILE.html]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
   aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N]
       [--warmup-calls N] [--cache warm|cold] [--csv FILE.csv]
@@ -484,7 +484,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(text.comparison_text(table, level, args.top, _width()))
     if args.csv is not None:
         _write_csv(table.round(CSV_DIGITS), args.csv)
+    if args.html is not None:
+        _write_comparison(before, after, table, args)
     return 0
+
+
+def _write_comparison(
+    before: ProfileResult, after: ProfileResult, table: pd.DataFrame, args: argparse.Namespace
+) -> None:
+    """The HTML comparison page at ``args.html``, written as every report is (beside it, then put in place)."""
+    renderer = reports.ComparisonRenderer(labels=(str(args.before), str(args.after)))
+    try:
+        written = renderer.write(before, after, args.html, table)
+    except Exception as error:  # one line, whatever the renderer raised
+        raise _write_failed(args.html, error) from error
+    print(f"wrote {written}")
 
 
 def cmd_ranks(args: argparse.Namespace) -> int:
@@ -858,6 +872,12 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("after", metavar="B", help="the saved result after the change")
     _add_top(comparison, 20, "rows per level")
     comparison.add_argument("--csv", type=_CSV, metavar="FILE.csv", help="write the full comparison to this file")
+    comparison.add_argument(
+        "--html",
+        type=_HTML,
+        metavar="FILE.html",
+        help="write the comparison page to this file (with steps on both sides: the interval of each change)",
+    )
     comparison.set_defaults(run=cmd_compare)
     _add_run(commands, common)
     _add_ranks(commands, common)

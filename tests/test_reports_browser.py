@@ -310,3 +310,27 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
     sys.exit(main(sys.argv[1:]))
+
+
+COMPARE_WIDTHS = [WINDOW, NARROW, (800, 1800)]  # the report's tables fit 800 px and up, so do these
+
+
+@pytest.mark.parametrize("window", COMPARE_WIDTHS, ids=[f"{w}px" for w, _ in COMPARE_WIDTHS])
+def test_the_comparison_page_renders_and_fits_the_window(h200_result, tmp_path, window):
+    """The H200 result against itself (long kernel names, no noise estimate) and a stepped pair (the marks)."""
+    import numpy as np
+    from test_compare import _stepped
+
+    from aitune_dispatch.reports import write_comparison
+
+    rng = np.random.default_rng(1)
+    noisy = [_stepped([{"gemm": mean + rng.normal(0, 1), "bias": 5.0} for _ in range(8)]) for mean in (10, 20)]
+    for name, (before, after) in {"h200": (h200_result, h200_result), "steps": noisy}.items():
+        page = write_comparison(before, after, tmp_path / f"{name}.html")
+        dom, log = dump_dom(page, tmp_path / f"profile-{name}", window)
+        ok = RENDER_OK.search(dom)
+        assert ok is not None and console_problems(log) == [], (name, dom[-500:], console_problems(log))
+        assert ok.group(1) == "", (name, ok.group(1))  # no section wider than the window
+        assert '<button type="button" class="sort"' in dom  # the report's script made its tables sortable
+        assert ('<tr class="outside-noise">' in dom) == (name == "steps")
+        assert ("No noise estimate" in dom) == (name == "h200")

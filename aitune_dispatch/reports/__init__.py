@@ -1,7 +1,9 @@
 """Reports: a finished result as a Perfetto (Chrome trace) timeline, a self-contained HTML page or text.
 
 ``RENDERERS`` registers the file formats and the CLI writes every file through :func:`renderer_for`, so a
-format added here is one the CLI writes (``docs/design.md``, "Layout"). No torch import.
+format added here is one the CLI writes (``docs/design.md``, "Layout"); the comparison page of two results
+(:class:`ComparisonRenderer`, ``write_comparison``) is not one of them: ``compare --html`` writes it. No torch
+import.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import Renderer
+from .comparison import ComparisonRenderer, write_comparison
 from .html import HtmlRenderer, write_report
 from .perfetto import GPU_CLOCK_OFFSET_KEY, PerfettoRenderer, perfetto_events, write_perfetto
 from .text import TextRenderer
@@ -45,12 +48,14 @@ def renderer_for(path: str | Path) -> Renderer:
 
 __all__ = [
     "GPU_CLOCK_OFFSET_KEY",
+    "ComparisonRenderer",
     "HtmlRenderer",
     "PerfettoRenderer",
     "Renderer",
     "TextRenderer",
     "perfetto_events",
     "renderer_for",
+    "write_comparison",
     "write_perfetto",
     "write_report",
 ]
