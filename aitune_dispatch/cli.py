@@ -2,15 +2,16 @@
 
   aitune-dispatch demo [--device auto|cuda|cpu] [--warmup N] [--top N]
       [--functions functional|all] [--out DIR [--with-tensors]]
-      [--write FILE ...] [--quiet]
+      [--write FILE ...] [--full-names] [--quiet]
   aitune-dispatch profile MODULE:FACTORY [--function-names linear,relu]
       [same options as demo]
   aitune-dispatch run [--steps A:B] [--device auto|cuda|cpu] [--top N]
       [--functions functional|all] [--out DIR [--with-tensors]]
-      [--write FILE ...] [--quiet] SCRIPT.py [script args ...]
+      [--write FILE ...] [--full-names] [--quiet] SCRIPT.py [script args ...]
   aitune-dispatch report RESULT [--top N] [--html FILE.html]
-      [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...]
+      [--perfetto FILE.json[.gz]] [--out DIR] [--write FILE ...] [--full-names]
   aitune-dispatch compare A B [--top N] [--csv FILE.csv] [--html FILE.html]
+      [--full-names]
   aitune-dispatch ranks RESULT [--top N] [--compare R1 R2]
   aitune-dispatch bench RESULT [--function-names linear,conv2d] [--repeats N]
       [--warmup-calls N] [--cache warm|cold] [--csv FILE.csv]
@@ -31,7 +32,9 @@ count and an ETA for the warm-up passes, the recorded samples and bench's replay
 --quiet silences progress. Warnings are one line each on stderr. Bad input exits with status 1 and one
 line on stderr (set AITUNE_DISPATCH_TRACEBACK=1 for the traceback); usage errors exit with
 status 2. report and compare need no torch. Tables fit the terminal width (COLUMNS overrides
-it).
+it). Kernels go by their short name (vectorized_elementwise_kernel), never cut below 40
+characters: where a table does not fit, its lower-priority columns are left out, as its title
+says; --full-names shows each kernel's full demangled name.
 
 run runs SCRIPT.py as __main__ (its arguments after it, ours before it) inside
 aitune_dispatch.recording() without a module: every outermost module call is a root, named by
@@ -284,8 +287,8 @@ def _fitted(line: str) -> str:
     return text.wrap_title(line, _width())
 
 
-def _print_summary(result: ProfileResult, top_k: int | None, title: str) -> None:
-    print(text.TextRenderer(top_k=top_k, width=_width(), title=title).render(result))
+def _print_summary(result: ProfileResult, top_k: int | None, title: str, full_names: bool = False) -> None:
+    print(text.TextRenderer(top_k=top_k, width=_width(), title=title, full_names=full_names).render(result))
     for warning in result.warnings:
         print(f"{PROG}: warning: {_flat(warning)}", file=sys.stderr)
 
@@ -354,7 +357,10 @@ def _write_requested(result: ProfileResult, args: argparse.Namespace) -> None:
 def _profile_and_print(workload: Workload, device: str, args: argparse.Namespace, label: str) -> int:
     result = _record(workload, device, args, label)
     _print_summary(
-        result, args.top, f"{label} on {device} ({result.source} activity source; shares of all kernel time)"
+        result,
+        args.top,
+        f"{label} on {device} ({result.source} activity source; shares of all kernel time)",
+        _full_names(args),
     )
     if args.out is not None:
         _save(result, args.out / "result", args.with_tensors)
@@ -400,7 +406,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(f"recording {args.script} failed: {_one_line(error)}") from error
     progress.line(f"post-processing done: {result.activity.num_rows} activity rows ({progress.elapsed():.1f} s)")
     title = f"{args.script} on {device} ({result.source} activity source; shares of all kernel time)"
-    _print_summary(result, args.top, title)
+    _print_summary(result, args.top, title, _full_names(args))
     if args.out is not None:
         _save(result, args.out / "result", args.with_tensors)
     _write_requested(result, args)
@@ -447,6 +453,7 @@ def _add_run(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     _add_outputs(run, saves=True)
     run.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+    _add_full_names(run)
     run.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments")
     run.set_defaults(run=cmd_run)
@@ -457,7 +464,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     result = _load(args.result)
     tail = f" ({result.source} activity source; shares of all kernel time)"
     name = text.cut_middle(str(args.result), max(_width() - len(tail), 20))
-    _print_summary(result, args.top, name + tail)
+    _print_summary(result, args.top, name + tail, _full_names(args))
     ranks = rank_text(result, args.top, _width())  # merged results only
     if ranks:
         print(f"\n{ranks}")
@@ -481,7 +488,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"delta {'+' if delta >= 0 else '-'}{human_time(abs(delta))}{change}")
     for level in ("function", "kernel"):
         print()
-        print(text.comparison_text(table, level, args.top, _width()))
+        print(text.comparison_text(table, level, args.top, _width(), _full_names(args)))
     if args.csv is not None:
         _write_csv(table.round(CSV_DIGITS), args.csv)
     if args.html is not None:
@@ -781,6 +788,19 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
 
 
+def _add_full_names(parser: argparse.ArgumentParser) -> None:
+    """``--full-names``: the kernel tables show each kernel's full demangled name instead of its short name."""
+    parser.add_argument(
+        "--full-names",
+        action="store_true",
+        help="show each kernel's full demangled name (folded onto more lines) instead of its short name",
+    )
+
+
+def _full_names(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "full_names", False))  # a subcommand without the option prints short names
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """argparse's help at most ``HELP_WIDTH`` columns (less on a narrower terminal), never cutting a word.
 
@@ -832,6 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
         "A conv stem and two attention blocks; prints the summary table (and writes --out DIR).",
     )
     _add_run_options(demo)
+    _add_full_names(demo)
     demo.set_defaults(run=cmd_demo)
     profile = _subcommand(
         commands,
@@ -845,6 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--function-names", type=_names, metavar="NAMES", help="collect samples of these functions only (linear,relu)"
     )
     _add_run_options(profile)
+    _add_full_names(profile)
     profile.set_defaults(run=cmd_profile)
     report = _subcommand(
         commands,
@@ -860,6 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--perfetto", type=_TRACE, metavar="FILE.json", help="write the trace to this file (.json.gz: gzip)"
     )
     _add_outputs(report, saves=False)
+    _add_full_names(report)
     report.set_defaults(run=cmd_report)
     comparison = _subcommand(
         commands,
@@ -878,6 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.html",
         help="write the comparison page to this file (with steps on both sides: the interval of each change)",
     )
+    _add_full_names(comparison)
     comparison.set_defaults(run=cmd_compare)
     _add_run(commands, common)
     _add_ranks(commands, common)

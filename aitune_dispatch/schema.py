@@ -336,6 +336,33 @@ KERNEL_COLUMNS = [
     "total_us",  # summed duration, microseconds
     "mean_us",  # total_us / calls
     "share",  # total_us / all kernel time (0..1)
+    "short_name",  # the base name (results.views.kernel_names): no namespaces, templates, parameters
+]
+
+# kernel_rollup(): one row per kernel name
+ROLLUP_COLUMNS = [
+    "kernel",  # the full kernel name, as KERNEL_COLUMNS
+    "kind",  # one of ACTIVITY_KINDS
+    "count",  # launches (activity rows)
+    "total_us",  # summed duration, microseconds
+    "mean_us",  # total_us / count
+    "min_us",  # the shortest launch
+    "max_us",  # the longest launch
+    "share",  # total_us / all kernel time (0..1)
+    "short_name",  # as KERNEL_COLUMNS
+]
+
+# views.origins.kernel_origins(): per kernel name, the functional call and module pattern that spent most of it
+ORIGIN_COLUMNS = [
+    "kernel",
+    "kind",
+    "top_function",
+    "top_function_us",
+    "functions",
+    "top_module",
+    "top_module_us",
+    "patterns",
+    "short_name",  # as KERNEL_COLUMNS
 ]
 
 MODULE_COLUMNS = [

@@ -542,11 +542,13 @@ def test_narrow_terminal_cuts_every_name_column_and_wraps_titles(monkeypatch):
     code, stdout, _ = _run(["compare", str(H200), str(H200), "--top", "3"])
     assert code == 0
     assert all(len(line) <= 70 for line in stdout.splitlines()), stdout
-    # function and kernel names share the room left by the 47 characters of numbers, both cut
-    row = next(line for line in stdout.split("per kernel")[1].splitlines() if line.startswith("scaled_dot"))
+    # a kernel name keeps half the width (35 of 70 columns): before and after are left out, the function is cut
+    per_kernel = stdout.split("per kernel")[1]
+    assert "left out to fit 70 columns: before (µs), after (µs)" in " ".join(per_kernel.split())
+    row = next(line for line in per_kernel.splitlines() if line.startswith("scaled_dot"))
     function, kernel = re.split(r"\s{2,}", row)[:2]
     assert function.endswith("\u2026") and kernel.startswith("fmha_cutla") and kernel.endswith("\u2026"), row
-    assert abs(len(function) - len(kernel)) <= 1  # the function column used to stay 28 wide
+    assert len(kernel) == 70 // 2 and len(function) < len(kernel)
     code, stdout, _ = _run(["report", str(H200), "-q"])
     title = stdout.splitlines()[:2]  # the title wraps instead of running past the edge
     assert all(len(line) <= 70 for line in title) and title[1].startswith("  "), title
@@ -632,7 +634,7 @@ def _section(lines: list[str], title: str) -> list[list[str]]:
 
 
 def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
-    from aitune_dispatch.reports.base import short_kernel_name
+    from aitune_dispatch.reports.base import kernel_labels
     from aitune_dispatch.results.views.origins import kernel_origins
 
     monkeypatch.setenv("COLUMNS", "250")  # as wide as the CLI goes (200)
@@ -641,7 +643,7 @@ def test_report_names_the_top_kernels_with_their_call_and_module(monkeypatch):
     result = load(H200)
     rollup, origins = result.kernel_rollup(top=4), kernel_origins(result).head(4)
     rows = _section(stdout.splitlines(), "top kernels (4 of ")
-    names = [short_kernel_name(k, 120) for k in rollup["kernel"]]
+    names = kernel_labels(list(rollup["kernel"]), list(rollup["short_name"]), 120)  # short names, told apart
     for row, name in zip(rows, names, strict=True):  # largest first, whole or cut at the end (200 columns)
         assert row[0] == name or row[0].endswith("\u2026") and name.startswith(row[0][:-1]), (row, name)
     assert [int(row[1]) for row in rows] == list(rollup["count"])
@@ -782,8 +784,9 @@ def test_compare_keeps_kernels_that_share_a_prefix_apart(columns):
     )
     lines = comparison_text(table, "kernel", 20, columns).splitlines()
     assert all(len(line) <= columns for line in lines)
-    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[3 : 3 + len(ELEMENTWISE)]]  # the table's rows
-    assert lines[3 + len(ELEMENTWISE)].startswith("no noise estimate")
+    rule = next(i for i, line in enumerate(lines) if line.startswith("---"))
+    shown = [re.split(r"\s{2,}", line.strip())[1] for line in lines[rule + 1 : rule + 1 + len(ELEMENTWISE)]]
+    assert lines[rule + 1 + len(ELEMENTWISE)].startswith("no noise estimate")
     assert len(shown) == len(ELEMENTWISE) and any("\u2026" in name for name in shown)  # cut to fit ...
     assert len(set(shown)) == len(ELEMENTWISE), shown  # ... yet every kernel reads differently
 

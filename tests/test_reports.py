@@ -34,7 +34,7 @@ from aitune_dispatch.reports import (
     write_perfetto,
     write_report,
 )
-from aitune_dispatch.reports.base import short_kernel_name
+from aitune_dispatch.reports.base import kernel_labels
 from aitune_dispatch.reports.html import (
     IDLE_GAP_ROWS,
     ROLLUP_ROWS,
@@ -392,7 +392,8 @@ def table_rows(page: str, css: str) -> list[list[str]]:
     """The text of each body row's cells in ``<table class="css">``."""
     body = re.search(rf'<table class="{css}">.*?<tbody>(.*?)</tbody>', page, re.S)
     assert body is not None, f"no {css} table"
-    rows = re.findall(r"<tr>(.*?)</tr>", body.group(1), re.S)
+    shown = re.sub(r'<code class="full">.*?</code>', "", body.group(1), flags=re.S)  # what a closed cell shows
+    rows = re.findall(r"<tr>(.*?)</tr>", shown, re.S)
     return [
         [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
         for r in rows
@@ -540,12 +541,13 @@ def test_kernel_rollup_leads_the_kernel_section(h200_result):
     rows = table_rows(page, "kernel-rollup")
     assert len(rows) == min(len(rollup), ROLLUP_ROWS)
     state = Page.of(h200_result, "")
-    for row, expected in zip(rows, rollup.itertuples()):
-        assert row[0] == short_kernel_name(expected.kernel)
+    labels = kernel_labels(list(rollup["kernel"]), list(rollup["short_name"]))
+    for row, expected, label in zip(rows, rollup.itertuples(), labels):
+        assert row[0] == label  # the short name, template arguments kept only where two kernels share it
         assert row[1:4] == [expected.kind, f"{expected.count:,}", state.time(expected.total_us)]
     # the demo's costliest kernel over all its launches is not the first row of the split table
     assert rollup["kernel"][0] != detail["kernel"][0]
-    assert rows[0][0] == short_kernel_name(rollup["kernel"][0])
+    assert rows[0][0] == rollup["short_name"][0]
     rest = len(rollup) - ROLLUP_ROWS
     assert len(table_rows(page, "kernel-rollup-more")) == rest and f"<summary>{rest} more</summary>" in page
 
@@ -632,7 +634,9 @@ def test_the_notebook_names_the_top_kernels_and_the_busy_share(h200_result, demo
     assert "<script" not in page
     rollup = views.kernel_rollup(h200_result, top=NOTEBOOK_KERNELS)
     rows = table_rows(page, "kernel-rollup")
-    assert [row[0] for row in rows] == [short_kernel_name(name) for name in rollup["kernel"]]
+    assert [row[0] for row in rows] == list(rollup["short_name"])  # the top kernels' short names are distinct
+    for name in rollup["kernel"]:
+        assert f'title="{html.escape(name)}"' in page  # the full name on hover
     assert rows[0][1] == f"{rollup['count'][0]:,}"
     busy = views.device_busy(h200_result)
     assert f"GPU busy {percent(busy['busy_share'][0])} (launch-bound: idle" in html.unescape(page)  # 2.9%

@@ -35,6 +35,9 @@ td code { overflow-wrap: break-word; }
 code.name wbr { display: none; }  /* a short name stays whole in a wide window ... */
 td .note { font-size: 12px; }
 .tree details { border: 0; padding: 0; }
+details.kernel { border: 0; padding: 0; }  /* a kernel's short name; a click shows its full name under it */
+details.kernel summary { font-weight: normal; }
+details.kernel code.full { display: block; margin-top: 4px; color: var(--muted); }
 .tree summary { font-weight: normal; }
 .tree ul { margin: 4px 0 2px; padding-left: 18px; }
 table.kv td:first-child { color: var(--muted); white-space: nowrap; width: 1%; }

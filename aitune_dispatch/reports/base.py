@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -20,7 +21,7 @@ from ..results import atomic
 if TYPE_CHECKING:
     from ..results import ProfileResult
 
-__all__ = ["Renderer", "TimeUnit", "human_time", "short_kernel_name", "time_unit"]
+__all__ = ["Renderer", "TimeUnit", "human_time", "kernel_labels", "short_kernel_name", "time_unit"]
 
 
 class Renderer(ABC):
@@ -201,6 +202,45 @@ def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
             if len(text) > limit:
                 text = _collapse_templates(text, depth)
     return text if len(text) <= limit else text[: max(limit - 1, 1)].rstrip("\u2026 ") + "\u2026"
+
+
+def kernel_labels(kernels: Sequence[str], short_names: Sequence[str], limit: int = KERNEL_NAME_CHARS) -> list[str]:
+    """What a table shows for each kernel: its short name (the views' ``short_name`` column), or, where
+    different kernels of ``kernels`` share that short name (``elementwise_kernel`` for an add and a copy),
+    :func:`short_kernel_name` of each of them, which starts with it and keeps the template arguments
+    that tell them apart.
+
+    Parameters
+    ----------
+    kernels:
+        Full kernel names, one per row.
+    short_names:
+        Their short names (``results.views.short_names``), in the same order.
+    limit:
+        The most characters of a name that keeps its template arguments.
+
+    Returns
+    -------
+    list of str
+        One label per row.
+
+    Raises
+    ------
+    ValueError
+        ``kernels`` and ``short_names`` differ in length.
+    """
+    if len(kernels) != len(short_names):
+        raise ValueError(
+            f"kernel_labels needs one short name per kernel; got {len(kernels)} kernels and {len(short_names)} "
+            "short names (pass the short_name column of the same rows)"
+        )
+    owners: dict[str, set[str]] = {}
+    for kernel, short in zip(kernels, short_names):
+        owners.setdefault(short, set()).add(kernel)
+    return [
+        short if len(owners[short]) == 1 else short_kernel_name(kernel, limit)
+        for kernel, short in zip(kernels, short_names)
+    ]
 
 
 # -- time units ----------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from ..schema import seconds_key
 from ..tensors import is_tensor_like, size_text, tensor_shape, tensor_strides
 from . import roofline_plot, templating
 from ._html_assets import CSS, JS
-from .base import Renderer, TimeUnit, human_time, time_unit
+from .base import Renderer, TimeUnit, human_time, kernel_labels, time_unit
 from .ranks import ranks_section
 from .sample_time import sample_time_section
 from .templating import NO_VALUE, missing, render
@@ -338,12 +338,20 @@ def functions_section(page: Page) -> str:
 def kernels_section(page: Page) -> str:
     """The kernels: first every launch of each name added up (``views.kernel_rollup``: launches, total, mean,
     min, max, share), costliest first, so a kernel many layers launch leads; then each kernel split by the
-    op, functional call and module that launched it (``views.kernel_table``). Names are shortened, the full
-    name on hover.
+    op, functional call and module that launched it (``views.kernel_table``). Kernels go by their short
+    name (``base.kernel_labels``), the full name on hover and in the cell a click opens.
     """
-    rollup = Capped.of(views.kernel_rollup(page.result), ROLLUP_ROWS, MORE_KERNEL_ROWS)
-    detail = Capped.of(views.kernel_table(page.result), KERNEL_ROWS, MORE_KERNEL_ROWS)
+    rollup = Capped.of(_labelled(views.kernel_rollup(page.result)), ROLLUP_ROWS, MORE_KERNEL_ROWS)
+    detail = Capped.of(_labelled(views.kernel_table(page.result)), KERNEL_ROWS, MORE_KERNEL_ROWS)
     return render("kernels.html.j2", page=page, rollup=rollup, detail=detail)
+
+
+def _labelled(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (with ``kernel`` and ``short_name``) with a ``label`` column: what a table shows for each
+    kernel (``base.kernel_labels``: the short name, template arguments kept where short names collide)."""
+    kernels = [k if isinstance(k, str) else "" for k in table["kernel"]]
+    shorts = [s if isinstance(s, str) else k for s, k in zip(table["short_name"], kernels)]
+    return table.assign(label=kernel_labels(kernels, shorts))
 
 
 def gpu_section(page: Page) -> str:
@@ -619,7 +627,7 @@ def notebook_html(result: ProfileResult) -> str:
         page=page,
         head=head,
         busy=page.gpu.card(),
-        kernels=list(views.kernel_rollup(result, top=NOTEBOOK_KERNELS).itertuples()),
+        kernels=list(_labelled(views.kernel_rollup(result, top=NOTEBOOK_KERNELS)).itertuples()),
         css=templating.markup(NOTEBOOK_CSS),
         coverage=NO_VALUE if math.isnan(head.coverage) else f"{head.coverage:.1%}",
         rows=list(page.summary.head(NOTEBOOK_ROWS).itertuples()),

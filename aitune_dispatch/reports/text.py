@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ import pandas as pd
 from .. import schema
 from ..results import views
 from ..results.views.origins import kernel_origins
-from .base import Renderer, human_time, short_kernel_name, time_unit
+from .base import Renderer, human_time, kernel_labels, time_unit
 
 if TYPE_CHECKING:
     from ..results import ProfileResult
@@ -31,13 +31,31 @@ KERNEL_CHARS = 120  # a kernel's name before the table cuts it: long enough to k
 GAP = "  "
 
 
+KERNEL_LEAST = 40  # a kernel name is never cut shorter (half the width on a terminal under 80 columns)
+
+
 @dataclass(frozen=True)
 class Column:
-    """One text column: a title, right-aligned (numbers) or not, and whether it may be cut to fit."""
+    """One text column: a title, right-aligned (numbers) or not, and whether it may be cut to fit.
+
+    ``least`` is the fewest characters a flexible column is cut to (its title's length where that is
+    longer; the whole name where it is shorter); ``drop`` marks a column the table may leave out where
+    the line does not fit otherwise (the lowest ``drop`` first; 0: always shown); ``wrap`` folds a
+    flexible column's long names onto more lines instead of cutting them.
+    """
 
     title: str
     numeric: bool = True
     flexible: bool = False
+    least: int = 8
+    drop: int = 0
+    wrap: bool = False
+
+
+def kernel_column(title: str = "kernel", width: int = DEFAULT_WIDTH, wrap: bool = False) -> Column:
+    """The flexible column of kernel names: never cut below ``KERNEL_LEAST`` characters (half of ``width``
+    where that is less), folded onto more lines with ``wrap`` (full names)."""
+    return Column(title, numeric=False, flexible=True, least=min(KERNEL_LEAST, max(width // 2, 8)), wrap=wrap)
 
 
 def _cut(text: str, width: int) -> str:
@@ -70,7 +88,9 @@ def _told_apart(group: list[str], width: int) -> dict[str, str]:
     already_cut = any(name.endswith("\u2026") for name in group)  # their ends are where a cut fell
     for tail in range(1, 0 if already_cut else width - 1):  # a head, "…" and the shortest telling tail
         if len({name[len(name) - tail :] for name in group}) == len(group):
-            tail = max(tail, width - 1 - max(width // 3, 1))  # then two thirds for the tail, to read it
+            base = _template_head(group)  # a kernel's base name (elementwise_kernel<) stays whole where it can
+            keep = base if base and base <= width // 2 and width - 1 - base >= tail else max(width // 3, 1)
+            tail = max(tail, width - 1 - keep)  # else two thirds for the tail, to read it
             return {name: _head_tail(name, width, tail) for name in group}
     head = max(width // 3, 1)
     window = max(width - head - 2, 1)
@@ -80,6 +100,14 @@ def _told_apart(group: list[str], width: int) -> dict[str, str]:
         start = max(differs - window // 4, min(head, differs))
         cuts[name] = name[: min(head, start)] + "\u2026" + _cut(name[start:], window + 1)
     return cuts
+
+
+def _template_head(group: list[str]) -> int:
+    """The length of the name up to its first ``<`` (included) where every name of ``group`` shares it, else 0."""
+    first = group[0].find("<")
+    if first <= 0 or any(not name.startswith(group[0][: first + 1]) for name in group):
+        return 0
+    return first + 1
 
 
 def _head_tail(name: str, width: int, tail: int) -> str:
@@ -105,34 +133,63 @@ def cut_middle(text: str, width: int) -> str:
     return text[:head] + "\u2026" + text[len(text) - (width - 1 - head) :]
 
 
+def _floor(column: Column, cells: Iterable[str]) -> int:
+    """The fewest characters ``column`` takes: a fixed one all of its cells, a flexible one its ``least``."""
+    natural = max([len(column.title), *(len(cell) for cell in cells)])
+    return min(natural, max(len(column.title), column.least)) if column.flexible else natural
+
+
+def shown_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> list[int]:
+    """The indexes of the ``columns`` that :func:`format_table` shows at ``width``: every one where the
+    narrowest line fits, else without the droppable ones (``Column.drop``, lowest first) until it fits."""
+    floors = [_floor(column, [row[i] for row in rows]) for i, column in enumerate(columns)]
+    shown = list(range(len(columns)))
+    for index in sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: columns[i].drop):
+        if sum(floors[i] for i in shown) + len(GAP) * (len(shown) - 1) <= width:
+            break
+        shown.remove(index)
+    return shown
+
+
+def left_out(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
+    """`` (left out to fit N columns: mean (µs), top module)``: what :func:`shown_columns` drops, or ``""``."""
+    shown = shown_columns(columns, rows, width)
+    dropped = [column.title for i, column in enumerate(columns) if i not in shown]
+    return f" (left out to fit {width} columns: {', '.join(dropped)})" if dropped else ""
+
+
 def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int = DEFAULT_WIDTH) -> str:
     """Rows of cell text as aligned columns under a title line and a rule, at most ``width`` per line.
 
     ``rich`` lays the table out (imported here, on the first table): numeric columns right-aligned,
     two spaces between columns, and where the line is too wide the flexible columns shrink, widest
-    first, none below its title or 8 characters (so a line of many fixed columns can still be wider).
-    Each flexible column's names are cut to the width it gets by :func:`distinct_cuts`.
+    first, none below its title or its ``least`` (8 characters, a kernel's 40), after the droppable
+    columns are left out (:func:`shown_columns`; a line of many fixed columns can still be wider).
+    Each flexible column's names are cut to the width it gets by :func:`distinct_cuts`, or folded onto
+    more lines where the column wraps.
     """
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    shown = shown_columns(columns, rows, width)
+    columns = [columns[i] for i in shown]
+    rows = [[row[i] for i in shown] for row in rows]
     table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, len(GAP), 0, 0), show_header=True)
-    least = len(GAP) * (len(columns) - 1)
-    for index, column in enumerate(columns):
-        natural = max([len(column.title), *(len(row[index]) for row in rows)])
-        floor = min(natural, max(len(column.title), 8)) if column.flexible else natural
-        least += floor
+    widths = _widths(columns, rows, width)
+    least = len(GAP) * (len(columns) - 1) + sum(widths)
+    for column, column_width in zip(columns, widths):
         table.add_column(
             Text(column.title, no_wrap=True, overflow="ellipsis"),
             justify="right" if column.numeric else "left",
-            no_wrap=not column.flexible,  # rich shrinks only the columns that may wrap: the flexible ones
-            min_width=floor,
+            no_wrap=not column.wrap,
+            width=column_width,
         )
-    names = [_Names([row[i] for row in rows]) if column.flexible else None for i, column in enumerate(columns)]
+    cut = [_Names([row[i] for row in rows]) if c.flexible and not c.wrap else None for i, c in enumerate(columns)]
     table.add_row(*(_Rule() for _ in columns))
     for index, row in enumerate(rows):
-        table.add_row(*(Text(cell) if shown is None else shown.cell(index) for cell, shown in zip(row, names)))
+        cells = [Text(cell, overflow="fold") if names is None else names.cell(index) for cell, names in zip(row, cut)]
+        table.add_row(*cells)
     console = Console(
         file=io.StringIO(),
         width=max(width, least),  # rich would squeeze numbers out of sight: a wider line reads better
@@ -149,6 +206,36 @@ def format_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], width
     with console.capture() as captured:
         console.print(table)
     return "\n".join(line.rstrip() for line in captured.get().rstrip("\n").splitlines())
+
+
+def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Each column's width: its longest cell, the flexible ones shrunk, widest first, none below its floor
+    (:func:`_floor`), until the line fits ``width`` (or every one is at its floor)."""
+    naturals = [max([len(c.title), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    floors = [_floor(c, [row[i] for row in rows]) for i, c in enumerate(columns)]
+    flexible = [i for i, c in enumerate(columns) if c.flexible]
+    room = width - len(GAP) * (len(columns) - 1) - sum(naturals[i] for i, c in enumerate(columns) if not c.flexible)
+    if sum(naturals[i] for i in flexible) <= room:
+        return naturals
+    folded = [i for i in flexible if columns[i].wrap]  # full names: the others whole where the rest still fits
+    rest = room - sum(naturals[i] for i in flexible if i not in folded)
+    if folded and rest >= sum(floors[i] for i in folded):
+        shares = [rest // len(folded) + (k < rest % len(folded)) for k in range(len(folded))]
+        return [shares[folded.index(i)] if i in folded else naturals[i] for i in range(len(columns))]
+
+    def at(level: int) -> list[int]:
+        return [max(floors[i], min(naturals[i], level)) if i in flexible else naturals[i] for i in range(len(columns))]
+
+    level = max((naturals[i] for i in flexible), default=0)
+    while level > 0 and sum(at(level)[i] for i in flexible) > room:
+        level -= 1
+    widths = at(level)
+    spare = room - sum(widths[i] for i in flexible)
+    for i in flexible:  # what the level leaves over goes, a character each, to the columns it cut
+        if spare > 0 and widths[i] < naturals[i] and widths[i] == level:
+            widths[i] += 1
+            spare -= 1
+    return widths
 
 
 class _Rule:
@@ -277,9 +364,15 @@ def _named(value: object, missing: str) -> str:
     return value if isinstance(value, str) and value else missing  # a missing name is NaN in the one string dtype
 
 
-def kernels_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
+def kernels_text(
+    result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH, full_names: bool = False
+) -> str:
     """The ``top`` kernel names by total time (``kernel_rollup``), each with the functional call and the
     module pattern that spent most of its time (``views.origins.kernel_origins``); empty where nothing ran.
+
+    Kernels go by their short name (``kernel_labels``), never cut below ``KERNEL_LEAST`` characters:
+    where the line does not fit, ``mean``, then ``top module``, then ``top call`` are left out (the
+    title says which). ``full_names`` shows each full name instead, folded onto as many lines as it takes.
     """
     top = views.check_top(top)
     rollup = views.kernel_rollup(result)
@@ -289,25 +382,34 @@ def kernels_text(result: ProfileResult, top: int | None = 10, width: int = DEFAU
     origins = kernel_origins(result).set_index(["kernel", "kind"])
     totals, means = [float(v) for v in shown["total_us"]], [float(v) for v in shown["mean_us"]]
     symbol, times = fixed_times(totals + means)
+    names = _kernel_cells(shown["kernel"], shown["short_name"], full_names)
     rows = []
     for index, r in enumerate(shown.itertuples()):
         origin = origins.loc[(r.kernel, r.kind)] if (r.kernel, r.kind) in origins.index else None
         call = NO_VALUE if origin is None else _named(origin["top_function"], "(no call)")
         module = NO_VALUE if origin is None else _named(origin["top_module"], "(no module)")
-        name = short_kernel_name(str(r.kernel), KERNEL_CHARS)
-        cells = [name, _count(r.count), times[index], times[len(totals) + index]]
+        cells = [names[index], _count(r.count), times[index], times[len(totals) + index]]
         rows.append([*cells, _share_cell(float(r.share)), str(call), str(module)])
     columns = [
-        Column("kernel", numeric=False, flexible=True),
+        kernel_column("kernel", width, wrap=full_names),
         Column("launches"),
         Column(f"total ({symbol})"),
-        Column(f"mean ({symbol})"),
+        Column(f"mean ({symbol})", drop=1),
         Column("share"),
-        Column("top call", numeric=False, flexible=True),
-        Column("top module", numeric=False, flexible=True),
+        Column("top call", numeric=False, flexible=True, drop=3),
+        Column("top module", numeric=False, flexible=True, drop=2),
     ]
-    title = f"top kernels ({len(shown)} of {len(rollup)}), with the call and module pattern that spent most of each:"
+    title = f"top kernels ({len(shown)} of {len(rollup)}), with the call and module pattern that spent most of each"
+    title += left_out(columns, rows, width) + ":"
     return "\n".join([wrap_title(title, width), format_table(columns, rows, width)])
+
+
+def _kernel_cells(kernels: Iterable[object], shorts: Iterable[object], full_names: bool) -> list[str]:
+    """The kernel column's cells: each full name (``full_names``), else ``kernel_labels``."""
+    kernels = [str(k) if isinstance(k, str) else "" for k in kernels]
+    if full_names:
+        return kernels
+    return kernel_labels(kernels, [s if isinstance(s, str) else k for s, k in zip(shorts, kernels)], KERNEL_CHARS)
 
 
 def gpu_time_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
@@ -432,12 +534,18 @@ class TextRenderer(Renderer):
         The most characters per line.
     title:
         A first line (wrapped to ``width``, :func:`wrap_title`); None: no title.
+    full_names:
+        The kernel table shows each kernel's full name, folded onto as many lines as it takes, instead of
+        its short name (:func:`kernels_text`).
     """
 
     extension = ".txt"
 
-    def __init__(self, *, top_k: int | None = 10, width: int = DEFAULT_WIDTH, title: str | None = None) -> None:
+    def __init__(
+        self, *, top_k: int | None = 10, width: int = DEFAULT_WIDTH, title: str | None = None, full_names: bool = False
+    ) -> None:
         self.top_k, self.width, self.title = views.check_top(top_k, "top_k"), width, title
+        self.full_names = full_names
 
     def render(self, result: ProfileResult) -> str:
         """The title, :func:`summary_text` and :func:`unattributed_text` (where there is any), one per line.
@@ -457,7 +565,7 @@ class TextRenderer(Renderer):
         hints = unattributed_text(result, width=self.width)
         if hints:
             parts.append(hints)
-        kernels = kernels_text(result, self.top_k, self.width)
+        kernels = kernels_text(result, self.top_k, self.width, self.full_names)
         if kernels:
             parts += ["", kernels]
         parts += ["", gpu_time_text(result, self.top_k, self.width)]
@@ -473,9 +581,16 @@ def _change(before: float, after: float) -> str:
     return "new" if after > 0 else NO_VALUE
 
 
-def comparison_text(table: pd.DataFrame, level: str, top: int | None = 20, width: int = DEFAULT_WIDTH) -> str:
+def comparison_text(
+    table: pd.DataFrame, level: str, top: int | None = 20, width: int = DEFAULT_WIDTH, full_names: bool = False
+) -> str:
     """One level of ``compare()``'s table (``function`` or ``kernel``) under a title, largest change first
-    (the first ``top``; None: every row)."""
+    (the first ``top``; None: every row).
+
+    Kernels go by their short name (``kernel_labels``; ``full_names``: the full name, folded), never cut
+    below ``KERNEL_LEAST`` characters: where the line does not fit, the per-step column, then ``after``,
+    then ``before`` are left out (the title says which).
+    """
     top = views.check_top(top)
     rows_of_level = table[table["level"] == level]
     shown = views.first_rows(rows_of_level, top)
@@ -483,27 +598,30 @@ def comparison_text(table: pd.DataFrame, level: str, top: int | None = 20, width
     symbol, times = fixed_times([float(v) for column in ("before_us", "after_us") for v in shown[column]])
     _, deltas = fixed_times([float(v) for v in shown["delta_us"]], signed=True, like=symbol)
     noise = "step_delta_us" in shown and bool(shown["step_delta_us"].notna().any())
+    kernels = []
+    if level == "kernel":
+        kernels = _kernel_cells(shown["kernel"], views.short_names(shown["kernel"]), full_names)
     rows = []
     for i, r in enumerate(shown.itertuples()):
         name = r.function_name if isinstance(r.function_name, str) else "(no functional call)"
-        cells = [name] + ([short_kernel_name(str(r.kernel), KERNEL_CHARS)] if level == "kernel" else [])
+        cells = [name] + ([kernels[i]] if level == "kernel" else [])
         cells += [times[i], times[n + i], deltas[i], _change(r.before_us, r.after_us)]
         if noise:
             cells.append(_step_interval(r.step_delta_us, r.step_delta_low_us, r.step_delta_high_us, r.outside_noise))
         rows.append(cells)
     columns = [Column("function", numeric=False, flexible=True)]
     if level == "kernel":
-        columns.append(Column("kernel", numeric=False, flexible=True))
+        columns.append(kernel_column("kernel", width, wrap=full_names))
     columns += [
-        Column(f"before ({symbol})"),
-        Column(f"after ({symbol})"),
+        Column(f"before ({symbol})", drop=3),
+        Column(f"after ({symbol})", drop=2),
         Column(f"delta ({symbol})"),
         Column("change"),
     ]
     if noise:
-        columns.append(Column("per step, 95% (us)"))
-    title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}):"
-    text = title + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
+        columns.append(Column("per step, 95% (us)", drop=1))
+    title = f"per {level}, largest change first ({len(shown)} of {len(rows_of_level)}){left_out(columns, rows, width)}:"
+    text = wrap_title(title, width) + ("\n" + format_table(columns, rows, width) if rows else "\n(none)")
     if rows and noise:
         note = "* outside the noise: the step-to-step bootstrap interval of the change leaves out 0"
         text += "\n" + wrap_title(note, width)

@@ -22,6 +22,7 @@ from .accounting import (
 from .comparison import compare
 from .gpu_time import BUSY_COLUMNS, GAP_COLUMNS, device_busy, idle_gaps, pass_windows
 from .graph_replays import GRAPH_REPLAY_COLUMNS, graph_replays
+from .kernel_names import short_name, short_names
 from .kernels import kernel_table
 from .modules import layer_pattern, local_name, module_groups, module_label, module_labels, module_table, module_tree
 from .origins import ORIGIN_COLUMNS, kernel_origins
@@ -107,6 +108,8 @@ __all__ = [
     "profiling_frame",
     "rank_summary",
     "sample_table",
+    "short_name",
+    "short_names",
     "select_rank",
     "total_us",
     "unattributed",

@@ -8,10 +8,11 @@ import pandas as pd
 from ...schema import KERNEL_COLUMNS
 from .accounting import ResultTables, total_us
 from .frames import empty_frame, with_strings
+from .kernel_names import short_names
 from .modules import activity_frame, modules_frame, pattern_labels
 from .top import check_top, first_rows
 
-_STRINGS = ("kernel", "kind", "op", "function_name", "module")
+_STRINGS = ("kernel", "kind", "op", "function_name", "module", "short_name")
 
 
 def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
@@ -28,7 +29,7 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     -------
     pandas.DataFrame
         ``KERNEL_COLUMNS``, one row per (kernel, op, functional call, layer pattern), attributed
-        or not.
+        or not; ``short_name`` is the kernel's short name (``kernel_names.short_name``).
 
     Raises
     ------
@@ -50,6 +51,7 @@ def kernel_table(result: ResultTables, top: int | None = None) -> pd.DataFrame:
         calls=("kernel_us", "size"), total_us=("kernel_us", "sum"), modules=("module_id", "nunique")
     )
     table = grouped.reset_index()
+    table["short_name"] = short_names(table["kernel"])
     table = with_strings(table, _STRINGS)
     table["mean_us"] = table["total_us"] / table["calls"]
     table["share"] = table["total_us"] / total if total > 0 else 0.0

@@ -10,20 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...schema import ORIGIN_COLUMNS
 from .accounting import ResultTables
 from .frames import STRING_DTYPE
+from .kernel_names import short_names
 from .kernels import kernel_table
 
-ORIGIN_COLUMNS = [
-    "kernel",
-    "kind",
-    "top_function",
-    "top_function_us",
-    "functions",
-    "top_module",
-    "top_module_us",
-    "patterns",
-]
+__all__ = ["ORIGIN_COLUMNS", "kernel_origins"]
 
 
 def kernel_origins(result: ResultTables) -> pd.DataFrame:
@@ -42,7 +35,8 @@ def kernel_origins(result: ResultTables) -> pd.DataFrame:
         time (missing where that is the time outside any functional call), ``top_function_us`` that
         time, ``functions`` how many calls (the missing one included) launched the kernel; likewise
         ``top_module`` (a layer pattern such as ``blocks.*.fc1``; missing outside the module
-        hierarchy), ``top_module_us`` and ``patterns``. Ties go by name. Empty where nothing ran.
+        hierarchy), ``top_module_us`` and ``patterns``; the kernel's ``short_name`` last. Ties go by name.
+        Empty where nothing ran.
     """
     table = kernel_table(result)
     if table.empty:
@@ -62,7 +56,8 @@ def kernel_origins(result: ResultTables) -> pd.DataFrame:
             "module_count": "patterns",
         }
     )
-    for column in ("kernel", "kind", "top_function", "top_module"):
+    frame["short_name"] = short_names(frame["kernel"])
+    for column in ("kernel", "kind", "top_function", "top_module", "short_name"):
         frame[column] = frame[column].astype(STRING_DTYPE)
     for column in ("functions", "patterns"):
         frame[column] = frame[column].astype(np.int64)
@@ -81,7 +76,7 @@ def _leader(table: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def _empty() -> pd.DataFrame:
-    dtypes = {c: STRING_DTYPE for c in ("kernel", "kind", "top_function", "top_module")}
+    dtypes = {c: STRING_DTYPE for c in ("kernel", "kind", "top_function", "top_module", "short_name")}
     dtypes |= {"functions": np.int64, "patterns": np.int64}
     dtypes.update({"top_function_us": np.float64, "top_module_us": np.float64})
     return pd.DataFrame({c: pd.Series([], dtype=dtypes.get(c, object)) for c in ORIGIN_COLUMNS})

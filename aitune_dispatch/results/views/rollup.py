@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 
 from ... import encoded
+from ...schema import ROLLUP_COLUMNS
 from .accounting import ResultTables, total_us
 from .frames import STRING_DTYPE
+from .kernel_names import short_names
 from .top import check_top, first_rows
 
-ROLLUP_COLUMNS = ["kernel", "kind", "count", "total_us", "mean_us", "min_us", "max_us", "share"]
+__all__ = ["ROLLUP_COLUMNS", "kernel_rollup"]
 
 
 def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
@@ -33,7 +35,8 @@ def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     pandas.DataFrame
         ``ROLLUP_COLUMNS``: the kernel's name and kind (``kernel``, ``memcpy``, ``memset``,
         ``cpu_op``), its launches (``count``, int64), their total, mean, shortest and longest time in µs,
-        and ``share`` of all activity time of the run (0..1). Ties on the total go by name.
+        ``share`` of all activity time of the run (0..1), and the kernel's ``short_name``
+        (``kernel_names.short_name``: ``vectorized_elementwise_kernel``). Ties on the total go by name.
 
     Raises
     ------
@@ -57,12 +60,13 @@ def kernel_rollup(result: ResultTables, top: int | None = None) -> pd.DataFrame:
     table["share"] = table["total_us"] / total if total > 0 else 0.0
     table = table.sort_values(["total_us", "kernel"], ascending=[False, True], kind="stable").reset_index(drop=True)
     table["count"] = table["count"].astype(np.int64)
-    for column in ("kernel", "kind"):
+    table["short_name"] = short_names(table["kernel"])
+    for column in ("kernel", "kind", "short_name"):
         table[column] = table[column].astype(STRING_DTYPE)
     table = table[ROLLUP_COLUMNS]
     return first_rows(table, top)
 
 
 def _empty() -> pd.DataFrame:
-    kinds = {"kernel": STRING_DTYPE, "kind": STRING_DTYPE, "count": np.int64}
+    kinds = {"kernel": STRING_DTYPE, "kind": STRING_DTYPE, "count": np.int64, "short_name": STRING_DTYPE}
     return pd.DataFrame({c: pd.Series([], dtype=kinds.get(c, np.float64)) for c in ROLLUP_COLUMNS})
