@@ -26,8 +26,9 @@ from test_write_failures import NO_SPACE, SmallDisk
 
 from aitune_dispatch import cli
 from aitune_dispatch.reports import ComparisonRenderer, write_comparison
-from aitune_dispatch.reports.base import short_kernel_name
+from aitune_dispatch.reports.base import kernel_labels
 from aitune_dispatch.results import ProfileResult, compare, load
+from aitune_dispatch.results.views import short_names
 
 pytestmark = pytest.mark.single_backend  # hand-made results; no tracing backend involved
 
@@ -247,7 +248,8 @@ def test_names_are_escaped():
     kernels = {row.cells[1].titles[0] for row in page_rows(tables, "kernel")}
     assert kernels == {EVIL_KERNEL, "bias"}  # the parser reads the names back as they were
     shown = next(row.cells[1].text for row in page_rows(tables, "kernel") if row.cells[1].titles[0] == EVIL_KERNEL)
-    assert shown == short_kernel_name(EVIL_KERNEL)
+    label = kernel_labels([EVIL_KERNEL], list(short_names([EVIL_KERNEL])))[0]
+    assert label != EVIL_KERNEL and shown == label + EVIL_KERNEL  # the label, then the full name a click opens
     assert {row.cells[0].text for row in page_rows(tables, "function")} == {EVIL_FUNCTION}
 
 

@@ -21,11 +21,12 @@ import pandas as pd
 
 from ..results import atomic, compare
 from ..results.views.comparison import CONFIDENCE, RESAMPLES
+from ..results.views.kernel_names import short_names
 from ..results.views.steps import step_count
 from ..schema import COMPARE_COLUMNS
 from . import templating
 from ._html_assets import CSS, JS
-from .base import TimeUnit, human_time, time_unit
+from .base import TimeUnit, human_time, kernel_labels, time_unit
 from .html import Capped, Card, HtmlRenderer, embed_json
 from .templating import NO_VALUE, missing, render
 from .text import mismatch_warning
@@ -85,6 +86,7 @@ class ComparisonPage:
     ) -> ComparisonPage:
         """The page state of ``table``, the comparison of ``before`` with ``after``."""
         sides = (Side.of(before, labels[0]), Side.of(after, labels[1]))
+        table = _with_kernel_labels(table)
         times = [sides[0].total_us, sides[1].total_us, *table["before_us"], *table["after_us"]]
         return cls(*sides, table, time_unit(max(map(abs, times), default=0.0)), mismatch_warning(before, after))
 
@@ -180,6 +182,15 @@ def change_text(before_us: float, after_us: float, ratio: float | None = None) -
 def noise_key(outside: Any) -> int | None:
     """The sort key of a row's noise cell: 1 outside the noise, 0 within, None where unknown."""
     return None if missing(outside) else int(bool(outside))
+
+
+def _with_kernel_labels(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``kernel_label``: what the page shows of each kernel row (``base.kernel_labels``)."""
+    kernel_rows = table["level"] == "kernel"
+    kernels = [str(name) for name in table.loc[kernel_rows, "kernel"]]
+    labels = pd.Series(None, index=table.index, dtype=object)
+    labels[kernel_rows] = kernel_labels(kernels, list(short_names(kernels)))
+    return table.assign(kernel_label=labels)
 
 
 def _check_table(table: pd.DataFrame) -> pd.DataFrame:
