@@ -98,6 +98,8 @@ def test_the_terminal_tables_render_every_result(result):
         assert name[:8] in summary  # the function column may be cut to fit
     hints = text.unattributed_text(result, width=80)
     assert bool(hints) == (views.unattributed(result.activity).num_rows > 0)
+    for line in hints.splitlines():  # a missing op or module is named in words, never as pandas' NaN
+        assert not re.search(r"\bnan\b", line), line
     assert bool(rank_text(result, width=80)) == ("rank" in result.activity.column_names)  # merges only
 
 

@@ -349,7 +349,7 @@ def unattributed_text(result: ProfileResult, top: int | None = 3, width: int = D
     table = views.unattributed_table(result, top=top)
     lines = []
     for r in table.itertuples():
-        where = f"{r.op or 'no op'} in {r.module or 'no profiled module'}"
+        where = f"{_named(r.op, 'no op')} in {_named(r.module, 'no profiled module')}"
         lines.append(_cut(f"not attributed: {where}, {human_time(r.total_us)} ({r.share:.1%})", width))
     for hint in dict.fromkeys(table["hint"]):
         lines += textwrap.wrap(f"hint: {hint}", width, subsequent_indent="  ")

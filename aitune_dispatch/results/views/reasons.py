@@ -42,7 +42,8 @@ HINTS = {
     "raw_op_all": 'functions="all" was on: the op was called from C++ or through a path no torch-level call '
     "wraps; its kernels stay on the module",
     "no_op": "its kernels are counted on the module it was launched in",
-    "outside_modules": "pass module= the outermost module that runs it (profile(function, module=...))",
+    "outside_modules": "pass module= the outermost module that runs it (profile(function, module=...)); "
+    "in a recording without module= (and `aitune-dispatch run`) it ran outside every module call",
     "graph_replay": "let the graph be captured inside the profiled function (warm-up passes count): create "
     "it on the function's first call, or profile the eager model to see its calls",
     "compiled": "profile the compiled model before its first call (or after torch._dynamo.reset()), so that "
