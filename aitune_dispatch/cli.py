@@ -436,23 +436,9 @@ def _add_run(commands: Any, common: argparse.ArgumentParser) -> None:
         help="record steps A..B-1 of a script calling aitune_dispatch.step() (default: the whole script)",
     )  # fmt: skip
     run.add_argument(
-        "--device",
-        choices=["auto", *config.DEVICES],
-        default="auto",
-        help="the activity source's device (default: auto, i.e. cuda when available, else cpu)",
-    )
-    run.add_argument(
         "--function-names", type=_names, metavar="NAMES", help="collect samples of these functions only (linear,relu)"
     )
-    _add_top(run, 10, "rows per table")
-    run.add_argument(
-        "--functions",
-        choices=list(config.FUNCTIONS),
-        default="functional",
-        help="all: also attribute ops outside functional calls to torch-level calls (default: functional)",
-    )
-    _add_outputs(run, saves=True)
-    run.add_argument("--with-tensors", action="store_true", help="save the sample tensors with the result")
+    _add_recording_options(run)
     _add_full_names(run)
     run.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
     run.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments")
@@ -769,13 +755,19 @@ _CSV = _output((".csv",), "the CSV file")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """demo's and profile's options: warm-up passes, then what every recording command takes."""
+    parser.add_argument("--warmup", type=_non_negative, default=3, metavar="N", help="warm-up passes (default: 3)")
+    _add_recording_options(parser)
+
+
+def _add_recording_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that records (demo, profile, run): device, rows, what to attribute, outputs."""
     parser.add_argument(
         "--device",
         choices=["auto", *config.DEVICES],
         default="auto",
         help="where to run (default: auto, i.e. cuda when available, else cpu)",
     )
-    parser.add_argument("--warmup", type=_non_negative, default=3, metavar="N", help="warm-up passes (default: 3)")
     _add_top(parser, 10, "rows per table")
     parser.add_argument(
         "--functions",

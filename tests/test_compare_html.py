@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from fixture_results import synthetic_result
 from test_compare import AFTER, BEFORE, _result, _stepped
-from test_write_failures import NO_SPACE, SmallDisk
+from test_write_failures import SmallDisk
 
 from aitune_dispatch import cli
 from aitune_dispatch.reports import ComparisonRenderer, write_comparison
@@ -325,19 +325,6 @@ def test_cli_compare_checks_the_html_name_before_any_work(saved, tmp_path):
         cli.main(["compare", str(a), str(b), "--html", str(tmp_path / "x.pdf")])
     assert info.value.code == 2 and "argument --html: the HTML report must end in .html or .htm" in err.getvalue()
     assert not list(tmp_path.glob("x.*"))
-
-
-def test_cli_compare_keeps_the_previous_page_on_a_full_disk(saved, tmp_path, monkeypatch):
-    a, b = saved
-    out = tmp_path / "out"
-    target = out / "compare.html"
-    assert _run(["compare", str(a), str(b), "--html", str(target)])[0] == 0
-    previous = target.read_bytes()
-    with monkeypatch.context() as patch:
-        SmallDisk(patch, out, len(previous) // 2)
-        code, _, stderr = _run(["compare", str(b), str(a), "--html", str(target)])
-    assert os.listdir(out) == ["compare.html"] and target.read_bytes() == previous
-    assert code == 1 and str(target) in stderr and NO_SPACE in stderr and "unchanged" in stderr, stderr
 
 
 def test_pandas_missing_values_render_as_dashes():

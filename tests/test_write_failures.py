@@ -141,15 +141,16 @@ def test_the_cli_report_keeps_the_previous_file_on_a_full_disk(tmp_path, monkeyp
     assert code == 1 and str(target) in stderr and NO_SPACE in stderr and "unchanged" in stderr, stderr
 
 
-def test_the_cli_csv_keeps_the_previous_file_on_a_full_disk(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("option", "name"), [("--csv", "diff.csv"), ("--html", "compare.html")])
+def test_the_cli_compare_keeps_the_previous_file_on_a_full_disk(tmp_path, monkeypatch, option, name):
     a, b = synthetic_result().save(tmp_path / "a"), synthetic_result().save(tmp_path / "b.parquet")
     out = tmp_path / "out"
     out.mkdir()
-    csv = out / "diff.csv"
-    assert _run(["compare", str(a), str(b), "--csv", str(csv)])[0] == 0
-    before = csv.read_bytes()
+    written = out / name
+    assert _run(["compare", str(a), str(b), option, str(written)])[0] == 0
+    before = written.read_bytes()
     with monkeypatch.context() as patch:
         SmallDisk(patch, out, len(before) // 2)
-        code, _, stderr = _run(["compare", str(a), str(b), "--csv", str(csv)])
-    assert os.listdir(out) == ["diff.csv"] and csv.read_bytes() == before
-    assert code == 1 and str(csv) in stderr and NO_SPACE in stderr and "unchanged" in stderr, stderr
+        code, _, stderr = _run(["compare", str(b), str(a), option, str(written)])
+    assert os.listdir(out) == [name] and written.read_bytes() == before
+    assert code == 1 and str(written) in stderr and NO_SPACE in stderr and "unchanged" in stderr, stderr
