@@ -204,7 +204,9 @@ def short_kernel_name(name: str, limit: int = KERNEL_NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 1)].rstrip("\u2026 ") + "\u2026"
 
 
-def kernel_labels(kernels: Sequence[str], short_names: Sequence[str], limit: int = KERNEL_NAME_CHARS) -> list[str]:
+def kernel_labels(
+    kernels: Sequence[object], short_names: Sequence[object], limit: int = KERNEL_NAME_CHARS
+) -> list[str]:
     """What a table shows for each kernel: its short name (the views' ``short_name`` column), or, where
     different kernels of ``kernels`` share that short name (``elementwise_kernel`` for an add and a copy),
     :func:`short_kernel_name` of each of them, which starts with it and keeps the template arguments
@@ -213,9 +215,10 @@ def kernel_labels(kernels: Sequence[str], short_names: Sequence[str], limit: int
     Parameters
     ----------
     kernels:
-        Full kernel names, one per row.
+        Full kernel names, one per row; a missing one (None, NaN) reads as ``""``.
     short_names:
-        Their short names (``results.views.short_names``), in the same order.
+        Their short names (``results.views.short_names``), in the same order; a missing one is its
+        kernel's full name.
     limit:
         The most characters of a name that keeps its template arguments.
 
@@ -234,13 +237,12 @@ def kernel_labels(kernels: Sequence[str], short_names: Sequence[str], limit: int
             f"kernel_labels needs one short name per kernel; got {len(kernels)} kernels and {len(short_names)} "
             "short names (pass the short_name column of the same rows)"
         )
+    fulls = [kernel if isinstance(kernel, str) else "" for kernel in kernels]
+    shorts = [short if isinstance(short, str) else full for short, full in zip(short_names, fulls)]
     owners: dict[str, set[str]] = {}
-    for kernel, short in zip(kernels, short_names):
-        owners.setdefault(short, set()).add(kernel)
-    return [
-        short if len(owners[short]) == 1 else short_kernel_name(kernel, limit)
-        for kernel, short in zip(kernels, short_names)
-    ]
+    for full, short in zip(fulls, shorts):
+        owners.setdefault(short, set()).add(full)
+    return [short if len(owners[short]) == 1 else short_kernel_name(full, limit) for full, short in zip(fulls, shorts)]
 
 
 # -- time units ----------------------------------------------------------------------------------------

@@ -187,9 +187,9 @@ def noise_key(outside: Any) -> int | None:
 def _with_kernel_labels(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with ``kernel_label``: what the page shows of each kernel row (``base.kernel_labels``)."""
     kernel_rows = table["level"] == "kernel"
-    kernels = [str(name) for name in table.loc[kernel_rows, "kernel"]]
+    kernels = table.loc[kernel_rows, "kernel"]
     labels = pd.Series(None, index=table.index, dtype=object)
-    labels[kernel_rows] = kernel_labels(kernels, list(short_names(kernels)))
+    labels[kernel_rows] = kernel_labels(list(kernels), list(short_names(kernels)))
     return table.assign(kernel_label=labels)
 
 

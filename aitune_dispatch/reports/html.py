@@ -349,9 +349,7 @@ def kernels_section(page: Page) -> str:
 def _labelled(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` (with ``kernel`` and ``short_name``) with a ``label`` column: what a table shows for each
     kernel (``base.kernel_labels``: the short name, template arguments kept where short names collide)."""
-    kernels = [k if isinstance(k, str) else "" for k in table["kernel"]]
-    shorts = [s if isinstance(s, str) else k for s, k in zip(table["short_name"], kernels)]
-    return table.assign(label=kernel_labels(kernels, shorts))
+    return table.assign(label=kernel_labels(list(table["kernel"]), list(table["short_name"])))
 
 
 def gpu_section(page: Page) -> str:

@@ -406,10 +406,9 @@ def kernels_text(
 
 def _kernel_cells(kernels: Iterable[object], shorts: Iterable[object], full_names: bool) -> list[str]:
     """The kernel column's cells: each full name (``full_names``), else ``kernel_labels``."""
-    kernels = [str(k) if isinstance(k, str) else "" for k in kernels]
     if full_names:
-        return kernels
-    return kernel_labels(kernels, [s if isinstance(s, str) else k for s, k in zip(shorts, kernels)], KERNEL_CHARS)
+        return [kernel if isinstance(kernel, str) else "" for kernel in kernels]
+    return kernel_labels(list(kernels), list(shorts), KERNEL_CHARS)
 
 
 def gpu_time_text(result: ProfileResult, top: int | None = 10, width: int = DEFAULT_WIDTH) -> str:
