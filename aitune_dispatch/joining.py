@@ -39,6 +39,9 @@ class TracedTables(Protocol):
     @property
     def contexts(self) -> pa.Table: ...  # schema CONTEXTS
 
+    @property
+    def links(self) -> pa.Table: ...  # schema OP_LINKS: backward and optimizer ops (tracing/links.py)
+
 
 def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(column.to_numpy(), dtype=np.int64)
@@ -84,7 +87,8 @@ def _pick(values: np.ndarray, rows: np.ndarray, default: int) -> np.ndarray:
 
 def join(activity: DecodedActivity, trace: TracedTables, modules: pa.Table) -> pa.Table:
     """One row per kernel with its op, module and innermost functional call (schema ACTIVITY); a kernel
-    launched outside any op gets the module and call of the scope its launch ran in."""
+    launched outside any op gets the module and call of the scope its launch ran in, one of a linked op
+    (run in backward or in an optimizer step) the link's module, call and attribution."""
     kernels, correlation, scope_correlation = activity.kernels, activity.correlation, activity.scope_correlation
     ops, calls, contexts = trace.ops, trace.calls, trace.contexts
     starts = _ints(kernels["start_ns"])
@@ -103,6 +107,16 @@ def join(activity: DecodedActivity, trace: TracedTables, modules: pa.Table) -> p
         no_op = op_rows < 0
         module_ids = np.where(no_op, _pick(_ints(contexts["module_id"]), context_rows, schema.NO_MODULE), module_ids)
         call_ids = np.where(no_op, _pick(_ints(contexts["call_id"]), context_rows, schema.NO_CALL), call_ids)
+    attribution = encoded.constant(schema.ATTRIBUTION_TRACE, kernels.num_rows)
+    links = trace.links
+    if links.num_rows:
+        link_rows = _Index(_ints(links["op_id"]), np.arange(links.num_rows, dtype=np.int64)).lookup(op_ids)
+        linked = link_rows >= 0
+        module_ids = np.where(linked, _pick(_ints(links["module_id"]), link_rows, schema.NO_MODULE), module_ids)
+        call_ids = np.where(linked, _pick(_ints(links["call_id"]), link_rows, schema.NO_CALL), call_ids)
+        attribution = encoded.of_values(
+            np.where(linked, encoded.objects(_take(links["attribution"], link_rows)), schema.ATTRIBUTION_TRACE)
+        )
     starts, ends = _ints(kernels["start_ns"]), _ints(kernels["end_ns"])
     columns = {
         "correlation_id": kernels["correlation_id"],
@@ -121,7 +135,7 @@ def join(activity: DecodedActivity, trace: TracedTables, modules: pa.Table) -> p
         "function_name": _take(calls["function_name"], _rows_of(call_ids, _ints(calls["call_id"]))),
         "thread": _take(ops["thread"], op_rows),
         **_graph_columns(kernels),
-        "attribution": encoded.constant(schema.ATTRIBUTION_TRACE, kernels.num_rows),
+        "attribution": attribution,
     }
     return encoded.encoded(pa.table(columns).cast(schema.ACTIVITY))
 

@@ -28,7 +28,17 @@ ATTRIBUTION_TRACE = "trace"  # the tracer saw the launch: the op or scope it ran
 ATTRIBUTION_INDUCTOR = "inductor"  # an Inductor kernel, from the FX nodes it was generated from
 ATTRIBUTION_GRAPH_CAPTURE = "graph_capture"  # a CUDA graph replay, from the launch recorded at capture
 ATTRIBUTION_GRAPH_LAUNCH = "graph_launch"  # a replay of a graph captured where profile() could not see it
-ATTRIBUTIONS = (ATTRIBUTION_TRACE, ATTRIBUTION_INDUCTOR, ATTRIBUTION_GRAPH_CAPTURE, ATTRIBUTION_GRAPH_LAUNCH)
+# an op autograd ran in backward: the module and call of the forward op that created its node (tracing/links.py)
+ATTRIBUTION_BACKWARD = "backward"
+ATTRIBUTION_OPTIMIZER = "optimizer"  # an op inside an optimizer's step() or zero_grad()
+ATTRIBUTIONS = (
+    ATTRIBUTION_TRACE,
+    ATTRIBUTION_INDUCTOR,
+    ATTRIBUTION_GRAPH_CAPTURE,
+    ATTRIBUTION_GRAPH_LAUNCH,
+    ATTRIBUTION_BACKWARD,
+    ATTRIBUTION_OPTIMIZER,
+)
 # the op of a replayed kernel whose capture was not seen: the launch that replayed it
 GRAPH_LAUNCH_OP = "cudaGraphLaunch"
 
@@ -120,6 +130,23 @@ OPS = pa.schema(
         ("start_ns", pa.int64()),  # host clock (time.perf_counter_ns) around the dispatch
         ("end_ns", pa.int64()),
     ]
+)
+# Autograd nodes a forward op created: on ``thread``, the nodes numbered ``first_seq`` to ``end_seq - 1`` (torch's
+# per-thread sequence numbers) were created after the previous op of that thread ended and before this one ended
+AUTOGRAD_NODES = pa.schema(
+    [("op_id", pa.int64()), ("thread", pa.int64()), ("first_seq", pa.int64()), ("end_seq", pa.int64())]
+)
+# An op run while autograd's engine evaluated a node: the node's sequence number (-1: none, as an
+# AccumulateGrad's) and the trace's thread that created it (-1: not known, the profiling thread is assumed)
+BACKWARD_OPS = pa.schema([("op_id", pa.int64()), ("node_seq", pa.int64()), ("forward_thread", pa.int64())])
+# ``torch.optim`` profiling scopes ("Optimizer.step#AdamW.step", "Optimizer.zero_grad#AdamW.zero_grad")
+USER_SCOPES = pa.schema(
+    [("name", pa.string()), ("thread", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64())]
+)
+OPTIMIZER_SCOPE_PREFIX = "Optimizer."  # the scopes USER_SCOPES keeps
+# ops whose module, call and attribution are not those of the stacks they ran under (tracing/links.py)
+OP_LINKS = pa.schema(
+    [("op_id", pa.int64()), ("module_id", pa.int64()), ("call_id", pa.int64()), ("attribution", pa.string())]
 )
 CALLS = pa.schema(
     [

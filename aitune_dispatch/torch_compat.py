@@ -38,6 +38,11 @@ The supported range is torch 2.8 to 2.15 (CI: 2.8, 2.13, 2.15). What differs, an
   ``_FrameExecStrategy``/``_FrameAction``, torch >= 2.6): :func:`skip_dynamo_frames` says False where
   the switch is missing or refuses.
 
+* **Autograd's position** (``torch._C._autograd._get_sequence_nr``: the calling thread's next node number,
+  and ``torch._C._current_autograd_node``: the node the engine evaluates on this thread): private, in
+  every supported torch; the Python op tracer reads them through :func:`next_sequence_nr` and
+  :func:`current_autograd_node`, which answer 0 and None where a torch lacks them (nothing is linked then).
+
 Behaviour that differs by torch but is measured rather than assumed (whether Dynamo compiles under the
 native function mode: ``backends.native_mode_compiles``) stays where it is measured. Nothing here
 compares version strings: each difference is found by what the running torch has.
@@ -109,6 +114,23 @@ def profiler_enabled() -> bool:
         return bool(torch._C._autograd._profiler_enabled())
     except AttributeError:  # pragma: no cover - every supported torch has it
         return False
+
+
+next_sequence_nr: Callable[[], int] = getattr(torch._C._autograd, "_get_sequence_nr", lambda: 0)
+"""The calling thread's next autograd sequence number: the number the next node it creates gets."""
+
+_current_node: Callable[[], Any] = getattr(torch._C, "_current_autograd_node", lambda: None)
+_NO_SEQUENCE_NR = 1 << 63  # AccumulateGrad's number (UINT64_MAX), as Python sees it
+
+
+def current_autograd_node() -> int | None:
+    """The sequence number of the node autograd's engine evaluates on this thread (-1 for a node without
+    one, an AccumulateGrad), or None outside backward."""
+    node = _current_node()
+    if node is None:
+        return None
+    seq = int(node._sequence_nr())
+    return -1 if seq >= _NO_SEQUENCE_NR else seq
 
 
 def primary_context_probe() -> Callable[[int], bool] | None:

@@ -117,10 +117,27 @@ def test_join_reads_only_the_tables_its_protocols_name():
     scope = pa.table({"correlation_id": [102], "context_id": [0]}, schema=schema.SCOPE_CORRELATION)
     contexts = pa.table({"context_id": [0], "module_id": [1], "call_id": [1]}, schema=schema.CONTEXTS)
     activity = SimpleNamespace(kernels=kernels, correlation=correlation, scope_correlation=scope)
-    trace = SimpleNamespace(ops=ops, calls=calls, contexts=contexts)
+    trace = SimpleNamespace(ops=ops, calls=calls, contexts=contexts, links=schema.empty(schema.OP_LINKS))
     joined = join(activity, trace, modules)
     assert joined.equals(join_tables(kernels, correlation, ops, calls, modules, scope, contexts))
     assert joined.filter(pc.equal(joined["kernel"], "orphan"))["function_name"].to_pylist() == ["relu"]
+
+
+def test_a_linked_ops_kernels_take_the_links_module_call_and_attribution():
+    # op 2 (aten::add, no module or call on its stacks) ran in backward of op 0's node: linked to fc / linear
+    kernels, correlation, ops, calls, modules = tables()
+    activity = SimpleNamespace(
+        kernels=kernels, correlation=correlation, scope_correlation=schema.empty(schema.SCOPE_CORRELATION)
+    )
+    links = pa.table(
+        {"op_id": [2], "module_id": [1], "call_id": [0], "attribution": ["backward"]}, schema=schema.OP_LINKS
+    )
+    trace = SimpleNamespace(ops=ops, calls=calls, contexts=schema.empty(schema.CONTEXTS), links=links)
+    rows = {row["kernel"]: row for row in join(activity, trace, modules).to_pylist()}
+    outside = rows["outside"]
+    assert (outside["op"], outside["module_name"], outside["function_name"]) == ("aten::add", "fc", "linear")
+    assert outside["attribution"] == "backward"
+    assert {rows[name]["attribution"] for name in ("gemm", "relu_k", "orphan", "memcpy")} == {"trace"}
 
 
 def test_kernel_names_are_demangled_like_torch_profiler():

@@ -174,7 +174,10 @@ def test_the_api_pages_region_example_runs():
     exec(compile("\n".join(blocks), "docs/api.md", "exec"), scope)  # noqa: S102 - our own page's example
     assert set(scope["region_df"]["function_name"]) == {"linear", "gelu"}
     assert {"linear", "gelu"} <= set(scope["region_data"])
-    assert len(scope["everything"]) > 0
+    assert len(scope["rest"]) > 0
+    backward = scope["backward_rows"]
+    assert {"linear", "gelu"} <= set(backward["function_name"].dropna())  # the forward's calls
+    assert set(scope["optimizer_rows"]["function_name"]) == {"AdamW.step"}
     per_kernel = scope["per_kernel"]
     assert len(per_kernel) > 0 and set(per_kernel["steps"]) <= {5}
     assert scope["stepped"].result.metadata["first_step"] == "2"

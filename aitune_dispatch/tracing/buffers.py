@@ -50,6 +50,8 @@ class ThreadStacks:
     module_rows: list[int] = field(default_factory=lambda: [-1])  # parallel to ``modules``
     # functions whose body is running with torch-function dispatch re-armed (see functional.py)
     reentered: list[object] = field(default_factory=list)
+    next_seq: int = 0  # the autograd sequence number after the last node claimed (tracing/links.py)
+    scopes: list[int] = field(default_factory=list)  # per open profiling scope: its row, or -1 (not kept)
 
 
 class _Interner:
@@ -78,7 +80,10 @@ def _int64(values: array) -> pa.Array:
 class TraceBuffers:
     """Columnar record of one profiled pass; single writer per thread, read after the pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, sequence_nr: Callable[[], int] = lambda: 0) -> None:
+        """``sequence_nr``: the calling thread's next autograd sequence number (torch's
+        ``torch._C._autograd._get_sequence_nr``), read as each op ends."""
+        self._next_seq_now = sequence_nr
         self._local = threading.local()
         self._thread_lock = threading.Lock()
         self.threads: list[ThreadStacks] = []  # by index, in order of first use
@@ -109,6 +114,17 @@ class TraceBuffers:
         self.mcall_thread = array("q")
         self.ctx_module = array("q")
         self.ctx_call = array("q")
+        # what tracing/links.py links backward and optimizer ops with
+        self.node_op = array("q")
+        self.node_thread = array("q")
+        self.node_first = array("q")
+        self.node_end = array("q")
+        self.backward_op = array("q")
+        self.backward_seq = array("q")
+        self.scope_name: list[str] = []
+        self.scope_thread = array("q")
+        self.scope_start = array("q")
+        self.scope_end = array("q")
         self.scope_entered: Callable[[int], object] | None = None
         self.scope_exited: Callable[[], object] | None = None
 
@@ -136,6 +152,7 @@ class TraceBuffers:
                     thread.name,
                     not self._was_running_before(thread),
                     native_id=threading.get_native_id(),
+                    next_seq=self._next_seq_now(),
                 )
                 self.threads.append(found)
             self._local.stacks = found
@@ -158,8 +175,43 @@ class TraceBuffers:
         return op_id
 
     def end_op(self, op_id: int) -> None:
-        """Stamp the end of an op opened by :meth:`add_op`."""
+        """Stamp the end of an op opened by :meth:`add_op`, and note the autograd nodes created since the
+        previous op of its thread ended: by this op, or just before it (a custom ``autograd.Function``'s)."""
         self.op_end[op_id] = _clock_ns()
+        next_seq = self._next_seq_now()
+        stacks = self._local.stacks
+        if next_seq > stacks.next_seq:
+            self.node_op.append(op_id)
+            self.node_thread.append(stacks.index)
+            self.node_first.append(stacks.next_seq)
+            self.node_end.append(next_seq)
+            stacks.next_seq = next_seq
+
+    def add_backward_op(self, op_id: int, node_seq: int) -> None:
+        """Note that op ``op_id`` runs while autograd's engine evaluates the node numbered ``node_seq``."""
+        self.backward_op.append(op_id)
+        self.backward_seq.append(node_seq)
+
+    def open_scope(self, name: str) -> None:
+        """A profiling scope began on this thread (``torch.autograd.profiler.record_function``); only
+        ``torch.optim``'s are kept (schema ``USER_SCOPES``)."""
+        stacks = self.stacks()
+        row = -1
+        if name.startswith(schema.OPTIMIZER_SCOPE_PREFIX):
+            row = len(self.scope_name)
+            self.scope_name.append(name)
+            self.scope_thread.append(stacks.index)
+            self.scope_start.append(_clock_ns())
+            self.scope_end.append(0)
+        stacks.scopes.append(row)
+
+    def close_scope(self) -> None:
+        """The innermost scope of this thread ended (scopes nest: ``record_function`` is a context manager)."""
+        scopes = self.stacks().scopes
+        if scopes:  # else: opened before this pass
+            row = scopes.pop()
+            if row >= 0:
+                self.scope_end[row] = _clock_ns()
 
     # -- functional calls -------------------------------------------------------------------------
     def begin_call(self, name_id: int, stacks: ThreadStacks, sample: int = schema.NO_SAMPLE) -> int:
@@ -270,6 +322,27 @@ class TraceBuffers:
             [pa.array(np.arange(len(self.ctx_module), dtype=np.int64)), _int64(self.ctx_module), _int64(self.ctx_call)],
             schema=schema.CONTEXTS,
         )
+
+    def link_tables(self) -> dict[str, pa.Table]:
+        """``autograd_nodes``, ``backward_ops`` and ``user_scopes`` (schemas of those names), by keyword of
+        :class:`~aitune_dispatch.tracing.contract.TraceTables`; the forward thread of a backward op is not
+        known here (-1)."""
+        backward = _int64(self.backward_op)
+        return {
+            "autograd_nodes": pa.Table.from_arrays(
+                [_int64(column) for column in (self.node_op, self.node_thread, self.node_first, self.node_end)],
+                schema=schema.AUTOGRAD_NODES,
+            ),
+            "backward_ops": pa.Table.from_arrays(
+                [backward, _int64(self.backward_seq), pa.array(np.full(len(backward), -1, np.int64))],
+                schema=schema.BACKWARD_OPS,
+            ),
+            "user_scopes": pa.Table.from_arrays(
+                [pa.array(self.scope_name, pa.string())]
+                + [_int64(column) for column in (self.scope_thread, self.scope_start, self.scope_end)],
+                schema=schema.USER_SCOPES,
+            ),
+        }
 
     def module_calls_table(self) -> pa.Table:
         """Every forward of a profiled module, as a table of schema :data:`schema.MODULE_CALLS`."""

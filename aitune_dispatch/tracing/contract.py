@@ -4,13 +4,14 @@ tables a tracing backend hands back after a pass (``docs/design.md``, "Correlati
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
 
 import pyarrow as pa
 from torch import nn
 
+from .. import schema
 from ..schema import FunctionData
 
 
@@ -52,7 +53,9 @@ class ThreadInfo:
 
 @dataclass(frozen=True)
 class TraceTables:
-    """One traced pass as Arrow tables (schemas ``OPS``, ``CALLS``, ``MODULE_CALLS``, ``CONTEXTS``)."""
+    """One traced pass as Arrow tables (schemas ``OPS``, ``CALLS``, ``MODULE_CALLS``, ``CONTEXTS``, and those
+    that link autograd's backward and the optimizer to the forward: ``AUTOGRAD_NODES``, ``BACKWARD_OPS``,
+    ``USER_SCOPES``, ``OP_LINKS``)."""
 
     ops: pa.Table
     calls: pa.Table
@@ -61,6 +64,13 @@ class TraceTables:
     threads: tuple[ThreadInfo, ...]  # by index; the profiling thread is index 0
     scopes_pushed: int  # scope contexts pushed as correlation ids
     ops_pushed: int  # op ids pushed as correlation ids (every op but views)
+    # what tracing/links.py links backward and optimizer ops with; empty where no op created a node or
+    # ran in backward or in an optimizer step
+    autograd_nodes: pa.Table = field(default_factory=lambda: schema.empty(schema.AUTOGRAD_NODES))
+    backward_ops: pa.Table = field(default_factory=lambda: schema.empty(schema.BACKWARD_OPS))
+    user_scopes: pa.Table = field(default_factory=lambda: schema.empty(schema.USER_SCOPES))
+    # filled by tracing.links.linked: ops attributed otherwise than by their stacks (schema OP_LINKS)
+    links: pa.Table = field(default_factory=lambda: schema.empty(schema.OP_LINKS))
 
 
 class Tracer(Protocol):

@@ -225,6 +225,11 @@ def _int64(data: bytes) -> pa.Array:
     return pa.array(np.frombuffer(data, dtype=np.int64))
 
 
+def _table(columns: dict[str, Any], table_schema: pa.Schema, keys: Sequence[str]) -> pa.Table:
+    """The int64 byte columns ``keys`` of take()'s dict as a table of ``table_schema``."""
+    return pa.Table.from_arrays([_int64(columns[key]) for key in keys], schema=table_schema)
+
+
 def _names(ids: bytes, names: list[str]) -> pa.Array:
     """Name codes as a dictionary column (no per-row string)."""
     return encoded.from_codes(np.frombuffer(ids, dtype=np.int32), names)
@@ -362,7 +367,20 @@ class NativeTracer:
         )
         threads = tuple(ThreadInfo(*row) for row in c["threads"])
         return TraceTables(
-            ops, calls, module_calls, contexts, threads, int(c["scopes_pushed"]), int(c["ops_pushed"])
+            ops,
+            calls,
+            module_calls,
+            contexts,
+            threads,
+            int(c["scopes_pushed"]),
+            int(c["ops_pushed"]),
+            autograd_nodes=_table(c, schema.AUTOGRAD_NODES, ("node_op", "node_thread", "node_first", "node_end")),
+            backward_ops=_table(c, schema.BACKWARD_OPS, ("backward_op", "backward_seq", "backward_thread")),
+            user_scopes=pa.Table.from_arrays(
+                [pa.array(c["scope_names"], pa.string())]
+                + [_int64(c[k]) for k in ("scope_thread", "scope_start", "scope_end")],
+                schema=schema.USER_SCOPES,
+            ),
         )
 
     def later_tables(self) -> Callable[[], TraceTables]:

@@ -46,7 +46,7 @@ class PythonTracer:
     ) -> None:
         """One pass over ``(module, module_id)`` pairs; ``running_before`` as for ``TraceBuffers.begin_pass``."""
         self._running_before = running_before
-        self.buffers = TraceBuffers()
+        self.buffers = TraceBuffers(torch_compat.next_sequence_nr)
         self.samples = SampleCollector(function_names)
         self._ids = {id(module): module_id for module, module_id in modules}
         correlates = target.correlation_kind != schema.NO_CORRELATION  # the CPU source correlates nothing
@@ -114,6 +114,7 @@ class PythonTracer:
             ),
             scopes_pushed=len(buffers.ctx_module),
             ops_pushed=self._modes[1].pushed,
+            **buffers.link_tables(),
         )
 
     def function_data(self) -> FunctionData:

@@ -10,6 +10,7 @@ import pyarrow as pa
 from ..schema import FunctionData
 from .contract import Tracer, TraceTables
 from .gates import ModeBlindGates
+from .links import linked
 from .modules import ModuleTracker
 
 
@@ -44,8 +45,8 @@ class TraceSession:
         self._stack.close()
 
     def tables(self) -> TraceTables:
-        """The trace as Arrow tables."""
-        return self.tracer.tables()
+        """The trace as Arrow tables, backward and optimizer ops linked (``tracing/links.py``)."""
+        return linked(self.tracer.tables())
 
     def modules_table(self) -> pa.Table:
         """The profiled hierarchy (schema ``MODULES``)."""

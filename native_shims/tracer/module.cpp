@@ -62,6 +62,9 @@ void reset_columns() {
   trace.calls = CallColumns();
   trace.module_calls = ModuleCallColumns();
   trace.contexts = ContextColumns();
+  trace.nodes = NodeColumns();
+  trace.backward = BackwardColumns();
+  trace.scopes = ScopeColumns();
   trace.scopes_pushed = 0;
   trace.ops_pushed = 0;
   trace.thread_infos.clear();
@@ -335,10 +338,53 @@ PyObject* thread_list() {
   return list;
 }
 
-PyObject* as_list(const Names& names) {
-  PyObject* list = PyList_New(Py_ssize_t(names.names.size()));
-  for (size_t i = 0; list != nullptr && i < names.names.size(); ++i) {
-    const std::string& name = names.names[i];
+PyObject* string_list(const std::vector<std::string>& names);
+
+// the backward ops' forward threads as trace thread indexes (-1: a thread that reported nothing traced)
+std::vector<int64_t> forward_threads(const BackwardColumns& b) {
+  std::unordered_map<uint64_t, int64_t> index;
+  for (size_t i = 0; i < trace.thread_infos.size(); ++i) index.emplace(trace.thread_infos[i].record_function_id, int64_t(i));
+  std::vector<int64_t> threads;
+  threads.reserve(b.forward_thread.size());
+  for (uint64_t id : b.forward_thread) {
+    auto found = index.find(id);
+    threads.push_back(found == index.end() ? -1 : found->second);
+  }
+  return threads;
+}
+
+// the linking columns of tracing/links.py, added to take()'s dict; false with an exception set on failure
+bool add_link_columns(PyObject* result) {
+  std::vector<int64_t> forward = forward_threads(trace.backward);
+  std::pair<const char*, PyObject*> items[] = {
+      {"node_op", moved_bytes(trace.nodes.op)},
+      {"node_thread", moved_bytes(trace.nodes.thread)},
+      {"node_first", moved_bytes(trace.nodes.first)},
+      {"node_end", moved_bytes(trace.nodes.end)},
+      {"backward_op", moved_bytes(trace.backward.op)},
+      {"backward_seq", moved_bytes(trace.backward.seq)},
+      {"backward_thread", moved_bytes(forward)},
+      {"scope_names", string_list(trace.scopes.name)},
+      {"scope_thread", moved_bytes(trace.scopes.thread)},
+      {"scope_start", moved_bytes(trace.scopes.start)},
+      {"scope_end", moved_bytes(trace.scopes.end)},
+  };
+  bool ok = true;
+  for (auto& item : items) {
+    ok = ok && item.second != nullptr && PyDict_SetItemString(result, item.first, item.second) == 0;
+    Py_XDECREF(item.second);
+  }
+  trace.backward = BackwardColumns();
+  trace.scopes = ScopeColumns();
+  return ok;
+}
+
+PyObject* as_list(const Names& names) { return string_list(names.names); }
+
+PyObject* string_list(const std::vector<std::string>& names) {
+  PyObject* list = PyList_New(Py_ssize_t(names.size()));
+  for (size_t i = 0; list != nullptr && i < names.size(); ++i) {
+    const std::string& name = names[i];
     PyObject* text = PyUnicode_FromStringAndSize(name.data(), Py_ssize_t(name.size()));
     if (text == nullptr) {
       Py_CLEAR(list);
@@ -374,6 +420,7 @@ PyObject* py_take(PyObject*, PyObject*) {
       "threads", thread_list(), "scopes_pushed",
       (unsigned long long)trace.scopes_pushed, "ops_pushed", (unsigned long long)trace.ops_pushed, "push_log",
       as_bytes(push_log));
+  if (result != nullptr && !add_link_columns(result)) Py_CLEAR(result);
   push_log.clear();
   trace.ops = OpColumns();
   trace.calls = CallColumns();

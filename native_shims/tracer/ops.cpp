@@ -4,12 +4,18 @@
 // external correlation id around the op, and stamps its row with the thread's innermost module and
 // functional call. View ops (torch's OpOverload.is_view rule: an aliased argument, none written)
 // only compute metadata and never launch, so their row is recorded but no id is pushed for them.
+// For tracing/links.py it also notes the autograd nodes each op created (torch's per-thread sequence
+// numbers before and after it), the node autograd's engine evaluates while an op runs in backward
+// (torch::autograd::get_current_node, what torch._C._current_autograd_node reads), and torch.optim's
+// "Optimizer.*" profiling scopes (USER_SCOPE).
 // Nothing here calls into Python.
 
 #include "trace.h"
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <cstring>
 
@@ -63,14 +69,48 @@ const Named& named(const at::RecordFunction& fn) {
   return name_cache.emplace(key, Named{id, key, !(op && is_view(*op))}).first->second;
 }
 
+constexpr char kOptimizerScope[] = "Optimizer.";  // schema.OPTIMIZER_SCOPE_PREFIX
+
+void start_user_scope(ThreadState& t, const at::RecordFunction& fn) {
+  int64_t row = -1;
+  const char* name = fn.name();
+  if (std::strncmp(name, kOptimizerScope, sizeof(kOptimizerScope) - 1) == 0) {
+    std::lock_guard<std::mutex> guard(trace.op_lock);
+    ScopeColumns& c = trace.scopes;
+    row = int64_t(c.name.size());
+    c.name.emplace_back(name);
+    c.thread.push_back(t.thread);
+    c.start.push_back(now_ns());
+    c.end.push_back(0);
+  }
+  t.user_scopes.push_back(row);
+}
+
+void end_user_scope(ThreadState& t) {
+  if (t.user_scopes.empty()) return;  // started before this pass
+  int64_t row = t.user_scopes.back();
+  t.user_scopes.pop_back();
+  if (row < 0) return;
+  int64_t end = now_ns();
+  std::lock_guard<std::mutex> guard(trace.op_lock);
+  if (size_t(row) < trace.scopes.end.size()) trace.scopes.end[size_t(row)] = end;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ThreadState& t = thread_state();
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
+    start_user_scope(t, fn);
+    return nullptr;
+  }
   if (t.op_depth > 0) {
     t.open_ops.push_back(Open{-1, false});
     return nullptr;
   }
   int64_t op_id;
   bool push;
+  // set only while autograd's engine evaluates a node on this thread (the whole evaluate_function: the
+  // node's apply and the reduction of its gradients to their inputs' shapes)
+  auto node = torch::autograd::get_current_node();
   {
     std::lock_guard<std::mutex> guard(trace.op_lock);
     const Named& name = named(fn);
@@ -87,6 +127,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     c.thread.push_back(t.thread);
     c.end.push_back(0);
     c.start.push_back(now_ns());
+    if (node) {
+      uint64_t seq = node->sequence_nr();
+      trace.backward.op.push_back(op_id);
+      trace.backward.seq.push_back(seq == UINT64_MAX ? -1 : int64_t(seq));  // AccumulateGrad's: none
+      trace.backward.forward_thread.push_back(node->thread_id());
+    }
   }
   t.open_ops.push_back(Open{op_id, push});
   ++t.op_depth;
@@ -97,8 +143,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_end(const at::RecordFunction&, at::ObserverContext*) {
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& t = thread_state();
+  if (fn.scope() == at::RecordScope::USER_SCOPE) {
+    end_user_scope(t);
+    return;
+  }
   if (t.open_ops.empty()) return;  // started before this pass
   Open open = t.open_ops.back();
   t.open_ops.pop_back();
@@ -110,11 +160,27 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
     trace.pop(trace.kind, &last);
   }
   int64_t end = now_ns();
+  // the nodes created since the previous op ended: by this op (its autograd kernel), or just before it
+  // (a custom autograd.Function's node, created before its forward runs)
+  int64_t next_seq = int64_t(at::sequence_number::peek());
   std::lock_guard<std::mutex> guard(trace.op_lock);
   if (size_t(op_id) < trace.ops.end.size()) trace.ops.end[size_t(op_id)] = end;
+  if (next_seq > t.next_seq) {
+    NodeColumns& n = trace.nodes;
+    n.op.push_back(op_id);
+    n.thread.push_back(t.thread);
+    n.first.push_back(t.next_seq);
+    n.end.push_back(next_seq);
+    t.next_seq = next_seq;
+  }
 }
 
 }  // namespace
+
+void autograd_position(uint64_t* record_function_id, int64_t* next_seq) {
+  *record_function_id = at::RecordFunction::currentThreadId();
+  *next_seq = int64_t(at::sequence_number::peek());
+}
 
 bool start_op_tracer(PyObject** error) {
   try {
@@ -122,7 +188,7 @@ bool start_op_tracer(PyObject** error) {
                                             .needsInputs(false)
                                             .needsOutputs(false)
                                             .needsIds(false)
-                                            .scopes({at::RecordScope::FUNCTION}));
+                                            .scopes({at::RecordScope::FUNCTION, at::RecordScope::USER_SCOPE}));
   } catch (const std::exception& e) {
     *error = PyUnicode_FromString(e.what());
     return false;

@@ -50,6 +50,22 @@ struct ContextColumns {
   std::vector<int64_t> module, call;
 };
 
+// What tracing/links.py links backward and optimizer ops with (schemas AUTOGRAD_NODES, BACKWARD_OPS,
+// USER_SCOPES): the autograd nodes each op created, the node each backward op ran in, optimizer scopes.
+struct NodeColumns {
+  std::vector<int64_t> op, thread, first, end;
+};
+
+struct BackwardColumns {
+  std::vector<int64_t> op, seq;
+  std::vector<uint64_t> forward_thread;  // RecordFunction's thread id; take() maps it to a trace thread
+};
+
+struct ScopeColumns {
+  std::vector<std::string> name;
+  std::vector<int64_t> thread, start, end;
+};
+
 // One started RecordFunction on a thread: the op id it recorded (-1: none) and whether it pushed it.
 struct Open {
   int64_t op_id;
@@ -62,6 +78,7 @@ struct ThreadInfo {
   bool traced = true;  // false: running before the pass began, so not the profiled function's
   int64_t skipped_forwards = 0;
   unsigned long native_id = 0;  // the OS thread id, as threading.get_native_id() reports it
+  uint64_t record_function_id = 0;  // at::RecordFunction::currentThreadId(), what a node's forward thread names
 };
 
 struct ThreadState {
@@ -79,6 +96,8 @@ struct ThreadState {
   std::vector<int32_t> hooked;                 // name ids of the hooked functionals whose calls are open
   int op_depth = 0;                            // recorded ops open on this thread
   std::vector<Open> open_ops;                  // one entry per started RecordFunction (ops.cpp)
+  int64_t next_seq = 0;                        // the autograd sequence number after the last node claimed
+  std::vector<int64_t> user_scopes;            // per started USER_SCOPE: its row in trace.scopes, or -1
 };
 
 // Interned strings -> small ids, so that rows hold integers only.
@@ -102,6 +121,9 @@ struct Trace {
   CallColumns calls;
   ModuleCallColumns module_calls;
   ContextColumns contexts;
+  NodeColumns nodes;          // guarded by op_lock, as ops
+  BackwardColumns backward;   // guarded by op_lock
+  ScopeColumns scopes;        // guarded by op_lock
   Names function_names;
   std::unordered_map<PyObject*, int64_t> module_ids;  // strong references while configured
   bool running = false;
@@ -128,6 +150,9 @@ inline unsigned long native_thread_id() {
 #endif
 }
 
+// this thread's RecordFunction id and next autograd sequence number (ops.cpp: no ATen header here)
+void autograd_position(uint64_t* record_function_id, int64_t* next_seq);
+
 inline ThreadState& thread_state() {
   ThreadState& t = tls;
   if (t.generation != trace.generation) {
@@ -139,6 +164,7 @@ inline ThreadState& thread_state() {
     trace.thread_infos.emplace_back();
     trace.thread_infos.back().traced = t.traced;
     trace.thread_infos.back().native_id = native_thread_id();
+    autograd_position(&trace.thread_infos.back().record_function_id, &t.next_seq);
   }
   return t;
 }
