@@ -5,7 +5,7 @@
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl cupti-python==13.0.1 diffusers==0.42.1 importlib_metadata==10.2.0 lazy-importer   # into .whl/
 # then on the GPU machine (the device tool carries .whl):
-#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [step_cost] [graph_observer] [capture_breakdown] [recorded_pass] [hta] [roofline] [all_tests] [quick]
+#     OUT=/some/dir bash benchmarks/gpu_run.sh [tests] [compare] [bench] [breakdown] [ratio] [million] [replay] [compiled] [compiled_report] [first_call] [fixed_cost] [step_cost] [train_attribution] [graph_observer] [capture_breakdown] [recorded_pass] [hta] [roofline] [all_tests] [quick]
 # Parts default to "tests compare bench" (all_tests is tests and compiled in one pytest run).
 # One run longer than a call of the device tool (600 s at most): start it with --detach, which runs
 # it from a copy of the tree in a process session of its own (setsid: it outlives the call while the
@@ -107,7 +107,7 @@ hooks_tests() {
 
 # the short summaries, copied to $RUN_OUT itself after every part (a call cut short keeps them)
 summaries() {
-  for f in env.txt gpu_tests.log hooks_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md step_cost/step_cost.md graph_observer/graph_observer.md capture_breakdown/capture_breakdown.md recorded_pass/recorded_pass.md hta/hta_rounding.md roofline/zoo_roofline.md; do
+  for f in env.txt gpu_tests.log hooks_tests.log compiled_tests.log compare/compare.md bench/RESULTS.md breakdown/breakdown.md ratio/pass_ratio.md million/pass_ratio.md replay/replay_ratios.md replay_cold/replay_ratios.md compiled/compiled_attribution.md first_call/first_call.md fixed_cost/fixed_cost.md step_cost/step_cost.md train_attribution/train_attribution.md graph_observer/graph_observer.md capture_breakdown/capture_breakdown.md recorded_pass/recorded_pass.md hta/hta_rounding.md roofline/zoo_roofline.md; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$RUN_OUT/$(echo "$f" | tr / _)"
   done
 }
@@ -188,6 +188,11 @@ for part in $PARTS; do
     step_cost)
       echo "== what a recorded step costs beyond its work: recording() with rec.step() per iteration against one step"
       timeout "${STEP_COST_TIMEOUT_S:-300}" python3 -m benchmarks.step_cost --out "$OUT/step_cost" ${STEP_COST_MODELS:+--models $STEP_COST_MODELS} 2>&1 | tee "$OUT/step_cost.log" | tail -12
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      ;;
+    train_attribution)
+      echo "== the share of a recorded training step's kernel time with a module, a functional call or the optimizer"
+      timeout "${TRAIN_ATTRIBUTION_TIMEOUT_S:-240}" python3 -m benchmarks.train_attribution --out "$OUT/train_attribution" 2>&1 | tee "$OUT/train_attribution.log" | tail -10
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       ;;
     graph_observer)
